@@ -1,0 +1,7 @@
+"""``python -m kiln``."""
+
+import sys
+
+from kiln.cli.main import main
+
+sys.exit(main())

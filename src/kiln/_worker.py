@@ -1,0 +1,41 @@
+"""The main loop of a kiln worker process.
+
+A worker receives cloudpickled no-argument thunks over a pipe, one at a time,
+runs each and answers with a pickled tuple: ``("ok",)`` or
+``("err", type_name, message, traceback_text, pickled_exception_or_None)``.
+It leads its own process group so kiln can kill it together with any
+subprocess it started.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import traceback
+from multiprocessing.connection import Connection
+
+
+def worker_main(conn: Connection) -> None:
+    os.setsid()
+    # kiln decides when a worker stops; a terminal's Ctrl-C must not reach it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import cloudpickle
+
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        try:
+            cloudpickle.loads(data)()
+            reply: tuple[object, ...] = ("ok",)
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
+            blob: bytes | None
+            try:
+                blob = cloudpickle.dumps(e)
+                pickle.loads(blob)
+            except Exception:  # noqa: BLE001 - an unpicklable exception travels as text
+                blob = None
+            reply = ("err", type(e).__name__, str(e), traceback.format_exc(), blob)
+        conn.send_bytes(pickle.dumps(reply))

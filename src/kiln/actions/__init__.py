@@ -1,0 +1,1 @@
+"""kiln's built-in actions, one module per family."""

@@ -1,0 +1,1 @@
+"""kiln's command line: one module per command; ``main`` dispatches."""

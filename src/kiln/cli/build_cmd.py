@@ -1,0 +1,40 @@
+"""``kiln build``: build targets, print their outputs on stdout, summarise on stderr."""
+
+from __future__ import annotations
+
+from kiln.cli.main import Invocation
+from kiln.cli.targets import output_paths, resolve_targets
+from kiln.reporting import format_root_causes, format_summary
+from kiln.scheduler import SchedulerOptions
+
+
+def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
+    ns = inv.ns
+    return SchedulerOptions(
+        jobs=ns.jobs,
+        pools=dict(ns.pool),
+        fail_fast=getattr(ns, "fail_fast", False),
+        dry_run=dry_run or getattr(ns, "dry_run", False),
+        explain=getattr(ns, "explain", False),
+    )
+
+
+def run(inv: Invocation) -> int:
+    executor = inv.executor
+    targets = resolve_targets(executor, inv.ns.targets)
+    options = options_from(inv)
+    with executor.lock(wait=not inv.ns.no_wait):
+        result = executor.run(targets, options)
+        if not options.dry_run:
+            from kiln.manifest import write_manifest
+
+            write_manifest(executor, result)
+    reporter = executor.reporter
+    if result.failed:
+        reporter.message(format_root_causes(result, inv.ns.verbose))
+    reporter.message(format_summary(result))
+    if options.dry_run:
+        return 0
+    for path in output_paths(targets):
+        print(path, file=inv.stdout)
+    return 0 if result.ok else 1

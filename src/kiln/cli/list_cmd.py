@@ -1,0 +1,27 @@
+"""``kiln list``: the entrypoints, or with ``--all`` every file and action."""
+
+from __future__ import annotations
+
+from kiln.cli.main import Invocation
+from kiln.graph import BuildAction, BuildFile
+
+
+def run(inv: Invocation) -> int:
+    executor = inv.executor
+    if not inv.ns.all:
+        for ep in executor.entrypoints:
+            desc = ep.entrypoint.description
+            print(f"{ep.path}  {desc}".rstrip() if desc else ep.path, file=inv.stdout)
+        return 0
+    actions: dict[BuildAction, None] = {}
+    for path, node in sorted(executor.all.items()):
+        if not path:
+            continue
+        kind = "file" if isinstance(node, BuildFile) else "context"
+        print(f"{kind:8} {path}", file=inv.stdout)
+        for dep in node.deps:
+            if isinstance(dep, BuildAction):
+                actions[dep] = None
+    for action in actions:
+        print(f"action   {action}", file=inv.stdout)
+    return 0

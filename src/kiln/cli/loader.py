@@ -1,0 +1,86 @@
+"""Loading build modules, by file path or by import name."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import TypeVar
+
+from kiln.entrypoints import Entrypoint
+from kiln.errors import BuildDefinitionError, UsageError
+
+_T = TypeVar("_T")
+
+
+def load_build_module(spec: str, as_module: bool = False) -> ModuleType:
+    """Import the build module ``spec`` (a ``.py`` path, or a module name with ``-m``).
+
+    A module loaded by path is registered for pickling by value, so the thunks
+    of its process actions reach worker processes that cannot import it.
+    """
+    if as_module:
+        try:
+            found = importlib.util.find_spec(spec)
+        except ModuleNotFoundError:
+            found = None
+        if found is None:
+            raise UsageError(f"build module '{spec}' not found on the Python path")
+        return _guarded(spec, lambda: importlib.import_module(spec))
+    path = Path(spec).resolve()
+    if not path.is_file():
+        raise UsageError(f"build module {spec} does not exist; pass a .py file or -m MODULE")
+    # A stable name: action types (part of action keys) include the module name.
+    tag = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    name = f"kiln_build_{tag}_{path.stem.replace('-', '_')}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise UsageError(f"cannot load {spec} as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent))
+    loader = module_spec.loader
+    _guarded(str(path), lambda: loader.exec_module(module))
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+def _guarded(where: str, load: Callable[[], _T]) -> _T:
+    """Run ``load``; turn an error in the user's module into a definition error that
+    names their file and line."""
+    try:
+        return load()
+    except SyntaxError as e:
+        text = (e.text or "").rstrip()
+        raise BuildDefinitionError(
+            f"{e.filename}:{e.lineno}: syntax error in build module: {e.msg}"
+            + (f"\n    {text.strip()}" if text else "")
+        ) from e
+    except BuildDefinitionError:
+        raise
+    except Exception as e:
+        frames = traceback.extract_tb(e.__traceback__)
+        user = [f for f in frames if "/kiln/" not in f.filename and "importlib" not in f.filename]
+        at = f"{user[-1].filename}:{user[-1].lineno}" if user else where
+        raise BuildDefinitionError(
+            f"{at}: error while loading build module {where}: {type(e).__name__}: {e}"
+        ) from e
+
+
+def collect_entrypoints(module: ModuleType) -> dict[str, Entrypoint]:
+    found = {
+        ep.name: ep for ep in vars(module).values() if isinstance(ep, Entrypoint)
+    }
+    if not found:
+        raise BuildDefinitionError(
+            f"build module {getattr(module, '__file__', module.__name__)} defines no "
+            "entrypoints; mark a function with @entrypoint"
+        )
+    return found

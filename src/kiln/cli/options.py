@@ -1,0 +1,97 @@
+"""The command line's parsers: kiln's own options, built-in actions' options, and
+the options that build modules declare with ``cl_arg``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from kiln.args import ClArg, check_cl_args
+from kiln.errors import UsageError
+
+COMMANDS = ("build", "list", "explain", "clean", "graph")
+
+
+class KilnArgumentParser(argparse.ArgumentParser):
+    """Raises UsageError instead of exiting, so kiln_main can be called as a library."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def pool_limit(text: str) -> tuple[str, int]:
+    name, sep, count = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=COUNT, got {text!r}")
+    return name, positive_int(count)
+
+
+def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
+    p.add_argument("--output-dir", type=Path, default=Path("kiln-out"),
+                   help="where outputs and build state go (default: ./kiln-out)")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="more detail: tracebacks, skipped actions, log paths")
+    p.add_argument("--console", choices=("auto", "live", "plain"), default="auto",
+                   help="live terminal display or plain lines (default: live on a terminal)")
+    if command in ("build", "explain"):
+        p.add_argument("-j", "--jobs", type=positive_int, default=os.cpu_count() or 1,
+                       help="actions running at once (default: the number of CPUs)")
+        p.add_argument("--pool", type=pool_limit, action="append", default=[],
+                       metavar="NAME=N", help="bound the actions of resource pool NAME to N")
+    if command == "build":
+        p.add_argument("--fail-fast", action="store_true",
+                       help="start no new action after the first failure")
+        p.add_argument("--dry-run", action="store_true", help="list what would run; run nothing")
+        p.add_argument("--explain", action="store_true", help="say why each action runs")
+        p.add_argument("--no-wait", action="store_true",
+                       help="fail at once if another build holds the output directory")
+    add_action_options(p)
+    # fmt: skip
+
+
+def add_action_options(p: argparse.ArgumentParser) -> None:
+    """Options read by the built-in ML actions (targets of ``compile``)."""
+    g = p.add_argument_group("compile targets")
+    g.add_argument("--target", action="append", default=[], dest="kiln_targets",
+                   metavar="SPEC", help="cpu, cpu:host, cpu:NAME, vmvx, hip:CHIP, "
+                   "vulkan:TARGET, cuda:SM (repeatable)")
+    g.add_argument("--iree-hal-target-device", action="append", default=[],
+                   help="an IREE HAL target device, as iree.build takes it (repeatable)")
+    g.add_argument("--iree-llvmcpu-target-cpu", default=None,
+                   help="CPU for llvm-cpu targets (with --iree-hal-target-device)")
+    g.add_argument("--iree-llvmcpu-target-cpu-features", default=None,
+                   help="CPU features for llvm-cpu targets")
+    g.add_argument("--iree-hip-target", "--iree-rocm-target", dest="iree_hip_target",
+                   default=None, help="ROCm chip for hip targets, e.g. gfx942")
+    g.add_argument("--iree-compile-extra-args", default="",
+                   help="extra iree-compile flags, space separated")
+    # fmt: skip
+
+
+def reserved_flags(command: str) -> dict[str, str]:
+    probe = KilnArgumentParser(add_help=True)
+    add_common_options(probe, command)
+    return {
+        flag: action.help or action.dest
+        for action in probe._actions
+        for flag in action.option_strings
+    }
+
+
+def add_cl_args(p: argparse.ArgumentParser, defs: list[ClArg], command: str) -> None:
+    unique = check_cl_args(defs, reserved_flags(command))
+    if unique:
+        group = p.add_argument_group("options of the build module")
+        for d in unique:
+            d.define_arg(group)

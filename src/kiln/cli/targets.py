@@ -1,0 +1,38 @@
+"""Turning the command line's TARGET words into graph nodes."""
+
+from __future__ import annotations
+
+import difflib
+
+from kiln.errors import UsageError
+from kiln.executor import Executor
+from kiln.graph import BuildDependency, BuildEntrypoint, BuildFile
+
+
+def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependency]:
+    """Entrypoint names or graph paths; none means every top-level entrypoint."""
+    if not names:
+        return [ep for ep in executor.entrypoints if "/" not in ep.path]
+    found: list[BuildDependency] = []
+    for name in names:
+        node = executor.all.get(name.strip("/"))
+        if node is None:
+            known = [p for p in executor.all if p]
+            close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+            hint = f"; did you mean: {', '.join(close)}?" if close else "; see 'kiln list --all'"
+            raise UsageError(f"unknown target '{name}'{hint}")
+        found.append(node)
+    return found
+
+
+def output_paths(targets: list[BuildDependency]) -> list[str]:
+    """The files a successful build of ``targets`` hands to the user."""
+    paths: list[str] = []
+    for t in targets:
+        if t.failure is not None:
+            continue
+        if isinstance(t, BuildEntrypoint):
+            paths += [str(f.get_fs_path()) for f in t.outputs]
+        elif isinstance(t, BuildFile):
+            paths.append(str(t.get_fs_path()))
+    return paths

@@ -1,0 +1,48 @@
+"""``@entrypoint``: a function whose call declares part of the build graph."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from kiln.args import ClArg, expand_cl_arg_defaults, extract_cl_arg_defs
+from kiln.graph import BuildContext, BuildEntrypoint, BuildFile, join_namespace
+
+
+class Entrypoint:
+    """A named build function; calling it inside a context builds its subgraph."""
+
+    def __init__(self, name: str, wrapped: Callable[..., Any], description: str | None = None):
+        self.name = name
+        self.description = description or (wrapped.__doc__ or "").strip().split("\n")[0]
+        self.cl_arg_defs: list[ClArg] = list(extract_cl_arg_defs(wrapped))
+        self._wrapped = expand_cl_arg_defaults(wrapped)
+        functools.update_wrapper(self, wrapped)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[BuildFile] | None:
+        parent = BuildContext.current()
+        executor = parent.executor
+        bep = BuildEntrypoint(join_namespace(parent.path, self.name), executor, self)
+        executor.entrypoints.append(bep)
+        with bep:
+            results = self._wrapped(*args, **kwargs)
+            if results is None:
+                return None
+            files = bep.files(results)
+            bep.deps.update(files)
+            bep.outputs.extend(files)
+            return files
+
+    def __repr__(self) -> str:
+        return f"Entrypoint({self.name!r})"
+
+
+def entrypoint(
+    f: Callable[..., Any] | None = None, *, description: str | None = None
+) -> Any:
+    """Mark a function as a build entrypoint (``@entrypoint`` or
+    ``@entrypoint(description=...)``)."""
+    if f is None:
+        return functools.partial(entrypoint, description=description)
+    return Entrypoint(f.__name__, f, description=description)

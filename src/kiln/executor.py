@@ -1,0 +1,175 @@
+"""The executor: owns one build graph, analyses entrypoints and builds targets.
+
+The names a build module written for ``iree.build.executor`` imports are
+re-exported here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from kiln.errors import BuildDefinitionError, DependenceException
+from kiln.graph import (
+    ActionConcurrency,
+    BuildAction,
+    BuildContext,
+    BuildDependency,
+    BuildEntrypoint,
+    BuildFile,
+    BuildFileMetadata,
+    BuildMeta,
+    FileNamespace,
+    namespace_dir,
+)
+from kiln.lock import OutputLock
+from kiln.plan import make_plan
+from kiln.reporting import ProgressReporter
+from kiln.runners import kill_group
+from kiln.scheduler import BuildResult, Scheduler, SchedulerOptions
+from kiln.state import StateStore
+
+__all__ = [
+    "ActionConcurrency",
+    "BuildAction",
+    "BuildContext",
+    "BuildDependency",
+    "BuildEntrypoint",
+    "BuildFile",
+    "BuildMeta",
+    "DependenceException",
+    "Executor",
+    "FileNamespace",
+    "ProgressReporter",
+]
+
+
+class Executor:
+    """One build graph and the output directory it builds into.
+
+    Invariant: ``all`` maps every graph path to the single file or context
+    defined there; the root context has the empty path.
+    """
+
+    def __init__(
+        self,
+        output_dir: Path | str,
+        stderr: IO[str] | None = None,
+        reporter: ProgressReporter | None = None,
+    ):
+        self.output_dir = Path(output_dir).absolute()
+        self.stderr = stderr if stderr is not None else sys.stderr
+        self.reporter = reporter if reporter is not None else ProgressReporter()
+        self.verbose_level = 0
+        self.all: dict[str, BuildContext | BuildFile] = {}
+        self.entrypoints: list[BuildEntrypoint] = []
+        self.failed_deps: set[BuildDependency] = set()
+        self.last_result: BuildResult | None = None
+        self._store: StateStore | None = None
+        self._metadata_lock = threading.RLock()
+        self._subprocesses: set[subprocess.Popen[bytes]] = set()
+        self._subprocess_lock = threading.Lock()
+        BuildContext("", self)
+
+    # -- the graph -----------------------------------------------------------
+
+    def register(self, path: str, node: BuildContext | BuildFile) -> None:
+        existing = self.all.get(path)
+        if existing is not None:
+            raise BuildDefinitionError(
+                f"duplicate path '{path}': defined at {node.def_site} and already at "
+                f"{existing.def_site}; give one of them another name"
+            )
+        self.all[path] = node
+
+    def get_context(self, path: str) -> BuildContext:
+        node = self.all.get(path)
+        if not isinstance(node, BuildContext):
+            raise BuildDefinitionError(f"no build context '{path}'{self._suggest(path)}")
+        return node
+
+    def get_file(self, path: str) -> BuildFile:
+        node = self.all.get(path)
+        if not isinstance(node, BuildFile):
+            raise BuildDefinitionError(
+                f"file '{path}' is not known in the build graph{self._suggest(path, files=True)}"
+            )
+        return node
+
+    def _suggest(self, path: str, files: bool = False) -> str:
+        names = [p for p, n in self.all.items() if p and (not files or isinstance(n, BuildFile))]
+        close = difflib.get_close_matches(path, names, n=5, cutoff=0.5)
+        return f"; did you mean: {', '.join(close)}?" if close else ""
+
+    def get_root(self, namespace: FileNamespace) -> Path:
+        return self.output_dir / namespace_dir(namespace)
+
+    def write_status(self, message: str) -> None:
+        self.reporter.message(message)
+
+    def analyze(self, *entrypoints: Callable[[], Any]) -> None:
+        """Call each entrypoint inside the root context, declaring its subgraph."""
+        with self.get_context(""):
+            for ep in entrypoints:
+                ep()
+
+    # -- building ------------------------------------------------------------
+
+    def build(self, *targets: BuildDependency, **options: Any) -> bool:
+        """Build ``targets`` and what they need; True when everything built."""
+        return self.run(targets, SchedulerOptions(**options)).ok
+
+    def run(self, targets: Iterable[BuildDependency], options: SchedulerOptions) -> BuildResult:
+        files = [n for n in self.all.values() if isinstance(n, BuildFile)]
+        plan = make_plan(targets, files)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        scheduler = Scheduler(
+            plan, self.store(), self.reporter, options, on_interrupt=self.kill_subprocesses
+        )
+        try:
+            result = scheduler.run()
+        finally:
+            self.failed_deps.update(n for n in plan.order if n.failure is not None)
+        self.last_result = result
+        return result
+
+    def store(self) -> StateStore:
+        if self._store is None:
+            self._store = StateStore(self.output_dir, warn=self.reporter.message)
+        return self._store
+
+    def lock(self, wait: bool = True) -> OutputLock:
+        """The lock that keeps two builds off this output directory."""
+        return OutputLock(self.output_dir, wait=wait, notify=self.reporter.message)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def access_file_metadata(
+        self, f: BuildFile, mutate: Callable[[BuildFileMetadata], bool] | None
+    ) -> BuildFileMetadata:
+        with self._metadata_lock:
+            return self.store().file_metadata(f.key, mutate)
+
+    # -- subprocesses --------------------------------------------------------
+
+    def track(self, proc: subprocess.Popen[bytes], running: bool) -> None:
+        """Note a subprocess started (or ended) by an action, to kill it on interrupt."""
+        with self._subprocess_lock:
+            if running:
+                self._subprocesses.add(proc)
+            else:
+                self._subprocesses.discard(proc)
+
+    def kill_subprocesses(self) -> None:
+        with self._subprocess_lock:
+            procs = list(self._subprocesses)
+        for proc in procs:
+            kill_group(proc.pid)

@@ -1,0 +1,386 @@
+"""The build graph: files, actions, contexts and entrypoints.
+
+Nothing here does I/O beyond computing paths. Calling actions inside an
+entrypoint declares nodes; the executor (``kiln.executor``) analyses and runs
+them. Edges point from a consumer to what it needs: a file's ``deps`` hold the
+action that produces it, an action's ``deps`` hold its input files, and a
+context's ``deps`` hold the files it exports.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import platform
+import posixpath
+import sys
+import time
+from collections.abc import Callable, Collection, Iterable
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from kiln.errors import BuildDefinitionError
+
+if TYPE_CHECKING:
+    from kiln.executor import Executor
+
+_CURRENT_CONTEXT: ContextVar[BuildContext | None] = ContextVar("kiln_context", default=None)
+_KILN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class FileNamespace(enum.Enum):
+    """Where under the output directory a file lives."""
+
+    GEN = "gen"  # transient intermediates
+    PARAMS = "params"  # distributable parameter archives
+    BIN = "bin"  # distributable, platform-neutral binaries
+    PLATFORM_BIN = "platform_bin"  # distributable, platform-specific binaries
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def platform_tag() -> str:
+    """``<os>-<arch>`` of the running platform, e.g. ``linux-x86_64``."""
+    machine = platform.machine().lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return f"{sys.platform.rstrip('0123456789')}-{machine}"
+
+
+def namespace_dir(namespace: FileNamespace) -> str:
+    """The directory of ``namespace`` relative to the output directory."""
+    if namespace is FileNamespace.PLATFORM_BIN:
+        return f"platform/{platform_tag()}"
+    return {
+        FileNamespace.GEN: "genfiles",
+        FileNamespace.PARAMS: "params",
+        FileNamespace.BIN: "bin",
+    }[namespace]
+
+
+def join_namespace(prefix: str, suffix: str) -> str:
+    """Join two graph path components; the root context's path is empty."""
+    return f"{prefix}/{suffix}" if prefix else suffix
+
+
+class DefinitionSite:
+    """The user's file and line where a node was defined (first frame outside kiln)."""
+
+    __slots__ = ("filename", "lineno")
+
+    def __init__(self, filename: str, lineno: int) -> None:
+        self.filename = filename
+        self.lineno = lineno
+
+    @classmethod
+    def capture(cls) -> DefinitionSite:
+        frame = sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename.startswith(_KILN_DIR):
+            frame = frame.f_back
+        return cls(frame.f_code.co_filename, frame.f_lineno)
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+
+class BuildDependency:
+    """A node of the build graph. ``deps`` are the nodes it needs first.
+
+    Invariant: ``failure`` is set only by the scheduler, once per build, and is a
+    ``DependenceException`` exactly when the node never ran because a
+    dependency failed.
+    """
+
+    def __init__(self, *, executor: Executor, deps: Iterable[BuildDependency] | None = None):
+        self.executor = executor
+        self.deps: set[BuildDependency] = set(deps) if deps else set()
+        self.start_time: float | None = None
+        self.invoke_time: float | None = None
+        self.finish_time: float | None = None
+        self.failure: BaseException | None = None
+        self._metadata: dict[str, BuildMeta] = {}
+
+    @property
+    def is_dependence_failure(self) -> bool:
+        from kiln.errors import DependenceException
+
+        return isinstance(self.failure, DependenceException)
+
+    @property
+    def execution_time(self) -> float:
+        """Seconds from invocation to finish (or to now while running)."""
+        if self.invoke_time is None:
+            return 0.0
+        end = self.finish_time if self.finish_time is not None else time.time()
+        return end - self.invoke_time
+
+
+BuildMetaType = TypeVar("BuildMetaType", bound="BuildMeta")
+
+
+class BuildMeta:
+    """Typed metadata attached to a node; each subclass has a unique ``KEY``."""
+
+    KEY: ClassVar[str]
+
+    def __init__(self) -> None:
+        if not isinstance(getattr(self, "KEY", None), str):
+            raise TypeError(f"{type(self).__name__}.KEY must be a str")
+
+    @classmethod
+    def get(cls: type[BuildMetaType], dep: BuildDependency) -> BuildMetaType:
+        """The instance of this type on ``dep``, created by ``create_default`` if absent."""
+        key = getattr(cls, "KEY", None)
+        if not isinstance(key, str):
+            raise TypeError(f"{cls.__name__}.KEY must be a str")
+        instance = dep._metadata.get(key)
+        if instance is None:
+            instance = cls.create_default()
+            dep._metadata[key] = instance
+        return instance  # type: ignore[return-value]
+
+    @classmethod
+    def create_default(cls) -> BuildMeta:
+        return cls()
+
+
+BuildFileMetadata = dict[str, str | int | bool | float]
+
+
+class BuildFile(BuildDependency):
+    """A file of the build: produced by the action in ``deps``, or a source file.
+
+    Invariant: ``path`` is normalised, relative, and stays inside its namespace.
+    """
+
+    def __init__(
+        self,
+        *,
+        executor: Executor,
+        path: str,
+        namespace: FileNamespace = FileNamespace.GEN,
+        deps: Iterable[BuildDependency] | None = None,
+        source: Path | None = None,
+    ):
+        super().__init__(executor=executor, deps=deps)
+        self.def_site = DefinitionSite.capture()
+        self.path = path
+        self.namespace = namespace
+        self.source = source  # absolute path of a source-tree file, else None
+        self.runfiles: set[BuildFile] = set()
+        executor.register(path, self)
+
+    @property
+    def key(self) -> str:
+        """Stable identity in the state store: ``<namespace>/<path>`` or ``src:<path>``."""
+        if self.source is not None:
+            return f"src:{self.source}"
+        return f"{self.namespace.value}/{self.path}"
+
+    def get_fs_path(self) -> Path:
+        """Where the file lives on disk (its parent directory is created)."""
+        if self.source is not None:
+            return self.source
+        path = self.executor.get_root(self.namespace) / self.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def access_metadata(
+        self, mutation_callback: Callable[[BuildFileMetadata], bool] | None = None
+    ) -> BuildFileMetadata:
+        """Small persistent per-file metadata; the callback mutates it under a lock and
+        returns True to persist the change."""
+        return self.executor.access_file_metadata(self, mutation_callback)
+
+    def __repr__(self) -> str:
+        return f"BuildFile[{self.namespace}]({self.path})"
+
+
+class ActionConcurrency(enum.Enum):
+    """Where an action runs: a worker thread, a worker process, or in-line."""
+
+    THREAD = "thread"
+    PROCESS = "process"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_BASE_ATTRS = frozenset(
+    {
+        "executor", "deps", "start_time", "invoke_time", "finish_time", "failure",
+        "_metadata", "desc", "concurrency", "def_site", "timeout", "pool", "always_run",
+    }
+)  # fmt: skip
+
+
+class BuildAction(BuildDependency):
+    """Work that produces files. Override ``_invoke`` (runs in kiln's process) or
+    ``_remotable_thunk`` (returns a picklable no-argument callable run in a worker).
+
+    Class attributes a subclass may set: ``VERSION`` (bump to invalidate old
+    results), ``always_run`` (never skipped), ``timeout`` (seconds), ``pool``
+    (name of a resource pool bounding how many run at once).
+    """
+
+    VERSION: ClassVar[int] = 1
+    always_run: bool = False
+    timeout: float | None = None
+    pool: str | None = None
+
+    def __init__(
+        self,
+        *,
+        desc: str,
+        executor: Executor,
+        concurrency: ActionConcurrency = ActionConcurrency.THREAD,
+        deps: Iterable[BuildDependency] | None = None,
+    ):
+        super().__init__(executor=executor, deps=deps)
+        self.desc = desc
+        self.concurrency = concurrency
+        self.def_site = DefinitionSite.capture()
+
+    def __str__(self) -> str:
+        return self.desc
+
+    def __repr__(self) -> str:
+        return f"Action[{type(self).__name__}]('{self.desc}')"
+
+    @property
+    def action_type(self) -> str:
+        cls = type(self)
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def params(self) -> dict[str, Any] | None:
+        """The parameters that, with the inputs' contents, decide the outputs.
+
+        The default takes the instance's own plain-valued attributes (strings,
+        numbers, lists, dicts, files by path). Return None to always run.
+        """
+        if self.always_run:
+            return None
+        out: dict[str, Any] = {"desc": self.desc}
+        for name, value in vars(self).items():
+            if name in _BASE_ATTRS or name.startswith("_"):
+                continue
+            plain = _plain(value)
+            if plain is not _NOT_PLAIN:
+                out[name] = plain
+        return out
+
+    def _invoke(self) -> None:
+        self._remotable_thunk()()
+
+    def _remotable_thunk(self) -> Callable[[], None]:
+        """A picklable no-argument callable that performs the action out of process."""
+        raise NotImplementedError(f"Action '{self}' does not implement remotable invocation")
+
+
+_NOT_PLAIN = object()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-able data, or ``_NOT_PLAIN``."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, BuildFile):
+        return value.key
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, list | tuple):
+        items = [_plain(v) for v in value]
+        return _NOT_PLAIN if any(i is _NOT_PLAIN for i in items) else items
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        mapped = {k: _plain(v) for k, v in value.items()}
+        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in mapped.values()) else mapped
+    return _NOT_PLAIN
+
+
+class BuildContext(BuildDependency):
+    """A scope of the graph under construction; files allocated in it are named
+    relative to its ``path``. ``BuildContext.current()`` is the innermost one
+    entered (held in a ``ContextVar``)."""
+
+    def __init__(self, path: str, executor: Executor):
+        super().__init__(executor=executor)
+        self.def_site = DefinitionSite.capture()
+        self.path = path
+        self._tokens: list[Any] = []
+        executor.register(path, self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(path='{self.path}')"
+
+    def allocate_file(self, path: str, namespace: FileNamespace = FileNamespace.GEN) -> BuildFile:
+        """Declare a new file named ``path`` relative to this context."""
+        rel = self._resolve_new_path(path, namespace)
+        return BuildFile(executor=self.executor, path=rel, namespace=namespace)
+
+    def _resolve_new_path(self, path: str, namespace: FileNamespace) -> str:
+        root = self.executor.get_root(namespace)
+        if os.path.isabs(path):
+            try:
+                path = Path(path).resolve().relative_to(root.resolve()).as_posix()
+            except ValueError:
+                raise BuildDefinitionError(
+                    f"absolute path '{path}' is outside the output root {root} of "
+                    f"namespace '{namespace}'; use a path relative to the context"
+                ) from None
+            joined = posixpath.normpath(path)
+        else:
+            joined = posixpath.normpath(join_namespace(self.path, path))
+        if joined == ".." or joined.startswith("../") or joined in ("", "."):
+            where = DefinitionSite.capture()
+            raise BuildDefinitionError(
+                f"path '{path}' (in '{self.path or '/'}', at {where}) leaves the "
+                f"'{namespace}' output root {root}; output paths must stay inside it"
+            )
+        return joined
+
+    def file(self, file: str | BuildFile) -> BuildFile:
+        """The known file ``file``: a BuildFile, a path relative to this context, or a
+        graph path starting with ``/``."""
+        if isinstance(file, BuildFile):
+            return file
+        if file.startswith("/"):
+            path = posixpath.normpath(file.lstrip("/"))
+        else:
+            path = posixpath.normpath(join_namespace(self.path, file))
+        return self.executor.get_file(path)
+
+    def files(self, files: str | BuildFile | Collection[str | BuildFile]) -> list[BuildFile]:
+        """``file`` applied to one name or a collection of names."""
+        if isinstance(files, str | BuildFile):
+            return [self.file(files)]
+        return [self.file(f) for f in files]
+
+    @staticmethod
+    def current() -> BuildContext:
+        context = _CURRENT_CONTEXT.get()
+        if context is None:
+            raise BuildDefinitionError(
+                "no active BuildContext: actions can only be declared inside an "
+                "@entrypoint function while kiln analyses the build"
+            )
+        return context
+
+    def __enter__(self) -> BuildContext:
+        self._tokens.append(_CURRENT_CONTEXT.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT_CONTEXT.reset(self._tokens.pop())
+
+
+class BuildEntrypoint(BuildContext):
+    """The context of one called entrypoint; ``outputs`` are the files it returned."""
+
+    def __init__(self, path: str, executor: Executor, entrypoint: Any):
+        super().__init__(path, executor)
+        self.entrypoint = entrypoint
+        self.outputs: list[BuildFile] = []

@@ -1,0 +1,122 @@
+"""Deciding whether an action must run, and saying why.
+
+An action's key is the SHA-256 of its type, version, parameters and the digests
+of its input files. It is skipped when its last record has the same key and its
+outputs still have the recorded digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.graph import BuildAction, BuildFile
+from kiln.plan import Plan
+from kiln.state import ActionRecord, StateStore
+
+_MAX_CHANGES_SHOWN = 3
+
+
+@dataclass
+class Decision:
+    """Whether ``action`` runs; ``reason`` is None exactly when it is up to date."""
+
+    action_id: str
+    key: str
+    params: dict[str, Any] | None
+    inputs: dict[str, str]
+    reason: str | None
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.reason is None
+
+
+def action_id(action: BuildAction, outputs: list[BuildFile]) -> str:
+    if outputs:
+        return "|".join(f.key for f in outputs)
+    return f"{action.action_type}:{action.desc}"
+
+
+class UpToDateChecker:
+    """Decides actions in plan order. ``digests`` holds the digest of every file
+    known this build (source files lazily, outputs as their producers finish)."""
+
+    def __init__(self, plan: Plan, store: StateStore):
+        self.plan = plan
+        self.store = store
+        self.digests: dict[BuildFile, str | None] = {}
+
+    def file_digest(self, f: BuildFile) -> str | None:
+        if f in self.digests:
+            return self.digests[f]
+        digest = self.store.digest(f.get_fs_path())
+        self.digests[f] = digest
+        return digest
+
+    def decide(self, action: BuildAction) -> Decision:
+        outputs = self.plan.outputs[action]
+        aid = action_id(action, outputs)
+        params = action.params()
+        inputs = {f.key: self.file_digest(f) or "missing" for f in self.plan.inputs[action]}
+        blob = json.dumps(
+            [action.action_type, action.VERSION, params, inputs], sort_keys=True, default=str
+        )
+        key = hashlib.sha256(blob.encode()).hexdigest()
+        record = self.store.records().get(aid)
+        if params is None:
+            reason: str | None = "marked always-run"
+        elif record is None:
+            reason = "never built"
+        elif record.key != key:
+            reason = _why_key_changed(record, params, inputs)
+        else:
+            reason = self._outputs_changed(record, outputs)
+        return Decision(aid, key, params, inputs, reason)
+
+    def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
+        for f in outputs:
+            digest = self.store.digest(f.get_fs_path())
+            if digest is None:
+                return f"output {f.path} is missing"
+            if record.outputs.get(f.key) != digest:
+                return f"output {f.path} was modified"
+        for f in outputs:
+            self.digests[f] = record.outputs[f.key]
+        return None
+
+
+def _why_key_changed(
+    record: ActionRecord, params: dict[str, Any], inputs: dict[str, str]
+) -> str:
+    changes: list[str] = []
+    old_params = record.params or {}
+    for name in sorted(set(old_params) | set(params)):
+        if old_params.get(name) != params.get(name):
+            changes.append(
+                f"parameter {name} changed from {_short(old_params.get(name))} to "
+                f"{_short(params.get(name))}"
+            )
+    for name in sorted(set(record.inputs) | set(inputs)):
+        if name not in record.inputs:
+            changes.append(f"input {_file_name(name)} was added")
+        elif name not in inputs:
+            changes.append(f"input {_file_name(name)} was removed")
+        elif record.inputs[name] != inputs[name]:
+            changes.append(f"input {_file_name(name)} changed")
+    if not changes:
+        return "the action's type or version changed"
+    more = len(changes) - _MAX_CHANGES_SHOWN
+    shown = "; ".join(changes[:_MAX_CHANGES_SHOWN])
+    return shown + (f" (and {more} more)" if more > 0 else "")
+
+
+def _file_name(key: str) -> str:
+    return key[4:] if key.startswith("src:") else key.split("/", 1)[-1]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."

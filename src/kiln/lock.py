@@ -1,0 +1,68 @@
+"""One build at a time per output directory.
+
+``OUTPUT_DIR/.kiln/lock`` is held with ``flock`` for the whole build and holds
+the owner's pid. The kernel drops the lock when its process dies, so a lock
+left by a dead build never blocks.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from kiln.errors import KilnError, StateError
+
+
+class OutputDirLocked(KilnError):
+    """Another build holds the output directory and the caller chose not to wait."""
+
+
+class OutputLock:
+    """Context manager holding the output directory's lock."""
+
+    def __init__(self, output_dir: Path, *, wait: bool, notify: Callable[[str], None]):
+        self.path = output_dir / ".kiln" / "lock"
+        self.wait = wait
+        self.notify = notify
+        self._fd: int | None = None
+
+    def __enter__(self) -> OutputLock:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StateError(
+                f"cannot write to the output directory {self.path.parent.parent}: "
+                f"{e.strerror}; choose another with --output-dir or fix its permissions"
+            ) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            where = self.path.parent.parent
+            if not self.wait:
+                os.close(fd)
+                raise OutputDirLocked(
+                    f"another kiln build (pid {holder}) is using {where}; "
+                    "wait for it, or drop --no-wait to queue behind it"
+                ) from None
+            self.notify(f"waiting for the kiln build (pid {holder}) using {where} to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,290 @@
+"""Running a plan: the ready queue, ``-j``, resource pools, failure cascade and
+interruption.
+
+One scheduler thread owns all bookkeeping. Actions run on ``ThreadWorkers``
+(PROCESS actions hand their thunk on to the ``ProcessPool``) or in-line, and
+report back through a queue. An action is launched only when every one of its
+dependencies finished successfully, and its up-to-date check happens then, when
+its inputs' digests are known.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kiln.errors import ActionFailed, DependenceException
+from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFile
+from kiln.incremental import Decision, UpToDateChecker
+from kiln.plan import Plan, node_name
+from kiln.reporting import ProgressReporter
+from kiln.runners import ProcessPool, ThreadWorkers
+from kiln.state import ActionRecord, StateStore, StatKey, hash_file, stat_key
+
+_INTERRUPT_WAIT_S = 5.0
+
+
+@dataclass
+class BuildResult:
+    """What happened to each action of a plan."""
+
+    built: list[BuildAction] = field(default_factory=list)
+    skipped: list[BuildAction] = field(default_factory=list)
+    failed: list[BuildAction] = field(default_factory=list)  # root causes only
+    not_run: list[BuildAction] = field(default_factory=list)
+    would_run: list[tuple[BuildAction, str]] = field(default_factory=list)  # dry runs
+    interrupted: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.not_run and not self.interrupted
+
+
+@dataclass
+class SchedulerOptions:
+    jobs: int = os.cpu_count() or 1
+    pools: dict[str, int] = field(default_factory=dict)
+    fail_fast: bool = False
+    dry_run: bool = False
+    explain: bool = False
+
+
+_Done = tuple[BuildAction, Decision, BaseException | None, dict[BuildFile, tuple[StatKey, str]]]
+
+
+class Scheduler:
+    """Runs one plan once.
+
+    Invariants: ``_pending[n]`` counts the deps of ``n`` not yet finished; a node
+    is in ``_finished`` once it succeeded, failed or was cascaded; ``_running``
+    holds exactly the launched actions whose completion was not processed.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        store: StateStore,
+        reporter: ProgressReporter,
+        options: SchedulerOptions,
+        on_interrupt: Callable[[], None] = lambda: None,
+    ):
+        self.plan = plan
+        self.store = store
+        self.reporter = reporter
+        self.opts = options
+        self.checker = UpToDateChecker(plan, store)
+        self.result = BuildResult()
+        self._on_interrupt = on_interrupt
+        self._pending = {n: len(n.deps) for n in plan.order}
+        self._ready: deque[BuildDependency] = deque(n for n in plan.order if not n.deps)
+        self._waiting: deque[tuple[BuildAction, Decision]] = deque()
+        self._running: set[BuildAction] = set()
+        self._finished: set[BuildDependency] = set()
+        self._pool_use: dict[str, int] = {}
+        self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+        self._stopping = False
+        self._threads: ThreadWorkers | None = None
+        self._processes: ProcessPool | None = None
+
+    def run(self) -> BuildResult:
+        start = time.monotonic()
+        self.reporter.start_graph(set(self.plan.order))
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            self.result.interrupted = True
+            self._interrupt()
+            raise
+        finally:
+            self._shutdown()
+            self.result.not_run = [
+                a for a in self.plan.actions if a not in self._finished or a.is_dependence_failure
+            ]
+            self.result.wall_s = time.monotonic() - start
+            self.store.flush()
+            self.reporter.end_graph()
+        return self.result
+
+    def _loop(self) -> None:
+        while True:
+            self._drain_ready()
+            self._launch()
+            if not self._running:
+                return
+            try:
+                item = self._done.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._complete(*item)
+
+    def _drain_ready(self) -> None:
+        while self._ready and not self._stopping:
+            node = self._ready.popleft()
+            if not isinstance(node, BuildAction):
+                self._succeed(node)
+                continue
+            decision = self.checker.decide(node)
+            if decision.up_to_date:
+                self.result.skipped.append(node)
+                self.reporter.skip_dep(node)
+                self._succeed(node)
+            elif self.opts.dry_run:
+                self._pretend(node, decision)
+            else:
+                self._waiting.append((node, decision))
+
+    def _launch(self) -> None:
+        if self._stopping:
+            self._waiting.clear()
+            return
+        deferred: deque[tuple[BuildAction, Decision]] = deque()
+        while self._waiting and len(self._running) < self.opts.jobs:
+            action, decision = self._waiting.popleft()
+            pool = action.pool
+            if pool is not None and pool in self.opts.pools:
+                if self._pool_use.get(pool, 0) >= self.opts.pools[pool]:
+                    deferred.append((action, decision))
+                    continue
+                self._pool_use[pool] = self._pool_use.get(pool, 0) + 1
+            self._start(action, decision)
+        deferred.extend(self._waiting)
+        self._waiting = deferred
+
+    def _start(self, action: BuildAction, decision: Decision) -> None:
+        self.store.forget(decision.action_id)
+        self._running.add(action)
+        action.start_time = time.time()
+        if self.opts.explain:
+            self.reporter.explain(action, decision.reason or "")
+        self.reporter.start_dep(action)
+        if action.concurrency is ActionConcurrency.NONE:
+            self._execute(action, decision)
+            return
+        if self._threads is None:
+            self._threads = ThreadWorkers(self.opts.jobs)
+        self._threads.submit(lambda: self._execute(action, decision))
+
+    def _execute(self, action: BuildAction, decision: Decision) -> None:
+        """Run one action (on a worker thread) and hash what it wrote."""
+        action.invoke_time = time.time()
+        error: BaseException | None = None
+        produced: dict[BuildFile, tuple[StatKey, str]] = {}
+        try:
+            if action.concurrency is ActionConcurrency.PROCESS:
+                thunk = action._remotable_thunk()
+                self._process_pool().run(thunk, action.desc, action.timeout)
+            else:
+                action._invoke()
+            produced = self._hash_outputs(action)
+        except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            error = e
+        action.finish_time = time.time()
+        self._done.put((action, decision, error, produced))
+
+    def _process_pool(self) -> ProcessPool:
+        if self._processes is None:
+            self._processes = ProcessPool()
+        return self._processes
+
+    def _hash_outputs(self, action: BuildAction) -> dict[BuildFile, tuple[StatKey, str]]:
+        produced = {}
+        for f in self.plan.outputs[action]:
+            path = f.get_fs_path()
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                raise ActionFailed(
+                    f"'{action.desc}' finished without writing its output {path}"
+                ) from None
+            produced[f] = (stat_key(st), hash_file(path))
+        return produced
+
+    def _complete(
+        self,
+        action: BuildAction,
+        decision: Decision,
+        error: BaseException | None,
+        produced: dict[BuildFile, tuple[StatKey, str]],
+    ) -> None:
+        self._running.discard(action)
+        if action.pool in self._pool_use:
+            self._pool_use[action.pool] -= 1
+        if error is not None:
+            self._fail(action, error)
+            return
+        outputs = {}
+        for f, (skey, digest) in produced.items():
+            self.store.remember_digest(str(f.get_fs_path()), skey, digest)
+            self.checker.digests[f] = digest
+            outputs[f.key] = digest
+        record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)
+        self.store.record(decision.action_id, record)
+        self.result.built.append(action)
+        self.reporter.finish_dep(action)
+        self._succeed(action)
+
+    def _pretend(self, action: BuildAction, decision: Decision) -> None:
+        """Dry run: count the action as run; its outputs' new digests are unknown."""
+        self.result.would_run.append((action, decision.reason or ""))
+        self.reporter.explain(action, decision.reason or "")
+        for f in self.plan.outputs[action]:
+            self.checker.digests[f] = f"<rebuilt by {action.desc}>"
+        self._succeed(action)
+
+    def _succeed(self, node: BuildDependency) -> None:
+        self._finished.add(node)
+        for consumer in self.plan.consumers[node]:
+            if consumer in self._finished:
+                continue
+            self._pending[consumer] -= 1
+            if self._pending[consumer] == 0:
+                self._ready.append(consumer)
+
+    def _fail(self, action: BuildAction, error: BaseException) -> None:
+        action.failure = error
+        self._finished.add(action)
+        self.result.failed.append(action)
+        self.reporter.report_failure(action)
+        self.reporter.finish_dep(action)
+        if self.opts.fail_fast:
+            self._stopping = True
+        cascade: deque[BuildDependency] = deque([action])
+        while cascade:
+            cause = cascade.popleft()
+            for consumer in self.plan.consumers[cause]:
+                if consumer in self._finished:
+                    continue
+                consumer.failure = DependenceException(
+                    f"not run: it needs {node_name(cause)}, which failed"
+                )
+                self._finished.add(consumer)
+                cascade.append(consumer)
+
+    def _interrupt(self) -> None:
+        """Stop everything running and remove what it half-wrote."""
+        self._stopping = True
+        self._on_interrupt()
+        if self._processes is not None:
+            self._processes.shutdown()
+        deadline = time.monotonic() + _INTERRUPT_WAIT_S
+        while self._running and time.monotonic() < deadline:
+            try:
+                action, *_ = self._done.get(timeout=0.1)
+                self._running.discard(action)
+            except queue.Empty:
+                pass
+        for action in self.plan.actions:
+            if action.start_time is not None and action not in self.result.built:
+                for f in self.plan.outputs[action]:
+                    f.get_fs_path().unlink(missing_ok=True)
+
+    def _shutdown(self) -> None:
+        if self._processes is not None:
+            self._processes.shutdown()
+        if self._threads is not None:
+            self._threads.shutdown(wait_s=0 if self.result.interrupted else 1.0)

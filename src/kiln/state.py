@@ -1,0 +1,263 @@
+"""The build state: what each action last produced, and a file-digest cache.
+
+Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
+
+``meta(name TEXT PRIMARY KEY, value TEXT)``
+    ``app`` = ``kiln``, ``schema`` = ``1``. Anything else is a foreign database.
+``files(path TEXT PRIMARY KEY, size, mtime_ns, ino, ctime_ns, sha256 TEXT)``
+    SHA-256 of a file, valid while its stat still matches the four numbers, so a
+    no-op build reads no file contents.
+``actions(id TEXT PRIMARY KEY, key TEXT, params TEXT, inputs TEXT, outputs TEXT)``
+    One row per action that last succeeded. ``id`` names the action by its
+    outputs; ``key`` is the digest deciding whether it must run again;
+    ``params`` is its parameters as JSON; ``inputs`` and ``outputs`` are JSON
+    objects mapping file keys to SHA-256 digests.
+``file_metadata(path TEXT PRIMARY KEY, data TEXT)``
+    ``BuildFile.access_metadata`` dictionaries as JSON.
+
+Each finished action is written in its own transaction, so a build killed at
+any point keeps the records of what it finished and nothing else. An action
+that is about to run loses its old record first, so a half-run action is never
+trusted. A database that cannot be read is moved aside and replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.errors import StateError
+
+SCHEMA_VERSION = "1"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files(
+    path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ino INTEGER,
+    ctime_ns INTEGER, sha256 TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS actions(
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT, inputs TEXT NOT NULL,
+    outputs TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS file_metadata(path TEXT PRIMARY KEY, data TEXT NOT NULL);
+"""
+
+StatKey = tuple[int, int, int, int]
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+def hash_file(path: Path | str) -> str:
+    """SHA-256 of a file's content."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    """What an action produced the last time it succeeded."""
+
+    key: str
+    params: dict[str, Any] | None
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+
+
+class StateStore:
+    """The state database of one output directory.
+
+    Invariant: rows are read once at open; writes go straight to the database,
+    each action record in its own transaction. Safe to call from several threads.
+    """
+
+    def __init__(self, output_dir: Path, warn: Callable[[str], None]):
+        self.path = output_dir / ".kiln" / "state.db"
+        self._warn = warn
+        self._lock = threading.RLock()
+        self._db = self._open()
+        self._files: dict[str, tuple[StatKey, str]] = {}
+        self._records: dict[str, ActionRecord] | None = None
+        self._dirty_files: dict[str, tuple[StatKey, str]] = {}
+        try:
+            for path, size, mtime, ino, ctime, digest in self._db.execute("SELECT * FROM files"):
+                self._files[path] = ((size, mtime, ino, ctime), digest)
+        except sqlite3.DatabaseError as e:
+            self._db = self._replace_corrupt(e)
+
+    # -- opening -------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StateError(f"cannot create {self.path.parent}: {e.strerror}") from e
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as e:
+            return self._replace_corrupt(e)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+            if tables and "meta" not in tables:
+                raise sqlite3.DatabaseError("not a kiln state database (no meta table)")
+            db.executescript(_SCHEMA)
+            meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+            if not meta:
+                db.executemany(
+                    "INSERT INTO meta VALUES (?, ?)", [("app", "kiln"), ("schema", SCHEMA_VERSION)]
+                )
+            elif meta.get("app") != "kiln" or meta.get("schema") != SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(
+                    f"foreign state database (app={meta.get('app')!r}, "
+                    f"schema={meta.get('schema')!r})"
+                )
+        except sqlite3.OperationalError as e:
+            db.close()
+            if "readonly" in str(e) or "unable to open" in str(e):
+                raise StateError(f"cannot write the build state {self.path}: {e}") from e
+            raise sqlite3.DatabaseError(str(e)) from e
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def _replace_corrupt(self, error: Exception) -> sqlite3.Connection:
+        aside = self.path.with_name(f"state.db.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            os.replace(self.path, aside)
+        except OSError as e:
+            raise StateError(f"cannot move the unreadable {self.path} aside: {e}") from e
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self._warn(
+            f"warning: build state {self.path} was unreadable ({error}); moved it to "
+            f"{aside} and starting a clean build"
+        )
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as e:
+            raise StateError(f"cannot create a new build state at {self.path}: {e}") from e
+
+    def close(self) -> None:
+        with self._lock:
+            self.flush()
+            self._db.close()
+
+    # -- file digests --------------------------------------------------------
+
+    def digest(self, path: Path | str) -> str | None:
+        """SHA-256 of the file at ``path`` (cached by stat), or None if it is missing."""
+        spath = str(path)
+        try:
+            st = os.stat(spath)
+        except FileNotFoundError:
+            return None
+        skey = stat_key(st)
+        cached = self._files.get(spath)
+        if cached is not None and cached[0] == skey:
+            return cached[1]
+        digest = hash_file(spath)
+        self.remember_digest(spath, skey, digest)
+        return digest
+
+    def remember_digest(self, path: str, skey: StatKey, digest: str) -> None:
+        with self._lock:
+            self._files[path] = (skey, digest)
+            self._dirty_files[path] = (skey, digest)
+
+    def flush(self) -> None:
+        """Write pending digest-cache entries."""
+        with self._lock:
+            if not self._dirty_files:
+                return
+            rows = [(p, *s, d) for p, (s, d) in self._dirty_files.items()]
+            self._dirty_files.clear()
+            self._write("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", rows)
+
+    # -- action records ------------------------------------------------------
+
+    def records(self) -> dict[str, ActionRecord]:
+        if self._records is None:
+            try:
+                rows = self._db.execute("SELECT id, key, params, inputs, outputs FROM actions")
+                self._records = {
+                    r[0]: ActionRecord(r[1], json.loads(r[2]), json.loads(r[3]), json.loads(r[4]))
+                    for r in rows
+                }
+            except (sqlite3.DatabaseError, ValueError) as e:
+                self._db = self._replace_corrupt(e)
+                self._files.clear()
+                self._records = {}
+        return self._records
+
+    def record(self, action_id: str, rec: ActionRecord) -> None:
+        """Record a finished action and its outputs' digests, in one transaction."""
+        with self._lock:
+            self.records()[action_id] = rec
+            rows = [(p, *s, d) for p, (s, d) in self._dirty_files.items()]
+            self._dirty_files.clear()
+            try:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", rows)
+                self._db.execute(
+                    "INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)",
+                    (
+                        action_id, rec.key, json.dumps(rec.params), json.dumps(rec.inputs),
+                        json.dumps(rec.outputs),
+                    ),
+                )  # fmt: skip
+                self._db.execute("COMMIT")
+            except sqlite3.Error as e:
+                self._rollback()
+                raise StateError(f"cannot write the build state {self.path}: {e}") from e
+
+    def forget(self, action_id: str) -> None:
+        """Drop an action's record before it runs again."""
+        with self._lock:
+            if self.records().pop(action_id, None) is not None:
+                self._write("DELETE FROM actions WHERE id = ?", [(action_id,)])
+
+    def _write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        try:
+            self._db.execute("BEGIN")
+            self._db.executemany(sql, rows)
+            self._db.execute("COMMIT")
+        except sqlite3.Error as e:
+            self._rollback()
+            raise StateError(f"cannot write the build state {self.path}: {e}") from e
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("ROLLBACK")
+
+    # -- per-file metadata ---------------------------------------------------
+
+    def file_metadata(
+        self, key: str, mutate: Callable[[dict[str, Any]], bool] | None
+    ) -> dict[str, Any]:
+        """The metadata dict of ``key``; ``mutate`` edits it under the lock and returns
+        True to persist."""
+        with self._lock:
+            row = self._db.execute("SELECT data FROM file_metadata WHERE path = ?", (key,))
+            found = row.fetchone()
+            data: dict[str, Any] = json.loads(found[0]) if found else {}
+            if mutate is not None and mutate(data):
+                self._write("INSERT OR REPLACE INTO file_metadata VALUES (?, ?)",
+                            [(key, json.dumps(data, sort_keys=True))])  # fmt: skip
+            return data
