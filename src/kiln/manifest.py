@@ -10,16 +10,20 @@ Format (``"format": "kiln-manifest/1"``)::
             {"namespace": "bin", "path": "bin/mnist_cpu.vmfb" (relative to the
              output directory), "sha256": "...", "size": 1234,
              "action": "<description of the producing action>",
+             "status": "built", "built": true,
              ... plus what the action attached with ``ManifestMeta``: for a
              compiled module "target", "flags", "compiler_version" and
-             "verification" (the result of a verify of it, when one ran)}
+             "verification": [{"passed", "status", "outputs" or "error"}]
+             (one per verify of it)}
           ]
         }
       }
     }
 
-Outputs that do not exist (their action failed or never ran) are listed with
-``"built": false`` and no digest. The file is replaced atomically after each build.
+Every output has ``"status"``: ``built``, ``failed`` (its action failed), ``not
+run`` (something it needs failed) or ``not built`` (not requested this time),
+and ``"built"`` (a boolean); only built outputs have a digest and size. The
+file is replaced atomically after each build.
 """
 
 from __future__ import annotations
@@ -46,6 +50,25 @@ class ManifestMeta(BuildMeta):
     def __init__(self) -> None:
         super().__init__()
         self.fields: dict[str, Any] = {}
+        # (verify action, its JSON result file) for each check of this file.
+        self.verifications: list[tuple[BuildAction, BuildFile]] = []
+
+
+def _status(f: BuildFile, exists: bool) -> str:
+    if f.failure is None:
+        return "built" if exists else "not built"
+    return "not run" if f.is_dependence_failure else "failed"
+
+
+def _verification(action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    if action.failure is not None:
+        status = "not run" if action.is_dependence_failure else "failed"
+        return {"passed": False, "status": status, "error": str(action.failure)}
+    try:
+        data: dict[str, Any] = json.loads(result.get_fs_path().read_text())
+    except (OSError, ValueError):
+        return {"passed": False, "status": "not built"}
+    return {"passed": bool(data.get("passed")), "status": "built", "outputs": data.get("outputs")}
 
 
 def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
@@ -57,12 +80,15 @@ def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
     producers = [d for d in f.deps if isinstance(d, BuildAction)]
     if producers:
         entry["action"] = str(producers[0])
-    digest = executor.store().digest(path)
-    if digest is None or f.failure is not None:
-        entry["built"] = False
-    else:
-        entry.update(built=True, sha256=digest, size=path.stat().st_size)
-    entry.update(ManifestMeta.get(f).fields)
+    digest = executor.store().digest(path) if f.failure is None else None
+    entry["status"] = _status(f, digest is not None)
+    entry["built"] = digest is not None
+    if digest is not None:
+        entry.update(sha256=digest, size=path.stat().st_size)
+    meta = ManifestMeta.get(f)
+    entry.update(meta.fields)
+    if meta.verifications:
+        entry["verification"] = [_verification(a, r) for a, r in meta.verifications]
     return entry
 
 

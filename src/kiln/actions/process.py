@@ -22,9 +22,9 @@ from kiln.runners import kill_group
 _STDERR_TAIL_LINES = 20
 
 
-def source_file(path: str | Path) -> BuildFile:
+def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
     """A file of the source tree (relative to the calling build module's directory),
-    tracked by content."""
+    tracked by content. ``name`` is its graph name (default: ``path``)."""
     context = BuildContext.current()
     site = DefinitionSite.capture()
     fs_path = (Path(site.filename).parent / path).resolve()
@@ -34,7 +34,7 @@ def source_file(path: str | Path) -> BuildFile:
             f"source file {fs_path} does not exist (source_file({str(path)!r}) in "
             f"entrypoint '{where}', at {site})"
         )
-    graph_path = join_namespace(context.path, Path(path).as_posix().lstrip("/"))
+    graph_path = join_namespace(context.path, name or Path(path).as_posix().lstrip("/"))
     existing = context.executor.all.get(graph_path)
     if isinstance(existing, BuildFile) and existing.source == fs_path:
         return existing

@@ -1,0 +1,96 @@
+"""The model zoo: every ONNX backend test model the ``onnx`` package ships (under
+``pytorch-converted``, ``pytorch-operator`` and ``simple``) goes
+source -> import -> compile for ``cpu`` (host) and ``vmvx`` -> verify against its
+``test_data_set_0``.
+
+Each model is an entrypoint, so one model builds alone with
+``kiln build examples/model_zoo.py <model>``. Run this file as a script to build
+everything and end with a table of models x stages:
+
+    python examples/model_zoo.py [kiln build options, e.g. -j 2 --output-dir DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from kiln import compile, entrypoint, kiln_main, onnx_import, source_file, verify
+from kiln.actions._ireetools import ZooModel, model_zoo
+
+TARGETS = ("cpu", "vmvx")
+STAGES = ("import", *(f"compile {t}" for t in TARGETS), *(f"verify {t}" for t in TARGETS))
+
+
+def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
+    def build():  # type: ignore[no-untyped-def]
+        onnx_file = source_file(model.model, name="model.onnx")
+        inputs = [source_file(p, name=f"data/{Path(p).name}") for p in model.inputs]
+        expected = [source_file(p, name=f"data/{Path(p).name}") for p in model.outputs]
+        mlir = onnx_import(name=f"{model.name}.mlir", source=onnx_file)
+        modules = compile(name=model.name, source=mlir, targets=TARGETS)
+        checks = [
+            verify(
+                name=f"{model.name}_{target}.verify.json",
+                module=module,
+                inputs=inputs,
+                expected=expected,
+                rtol=1e-3,
+                atol=1e-4,
+            )
+            for target, module in zip(TARGETS, modules, strict=True)
+        ]
+        return [mlir, *modules, *checks]
+
+    build.__name__ = model.name
+    build.__doc__ = f"{model.category}: {Path(model.model).parent.name}"
+    return build
+
+
+for _model in model_zoo():
+    globals()[_model.name] = entrypoint(_model_build(_model))
+
+
+def _stage_status(outputs: list[dict]) -> dict[str, str]:  # type: ignore[type-arg]
+    return {stage: out["status"] for stage, out in zip(STAGES, outputs, strict=True)}
+
+
+def print_table(output_dir: Path) -> None:
+    """Models x stages from the build's manifest, with the counts per stage."""
+    manifest = json.loads((output_dir / "manifest.json").read_text())
+    rows = {ep: _stage_status(v["outputs"]) for ep, v in sorted(manifest["entrypoints"].items())}
+    counts = {s: sum(1 for r in rows.values() if r[s] == "built") for s in STAGES}
+    marks = {"built": "ok", "failed": "FAILED", "not run": "-", "not built": "?"}
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("model", *STAGES, title="model zoo")
+        for ep, r in rows.items():
+            table.add_row(ep, *(marks[r[s]] for s in STAGES))
+        table.add_row("[bold]built", *(f"[bold]{counts[s]}/{len(rows)}" for s in STAGES))
+        Console().print(table)
+    else:
+        print("\t".join(["model", *STAGES]))
+        for ep, r in rows.items():
+            print("\t".join([ep, *(marks[r[s]] for s in STAGES)]))
+    fully = sum(1 for r in rows.values() if all(v == "built" for v in r.values()))
+    print(
+        f"{len(rows)} models; "
+        + ", ".join(f"{s}: {counts[s]}" for s in STAGES)
+        + f"; {fully} verified on every target"
+    )
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    out = Path(args[args.index("--output-dir") + 1]) if "--output-dir" in args else Path("kiln-out")
+    try:
+        kiln_main(args=["build", *args])
+        status = 0
+    except SystemExit as e:
+        status = int(e.code or 0)
+    if status in (0, 1) and (out / "manifest.json").exists():
+        print_table(out)
+    sys.exit(status)

@@ -1,0 +1,255 @@
+"""``compile`` (IREE, one artifact per target device) and ``verify`` (run a compiled
+module and compare its outputs with expected ones)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.actions import _ireetools
+from kiln.actions._files import atomic_output
+from kiln.args import current_args_namespace
+from kiln.errors import BuildDefinitionError, ToolError, UsageError
+from kiln.graph import (
+    ActionConcurrency,
+    BuildAction,
+    BuildContext,
+    BuildFile,
+    BuildMeta,
+    FileNamespace,
+)
+from kiln.manifest import ManifestMeta
+
+
+class CompileSourceMeta(BuildMeta):
+    """The ``--iree-input-type`` a file compiles with (set by importers)."""
+
+    KEY = "iree.compile.source"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_type = "auto"
+
+    def __repr__(self) -> str:
+        return f"CompileSourceMeta(input_type={self.input_type})"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One device to compile for: ``name`` goes into the artifact's file name."""
+
+    name: str
+    flags: tuple[str, ...]
+
+
+def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
+    """The targets of ``explicit`` specs, else of the command line (``--target``,
+    ``--iree-hal-target-device``); none at all is a definition error."""
+    ns = current_args_namespace()
+    specs = list(explicit) if explicit is not None else list(getattr(ns, "kiln_targets", []))
+    found = [Target(_ireetools.target_name(s), tuple(_ireetools.target_flags(s))) for s in specs]
+    if explicit is None:
+        for device in getattr(ns, "iree_hal_target_device", None) or []:
+            found.append(_hal_device_target(device, ns))
+    if not found:
+        raise BuildDefinitionError(
+            "compile needs a target device: pass --target cpu (or vmvx, hip:CHIP, "
+            "vulkan:TARGET, cuda:SM), or --iree-hal-target-device=..."
+        )
+    return found
+
+
+def _hal_device_target(device: str, ns: Any) -> Target:
+    """iree.build's ``--iree-hal-target-device`` spelling of a target."""
+    if device in ("llvm-cpu", "cpu"):
+        cpu = getattr(ns, "iree_llvmcpu_target_cpu", None)
+        features = getattr(ns, "iree_llvmcpu_target_cpu_features", None)
+        flags = [
+            "--iree-hal-target-device=local",
+            "--iree-hal-local-target-device-backends=llvm-cpu",
+        ]
+        flags += [f"--iree-llvmcpu-target-cpu={cpu}"] if cpu else []
+        flags += [f"--iree-llvmcpu-target-cpu-features={features}"] if features else []
+        return Target(f"cpu_{cpu}" if cpu else "cpu", tuple(flags))
+    if device == "hip":
+        chip = getattr(ns, "iree_hip_target", None)
+        if not chip:
+            raise UsageError("--iree-hal-target-device=hip needs --iree-rocm-target=gfx...")
+        return Target(f"hip_{chip}", ("--iree-hal-target-device=hip", f"--iree-rocm-target={chip}"))
+    return Target(device.replace("/", "_"), (f"--iree-hal-target-device={device}",))
+
+
+class CompileAction(BuildAction):
+    """Runs iree-compile in a worker process; warnings go to a log file beside the
+    output, diagnostics into the failure."""
+
+    def __init__(
+        self,
+        *,
+        input_file: BuildFile,
+        output_file: BuildFile,
+        target: Target,
+        flags: list[str],
+        **kwargs: Any,
+    ):
+        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+        self.input_file = input_file
+        self.output_file = output_file
+        self.target = target
+        self.flags = [*target.flags, *flags]
+        self.deps.add(input_file)
+        output_file.deps.add(self)
+
+    @property
+    def log_path(self) -> str:
+        out = self.output_file
+        return str(self.executor.output_dir / ".kiln" / "logs" / f"{out.path}.log")
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "target": self.target.name,
+            "flags": self.flags,
+            "input_type": CompileSourceMeta.get(self.input_file).input_type,
+            "compiler_version": _ireetools.compiler_version(),
+        }
+
+    def _remotable_thunk(self) -> Callable[[], None]:
+        return functools.partial(
+            _ireetools.compile_module,
+            str(self.input_file.get_fs_path()),
+            str(self.output_file.get_fs_path()),
+            CompileSourceMeta.get(self.input_file).input_type,
+            self.flags,
+            self.log_path,
+        )
+
+
+def compile(  # noqa: A001 - iree.build's public name
+    *,
+    name: str,
+    source: BuildFile | str,
+    targets: Sequence[str] | None = None,
+    flags: Sequence[str] = (),
+    target_default: bool = True,
+) -> list[BuildFile]:
+    """Declare one compile of ``source`` per target device, each producing
+    ``bin/<context>/<name>_<target>.vmfb``; returns those files.
+
+    ``targets`` (``--target`` specs) overrides the command line's targets;
+    ``target_default=False`` compiles once with only ``flags``.
+    """
+    context = BuildContext.current()
+    input_file = context.file(source)
+    ns = current_args_namespace()
+    extra = [*flags, *shlex.split(getattr(ns, "iree_compile_extra_args", "") or "")]
+    chosen = targets_from_options(targets) if target_default else [Target("", ())]
+    outputs = []
+    for target in chosen:
+        stem = f"{name}_{target.name}" if target.name else name
+        output = context.allocate_file(f"{stem}.vmfb", FileNamespace.BIN)
+        action = CompileAction(
+            input_file=input_file,
+            output_file=output,
+            target=target,
+            flags=extra,
+            desc=f"Compiling {input_file.path} (for {target.name or 'its own targets'})",
+            executor=context.executor,
+        )
+        ManifestMeta.get(output).fields.update(
+            target=target.name, flags=action.flags, compiler_version=_compiler_version_or_none()
+        )
+        outputs.append(output)
+    return outputs
+
+
+def _compiler_version_or_none() -> str | None:
+    try:
+        return _ireetools.compiler_version()
+    except ToolError:
+        return None
+
+
+def _verify_and_write(
+    result_path: str, module: str, inputs: list[str], expected: list[str],
+    rtol: float, atol: float, driver: str, function: str | None,
+) -> None:  # fmt: skip
+    """Worker side of ``verify``: compare, write the JSON result, fail on mismatch."""
+    result = _ireetools.verify_module(module, inputs, expected, rtol, atol, driver, function)
+    if not result["passed"]:
+        raise ToolError(f"outputs of {module} do not match:\n{result['summary']}")
+    with atomic_output(result_path) as tmp:
+        tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+
+
+class VerifyAction(BuildAction):
+    """Runs a compiled module on inputs and compares with expected outputs."""
+
+    def __init__(
+        self,
+        *,
+        module: BuildFile,
+        inputs: list[BuildFile],
+        expected: list[BuildFile],
+        output_file: BuildFile,
+        rtol: float,
+        atol: float,
+        driver: str,
+        function: str | None,
+        **kwargs: Any,
+    ):
+        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+        self.module = module
+        self.inputs = inputs
+        self.expected = expected
+        self.output_file = output_file
+        self.rtol, self.atol = rtol, atol
+        self.driver = driver
+        self.function = function
+        self.deps.update([module, *inputs, *expected])
+        output_file.deps.add(self)
+
+    def _remotable_thunk(self) -> Callable[[], None]:
+        return functools.partial(
+            _verify_and_write,
+            str(self.output_file.get_fs_path()),
+            str(self.module.get_fs_path()),
+            [str(f.get_fs_path()) for f in self.inputs],
+            [str(f.get_fs_path()) for f in self.expected],
+            self.rtol, self.atol, self.driver, self.function,
+        )  # fmt: skip
+
+
+def verify(
+    *,
+    name: str,
+    module: BuildFile | str,
+    inputs: Sequence[BuildFile | str],
+    expected: Sequence[BuildFile | str],
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+    driver: str = "local-task",
+    function: str | None = None,
+) -> BuildFile:
+    """Declare a check of compiled ``module``: run it on ``inputs`` (``.pb`` tensors or
+    ``.npy``) and compare with ``expected``; the JSON result goes to ``name``."""
+    context = BuildContext.current()
+    module_file = context.file(module)
+    output = context.allocate_file(name)
+    action = VerifyAction(
+        module=module_file,
+        inputs=context.files(list(inputs)),
+        expected=context.files(list(expected)),
+        output_file=output,
+        rtol=rtol,
+        atol=atol,
+        driver=driver,
+        function=function,
+        desc=f"Verifying {module_file.path}",
+        executor=context.executor,
+    )
+    ManifestMeta.get(module_file).verifications.append((action, output))
+    return output

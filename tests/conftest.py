@@ -1,0 +1,57 @@
+"""Shared fixtures: writing build modules and running the real ``kiln`` CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# A build module's usual header, for tests that write modules.
+HEADER = """\
+from kiln import *
+from kiln.executor import *
+"""
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def write_module(tmp_path: Path):
+    """Write a build module (dedented, with HEADER prepended) and return its path."""
+
+    def write(text: str, name: str = "build.py", header: bool = True) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text((HEADER if header else "") + textwrap.dedent(text))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def kiln(tmp_path: Path):
+    """Run ``python -m kiln ARGS`` in tmp_path (plain console); return its Result."""
+
+    def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> Result:
+        full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
+        proc = subprocess.run(
+            [sys.executable, "-m", "kiln", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+        )
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
