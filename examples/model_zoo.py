@@ -28,11 +28,11 @@ def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
         onnx_file = source_file(model.model, name="model.onnx")
         inputs = [source_file(p, name=f"data/{Path(p).name}") for p in model.inputs]
         expected = [source_file(p, name=f"data/{Path(p).name}") for p in model.outputs]
-        mlir = onnx_import(name=f"{model.name}.mlir", source=onnx_file)
-        modules = compile(name=model.name, source=mlir, targets=TARGETS)
+        mlir = onnx_import(name="model.mlir", source=onnx_file)
+        modules = compile(name="model", source=mlir, targets=TARGETS)
         checks = [
             verify(
-                name=f"{model.name}_{target}.verify.json",
+                name=f"verify_{target}.json",
                 module=module,
                 inputs=inputs,
                 expected=expected,

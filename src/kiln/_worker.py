@@ -12,12 +12,23 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import traceback
 from multiprocessing.connection import Connection
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to kill this worker when kiln dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def worker_main(conn: Connection) -> None:
     os.setsid()
+    _die_with_parent()
     # kiln decides when a worker stops; a terminal's Ctrl-C must not reach it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import cloudpickle
