@@ -8,18 +8,18 @@ stays fast when they are not installed.  Failures of the external tools surface 
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import importlib.util
 import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kiln.actions._files import atomic_output
 from kiln.errors import ToolError, UsageError
 
 if TYPE_CHECKING:
@@ -40,24 +40,6 @@ def _short(error: BaseException | str, max_lines: int = 8, max_chars: int = 600)
         lines = [*lines[:max_lines], f"... ({len(lines) - max_lines} more lines)"]
     text = "\n".join(lines)
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
-
-
-@contextlib.contextmanager
-def _atomic_path(output: str) -> Iterator[str]:
-    """Yield a temporary path next to `output`; move it into place only on success.
-
-    A failed or interrupted step thus never leaves a partial artifact at `output`.
-    """
-    parent = os.path.dirname(os.path.abspath(output))
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=os.path.basename(output) + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, output)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
 
 
 def compiler_version() -> str:
@@ -126,7 +108,8 @@ def _infer_shapes(model: Any, source: str) -> Any:
     try:
         onnx.checker.check_model(model)
     except ValueError:
-        # Over protobuf's 2 GB in-memory limit: infer through files instead.
+        # Over protobuf's 2 GB in-memory limit: infer through files instead (from
+        # `source` as is, so without opset upgrades, like upstream iree-import-onnx).
         with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(source))) as tmp:
             inferred = os.path.join(tmp, "inferred.onnx")
             onnx.shape_inference.infer_shapes_path(source, inferred, data_prop=True)
@@ -174,7 +157,7 @@ def import_onnx(source: str, output: str, opset_version: int | None) -> None:
         module.verify()
     except Exception as e:
         raise ToolError(f"cannot import ONNX model {source}: {_short(e)}") from e
-    with _atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
         module.print(file=f, assume_verified=True)
 
 
@@ -205,12 +188,12 @@ def compile_module(
         exe = os.path.normpath(find_tool("iree-compile"))
     except ValueError as e:
         raise ToolError(f"cannot find iree-compile: {_short(e)}") from e
-    with _atomic_path(output) as tmp:
+    with atomic_output(output) as tmp:
         cmd = [exe, source, f"--iree-input-type={input_type}"]
-        cmd += ["--mlir-print-op-on-diagnostic=false", *flags, "-o", tmp]
+        cmd += ["--mlir-print-op-on-diagnostic=false", *flags, "-o", str(tmp)]
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
         diagnostics = (proc.stdout + proc.stderr).strip()
-        with _atomic_path(log_path) as log_tmp, open(log_tmp, "w", encoding="utf-8") as log:
+        with atomic_output(log_path) as log_tmp, open(log_tmp, "w", encoding="utf-8") as log:
             log.write("$ " + subprocess.list2cmdline(cmd) + "\n" + diagnostics + "\n")
         if proc.returncode != 0:
             status = f"exit code {proc.returncode}"
