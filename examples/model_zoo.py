@@ -20,6 +20,9 @@ from kiln import compile, entrypoint, kiln_main, onnx_import, source_file, verif
 from kiln.actions._ireetools import ZooModel, model_zoo
 
 TARGETS = ("cpu", "vmvx")
+# Some reference models compute in f64; by default IREE demotes f64 to f32, and
+# the module then no longer accepts the f64 reference inputs.
+FLAGS = ("--iree-input-demote-f64-to-f32=false",)
 STAGES = ("import", *(f"compile {t}" for t in TARGETS), *(f"verify {t}" for t in TARGETS))
 
 
@@ -29,7 +32,7 @@ def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
         inputs = [source_file(p, name=f"data/{Path(p).name}") for p in model.inputs]
         expected = [source_file(p, name=f"data/{Path(p).name}") for p in model.outputs]
         mlir = onnx_import(name="model.mlir", source=onnx_file)
-        modules = compile(name="model", source=mlir, targets=TARGETS)
+        modules = compile(name="model", source=mlir, targets=TARGETS, flags=FLAGS)
         checks = [
             verify(
                 name=f"verify_{target}.json",

@@ -21,9 +21,14 @@ def _die_with_parent() -> None:
     """Ask Linux to kill this worker when kiln dies, even by SIGKILL."""
     if sys.platform.startswith("linux"):
         import ctypes
+        import multiprocessing
 
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        # kiln may have died before the request took effect; then no signal comes.
+        parent = multiprocessing.parent_process()
+        if parent is not None and os.getppid() != parent.pid:
+            os._exit(1)
 
 
 def worker_main(conn: Connection) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kiln.args import ClArg, expand_cl_arg_defaults, extract_cl_arg_defs
+from kiln.errors import BuildDefinitionError
 from kiln.graph import BuildContext, BuildEntrypoint, BuildFile, join_namespace
 
 
@@ -29,10 +30,24 @@ class Entrypoint:
             results = self._wrapped(*args, **kwargs)
             if results is None:
                 return None
-            files = bep.files(results)
+            files = bep.files(self._check_results(results))
             bep.deps.update(files)
             bep.outputs.extend(files)
             return files
+
+    def _check_results(self, results: Any) -> list[str | BuildFile]:
+        """What the entrypoint returned, as a list of files or file names."""
+        if isinstance(results, str | BuildFile):
+            return [results]
+        items = list(results) if isinstance(results, Iterable) else [results]
+        if all(isinstance(item, str | BuildFile) for item in items):
+            return items
+        code = getattr(getattr(self, "__wrapped__", None), "__code__", None)
+        where = f" (at {code.co_filename}:{code.co_firstlineno})" if code else ""
+        raise BuildDefinitionError(
+            f"entrypoint '{self.name}'{where} returned {results!r}; return None, a "
+            "BuildFile, a file name, or a list of them"
+        )
 
     def __repr__(self) -> str:
         return f"Entrypoint({self.name!r})"

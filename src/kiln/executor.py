@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from kiln.errors import BuildDefinitionError, DependenceException
+from kiln.errors import BuildDefinitionError, DependenceException, StateError
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -74,6 +74,8 @@ class Executor:
         self._metadata_lock = threading.RLock()
         self._subprocesses: set[subprocess.Popen[bytes]] = set()
         self._subprocess_lock = threading.Lock()
+        self._roots = {ns: self.output_dir / namespace_dir(ns) for ns in FileNamespace}
+        self._made_dirs: set[Path] = set()
         BuildContext("", self)
 
     # -- the graph -----------------------------------------------------------
@@ -107,7 +109,13 @@ class Executor:
         return f"; did you mean: {', '.join(close)}?" if close else ""
 
     def get_root(self, namespace: FileNamespace) -> Path:
-        return self.output_dir / namespace_dir(namespace)
+        return self._roots[namespace]
+
+    def ensure_dir(self, path: Path) -> None:
+        """Create the directory ``path`` (once per build: outputs share directories)."""
+        if path not in self._made_dirs:
+            path.mkdir(parents=True, exist_ok=True)
+            self._made_dirs.add(path)
 
     def write_status(self, message: str) -> None:
         self.reporter.message(message)
@@ -127,7 +135,13 @@ class Executor:
     def run(self, targets: Iterable[BuildDependency], options: SchedulerOptions) -> BuildResult:
         files = [n for n in self.all.values() if isinstance(n, BuildFile)]
         plan = make_plan(targets, files)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StateError(
+                f"cannot write to the output directory {self.output_dir}: {e.strerror}; "
+                "choose another with --output-dir or fix its permissions"
+            ) from e
         scheduler = Scheduler(
             plan, self.store(), self.reporter, options, on_interrupt=self.kill_subprocesses
         )

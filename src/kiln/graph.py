@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from contextvars import ContextVar
 from pathlib import Path
+from types import CodeType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from kiln.errors import BuildDefinitionError
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from kiln.executor import Executor
 
 _CURRENT_CONTEXT: ContextVar[BuildContext | None] = ContextVar("kiln_context", default=None)
-_KILN_DIR = os.path.dirname(os.path.abspath(__file__))
+_KILN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 class FileNamespace(enum.Enum):
@@ -74,9 +75,19 @@ class DefinitionSite:
         self.lineno = lineno
 
     @classmethod
-    def capture(cls) -> DefinitionSite:
+    def capture(cls, owner: object = None) -> DefinitionSite:
+        """The first caller outside kiln and outside the ``__init__`` methods of
+        ``owner``'s classes (a user's subclass of an action calls ``super().__init__``)."""
+        inits: set[CodeType] = set()
+        if owner is not None:
+            for klass in type(owner).__mro__:
+                code = getattr(vars(klass).get("__init__"), "__code__", None)
+                if code is not None:
+                    inits.add(code)
         frame = sys._getframe(1)
-        while frame.f_back is not None and frame.f_code.co_filename.startswith(_KILN_DIR):
+        while frame.f_back is not None and (
+            frame.f_code.co_filename.startswith(_KILN_DIR) or frame.f_code in inits
+        ):
             frame = frame.f_back
         return cls(frame.f_code.co_filename, frame.f_lineno)
 
@@ -164,26 +175,33 @@ class BuildFile(BuildDependency):
         source: Path | None = None,
     ):
         super().__init__(executor=executor, deps=deps)
-        self.def_site = DefinitionSite.capture()
+        self.def_site = DefinitionSite.capture(self)
         self.path = path
         self.namespace = namespace
         self.source = source  # absolute path of a source-tree file, else None
         self.runfiles: set[BuildFile] = set()
+        self._key = f"src:{source}" if source is not None else f"{namespace.value}/{path}"
+        self._fs_path: Path | None = source
         executor.register(path, self)
 
     @property
     def key(self) -> str:
         """Stable identity in the state store: ``<namespace>/<path>`` or ``src:<path>``."""
-        if self.source is not None:
-            return f"src:{self.source}"
-        return f"{self.namespace.value}/{self.path}"
+        return self._key
+
+    @property
+    def fs_path(self) -> Path:
+        """Where the file lives on disk."""
+        path = self._fs_path
+        if path is None:
+            path = self._fs_path = self.executor.get_root(self.namespace) / self.path
+        return path
 
     def get_fs_path(self) -> Path:
-        """Where the file lives on disk (its parent directory is created)."""
-        if self.source is not None:
-            return self.source
-        path = self.executor.get_root(self.namespace) / self.path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Where the file lives on disk, its parent directory created for writing."""
+        path = self.fs_path
+        if self.source is None:
+            self.executor.ensure_dir(path.parent)
         return path
 
     def access_metadata(
@@ -241,7 +259,7 @@ class BuildAction(BuildDependency):
         super().__init__(executor=executor, deps=deps)
         self.desc = desc
         self.concurrency = concurrency
-        self.def_site = DefinitionSite.capture()
+        self.def_site = DefinitionSite.capture(self)
 
     def __str__(self) -> str:
         return self.desc
@@ -280,11 +298,12 @@ class BuildAction(BuildDependency):
 
 
 _NOT_PLAIN = object()
+_SCALARS = (str, int, float, bool)
 
 
 def _plain(value: Any) -> Any:
     """``value`` as JSON-able data, or ``_NOT_PLAIN``."""
-    if value is None or isinstance(value, str | int | float | bool):
+    if value is None or isinstance(value, _SCALARS):
         return value
     if isinstance(value, enum.Enum):
         return str(value.value)
@@ -308,7 +327,7 @@ class BuildContext(BuildDependency):
 
     def __init__(self, path: str, executor: Executor):
         super().__init__(executor=executor)
-        self.def_site = DefinitionSite.capture()
+        self.def_site = DefinitionSite.capture(self)
         self.path = path
         self._tokens: list[Any] = []
         executor.register(path, self)

@@ -17,6 +17,8 @@ from kiln.plan import Plan
 from kiln.state import ActionRecord, StateStore
 
 _MAX_CHANGES_SHOWN = 3
+# A dry run's stand-in digest for the outputs of an action that would run.
+REBUILT_DIGEST = "<rebuilt by "
 
 
 @dataclass
@@ -52,7 +54,7 @@ class UpToDateChecker:
     def file_digest(self, f: BuildFile) -> str | None:
         if f in self.digests:
             return self.digests[f]
-        digest = self.store.digest(f.get_fs_path())
+        digest = self.store.digest(f.fs_path)
         self.digests[f] = digest
         return digest
 
@@ -78,7 +80,7 @@ class UpToDateChecker:
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
         for f in outputs:
-            digest = self.store.digest(f.get_fs_path())
+            digest = self.store.digest(f.fs_path)
             if digest is None:
                 return f"output {f.path} is missing"
             if record.outputs.get(f.key) != digest:
@@ -91,19 +93,14 @@ class UpToDateChecker:
 def _why_key_changed(
     record: ActionRecord, params: dict[str, Any], inputs: dict[str, str]
 ) -> str:
-    changes: list[str] = []
-    old_params = record.params or {}
-    for name in sorted(set(old_params) | set(params)):
-        if old_params.get(name) != params.get(name):
-            changes.append(
-                f"parameter {name} changed from {_short(old_params.get(name))} to "
-                f"{_short(params.get(name))}"
-            )
+    changes = _param_changes("", record.params or {}, params)
     for name in sorted(set(record.inputs) | set(inputs)):
         if name not in record.inputs:
             changes.append(f"input {_file_name(name)} was added")
         elif name not in inputs:
             changes.append(f"input {_file_name(name)} was removed")
+        elif inputs[name].startswith(REBUILT_DIGEST):
+            changes.append(f"input {_file_name(name)} will be rebuilt")
         elif record.inputs[name] != inputs[name]:
             changes.append(f"input {_file_name(name)} changed")
     if not changes:
@@ -111,6 +108,27 @@ def _why_key_changed(
     more = len(changes) - _MAX_CHANGES_SHOWN
     shown = "; ".join(changes[:_MAX_CHANGES_SHOWN])
     return shown + (f" (and {more} more)" if more > 0 else "")
+
+
+def _param_changes(name: str, old: Any, new: Any) -> list[str]:
+    """What differs between two parameter values, down to the changed leaves of
+    dicts and equal-length lists, so that a long argv shows the flag that changed."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            change
+            for key in sorted(set(old) | set(new))
+            if old.get(key) != new.get(key)
+            for change in _param_changes(f"{name}.{key}" if name else key, old.get(key),
+                                         new.get(key))
+        ]  # fmt: skip
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [
+            change
+            for i, (a, b) in enumerate(zip(old, new, strict=True))
+            if a != b
+            for change in _param_changes(f"{name}[{i}]", a, b)
+        ]
+    return [f"parameter {name} changed from {_short(old)} to {_short(new)}"]
 
 
 def _file_name(key: str) -> str:

@@ -24,7 +24,7 @@ class OutputLock:
     """Context manager holding the output directory's lock."""
 
     def __init__(self, output_dir: Path, *, wait: bool, notify: Callable[[str], None]):
-        self.path = output_dir / ".kiln" / "lock"
+        self.path = output_dir.absolute() / ".kiln" / "lock"  # messages name it in full
         self.wait = wait
         self.notify = notify
         self._fd: int | None = None

@@ -65,14 +65,14 @@ def _verification(action: BuildAction, result: BuildFile) -> dict[str, Any]:
         status = "not run" if action.is_dependence_failure else "failed"
         return {"passed": False, "status": status, "error": str(action.failure)}
     try:
-        data: dict[str, Any] = json.loads(result.get_fs_path().read_text())
+        data: dict[str, Any] = json.loads(result.fs_path.read_text())
     except (OSError, ValueError):
         return {"passed": False, "status": "not built"}
     return {"passed": bool(data.get("passed")), "status": "built", "outputs": data.get("outputs")}
 
 
 def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
-    path = f.get_fs_path()
+    path = f.fs_path
     entry: dict[str, Any] = {
         "namespace": f.namespace.value,
         "path": os.path.relpath(path, executor.output_dir),

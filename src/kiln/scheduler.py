@@ -10,6 +10,7 @@ its inputs' digests are known.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import time
@@ -17,9 +18,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kiln.actions._files import TemporarySweeper, remove_partial
 from kiln.errors import ActionFailed, DependenceException
 from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFile
-from kiln.incremental import Decision, UpToDateChecker
+from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.plan import Plan, node_name
 from kiln.reporting import ProgressReporter
 from kiln.runners import ProcessPool, ThreadWorkers
@@ -90,6 +92,7 @@ class Scheduler:
         self._stopping = False
         self._threads: ThreadWorkers | None = None
         self._processes: ProcessPool | None = None
+        self._sweeper = TemporarySweeper()
 
     def run(self) -> BuildResult:
         start = time.monotonic()
@@ -157,6 +160,8 @@ class Scheduler:
 
     def _start(self, action: BuildAction, decision: Decision) -> None:
         self.store.forget(decision.action_id)
+        for f in self.plan.outputs[action]:
+            self._sweeper.sweep(f.get_fs_path())
         self._running.add(action)
         action.start_time = time.time()
         if self.opts.explain:
@@ -182,6 +187,10 @@ class Scheduler:
                 action._invoke()
             produced = self._hash_outputs(action)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            if isinstance(e, KeyboardInterrupt) and action.concurrency is ActionConcurrency.NONE:
+                # Ctrl-C reached an in-line action, on the scheduler's thread: stop the build.
+                self._running.discard(action)
+                raise
             error = e
         action.finish_time = time.time()
         self._done.put((action, decision, error, produced))
@@ -231,9 +240,10 @@ class Scheduler:
     def _pretend(self, action: BuildAction, decision: Decision) -> None:
         """Dry run: count the action as run; its outputs' new digests are unknown."""
         self.result.would_run.append((action, decision.reason or ""))
-        self.reporter.explain(action, decision.reason or "")
+        if self.opts.explain:
+            self.reporter.explain(action, decision.reason or "")
         for f in self.plan.outputs[action]:
-            self.checker.digests[f] = f"<rebuilt by {action.desc}>"
+            self.checker.digests[f] = f"{REBUILT_DIGEST}{action.desc}>"
         self._succeed(action)
 
     def _succeed(self, node: BuildDependency) -> None:
@@ -271,17 +281,26 @@ class Scheduler:
         self._on_interrupt()
         if self._processes is not None:
             self._processes.shutdown()
-        deadline = time.monotonic() + _INTERRUPT_WAIT_S
-        while self._running and time.monotonic() < deadline:
-            try:
-                action, *_ = self._done.get(timeout=0.1)
-                self._running.discard(action)
-            except queue.Empty:
-                pass
+        # A second signal cuts the wait short, not the clean-up.
+        with contextlib.suppress(KeyboardInterrupt):
+            self._drain_running(time.monotonic() + _INTERRUPT_WAIT_S)
         for action in self.plan.actions:
             if action.start_time is not None and action not in self.result.built:
                 for f in self.plan.outputs[action]:
-                    f.get_fs_path().unlink(missing_ok=True)
+                    remove_partial(f.get_fs_path())
+
+    def _drain_running(self, deadline: float) -> None:
+        """Until ``deadline``, collect what running actions report; record those that
+        finished successfully despite the interrupt."""
+        while self._running and time.monotonic() < deadline:
+            try:
+                item = self._done.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item[2] is None:
+                self._complete(*item)
+            else:
+                self._running.discard(item[0])
 
     def _shutdown(self) -> None:
         if self._processes is not None:

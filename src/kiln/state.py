@@ -18,7 +18,9 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
 Each finished action is written in its own transaction, so a build killed at
 any point keeps the records of what it finished and nothing else. An action
 that is about to run loses its old record first, so a half-run action is never
-trusted. A database that cannot be read is moved aside and replaced.
+trusted. A database that cannot be trusted (not SQLite, truncated, another
+program's, another schema, failing SQLite's ``quick_check``) is moved aside to
+``state.db.corrupt-<time>``, unchanged, and replaced by an empty one.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +49,28 @@ CREATE TABLE IF NOT EXISTS actions(
     outputs TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS file_metadata(path TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
+_META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"
 
 StatKey = tuple[int, int, int, int]
 
 
 def stat_key(st: os.stat_result) -> StatKey:
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
+def _check_kiln_database(db: sqlite3.Connection, tables: set[str]) -> None:
+    """Raise DatabaseError unless ``db`` is an intact kiln state database of this schema."""
+    if "meta" not in tables:
+        raise sqlite3.DatabaseError("not a kiln state database (no meta table)")
+    meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+    if meta.get("app") != "kiln" or meta.get("schema") != SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(
+            f"foreign state database (app={meta.get('app')!r}, schema={meta.get('schema')!r})"
+        )
+    # Reads every page, so damage in an index is found now rather than by a later write.
+    problem = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+    if problem != "ok":
+        raise sqlite3.DatabaseError(f"integrity check failed: {problem}")
 
 
 def hash_file(path: Path | str) -> str:
@@ -65,14 +82,48 @@ def hash_file(path: Path | str) -> str:
     return h.hexdigest()
 
 
-@dataclass(frozen=True)
 class ActionRecord:
-    """What an action produced the last time it succeeded."""
+    """What an action produced the last time it succeeded.
 
-    key: str
-    params: dict[str, Any] | None
-    inputs: dict[str, str]
-    outputs: dict[str, str]
+    Rows read from the database keep their JSON text until a field is first used:
+    a no-op build compares keys and output digests only.
+    """
+
+    __slots__ = ("key", "_raw", "_decoded")
+
+    def __init__(self, key: str, params: Any, inputs: Any, outputs: Any, raw: bool = False):
+        self.key = key
+        self._raw: tuple[str, str, str] | None = (params, inputs, outputs) if raw else None
+        self._decoded: tuple[Any, Any, Any] | None = None if raw else (params, inputs, outputs)
+
+    def _fields(self) -> tuple[Any, Any, Any]:
+        if self._decoded is None:
+            assert self._raw is not None
+            try:
+                self._decoded = tuple(json.loads(text) for text in self._raw)
+            except ValueError:  # a damaged row: its action runs again
+                self._decoded = (None, {}, {})
+        return self._decoded
+
+    @property
+    def params(self) -> dict[str, Any] | None:
+        return self._fields()[0]
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        return self._fields()[1]
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        return self._fields()[2]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ActionRecord):
+            return NotImplemented
+        return (self.key, *self._fields()) == (other.key, *other._fields())
+
+    def __repr__(self) -> str:
+        return f"ActionRecord({self.key!r}, {self.params!r}, {self.inputs!r}, {self.outputs!r})"
 
 
 class StateStore:
@@ -94,7 +145,7 @@ class StateStore:
             for path, size, mtime, ino, ctime, digest in self._db.execute("SELECT * FROM files"):
                 self._files[path] = ((size, mtime, ino, ctime), digest)
         except sqlite3.DatabaseError as e:
-            self._db = self._replace_corrupt(e)
+            self._db = self._replace_corrupt(e, self._db)
 
     # -- opening -------------------------------------------------------------
 
@@ -111,22 +162,14 @@ class StateStore:
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         try:
+            # Validate before writing anything: a foreign database is left as it was.
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+            if tables:
+                _check_kiln_database(db, tables)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-            if tables and "meta" not in tables:
-                raise sqlite3.DatabaseError("not a kiln state database (no meta table)")
-            db.executescript(_SCHEMA)
-            meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
-            if not meta:
-                db.executemany(
-                    "INSERT INTO meta VALUES (?, ?)", [("app", "kiln"), ("schema", SCHEMA_VERSION)]
-                )
-            elif meta.get("app") != "kiln" or meta.get("schema") != SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(
-                    f"foreign state database (app={meta.get('app')!r}, "
-                    f"schema={meta.get('schema')!r})"
-                )
+            if not tables:
+                db.executescript(f"BEGIN;{_SCHEMA}{_META};COMMIT;")
         except sqlite3.OperationalError as e:
             db.close()
             if "readonly" in str(e) or "unable to open" in str(e):
@@ -137,16 +180,27 @@ class StateStore:
             raise
         return db
 
-    def _replace_corrupt(self, error: Exception) -> sqlite3.Connection:
-        aside = self.path.with_name(f"state.db.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    def _replace_corrupt(
+        self, error: Exception, old: sqlite3.Connection | None = None
+    ) -> sqlite3.Connection:
+        """Move the database aside and open a new one. ``old`` is closed first: on
+        close SQLite would delete the write-ahead log by name, the new database's."""
+        if old is not None:
+            with contextlib.suppress(sqlite3.Error):
+                old.close()
+        name = f"state.db.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside, n = self.path.with_name(name), 1
+        while aside.exists():  # never overwrite an earlier one
+            aside, n = self.path.with_name(f"{name}.{n}"), n + 1
         try:
             os.replace(self.path, aside)
         except OSError as e:
             raise StateError(f"cannot move the unreadable {self.path} aside: {e}") from e
         for suffix in ("-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        reason = " ".join(str(error).split())  # one line, whatever SQLite said
         self._warn(
-            f"warning: build state {self.path} was unreadable ({error}); moved it to "
+            f"warning: build state {self.path} was unreadable ({reason}); moved it to "
             f"{aside} and starting a clean build"
         )
         try:
@@ -197,11 +251,11 @@ class StateStore:
             try:
                 rows = self._db.execute("SELECT id, key, params, inputs, outputs FROM actions")
                 self._records = {
-                    r[0]: ActionRecord(r[1], json.loads(r[2]), json.loads(r[3]), json.loads(r[4]))
-                    for r in rows
+                    aid: ActionRecord(key, params, inputs, outputs, raw=True)
+                    for aid, key, params, inputs, outputs in rows
                 }
             except (sqlite3.DatabaseError, ValueError) as e:
-                self._db = self._replace_corrupt(e)
+                self._db = self._replace_corrupt(e, self._db)
                 self._files.clear()
                 self._records = {}
         return self._records

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import subprocess
 from collections.abc import Collection
 from pathlib import Path
@@ -34,7 +35,10 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
             f"source file {fs_path} does not exist (source_file({str(path)!r}) in "
             f"entrypoint '{where}', at {site})"
         )
-    graph_path = join_namespace(context.path, name or Path(path).as_posix().lstrip("/"))
+    # Normalised as ``BuildContext.file`` normalises names, so the file can be named.
+    graph_path = posixpath.normpath(
+        join_namespace(context.path, name or Path(path).as_posix().lstrip("/"))
+    )
     existing = context.executor.all.get(graph_path)
     if isinstance(existing, BuildFile) and existing.source == fs_path:
         return existing
@@ -65,10 +69,10 @@ class CommandAction(BuildAction):
         with atomic_output(self.output.get_fs_path()) as tmp:
             try:
                 argv = [a.format(out=str(tmp), inputs=input_paths) for a in self.argv]
-            except (IndexError, KeyError) as e:
+            except (IndexError, KeyError, ValueError) as e:
                 raise ActionFailed(
                     f"'{self.desc}': cannot format the command {self.argv}: {e!r}; "
-                    "use {out} and {inputs[i]}"
+                    "use {out} and {inputs[i]}, and {{ and }} for literal braces"
                 ) from None
             self._run(argv)
 

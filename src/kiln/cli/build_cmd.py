@@ -15,7 +15,8 @@ def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
         pools=dict(ns.pool),
         fail_fast=getattr(ns, "fail_fast", False),
         dry_run=dry_run or getattr(ns, "dry_run", False),
-        explain=getattr(ns, "explain", False),
+        # A dry run of ``build`` lists what would run; ``explain`` prints it itself.
+        explain=getattr(ns, "explain", False) or getattr(ns, "dry_run", False),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, UsageError
 
 _T = TypeVar("_T")
+# kiln's own package directory: frames below it are not the user's.
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def load_build_module(spec: str, as_module: bool = False) -> ModuleType:
@@ -31,7 +34,7 @@ def load_build_module(spec: str, as_module: bool = False) -> ModuleType:
             found = None
         if found is None:
             raise UsageError(f"build module '{spec}' not found on the Python path")
-        return _guarded(spec, lambda: importlib.import_module(spec))
+        return guarded(spec, lambda: importlib.import_module(spec))
     path = Path(spec).resolve()
     if not path.is_file():
         raise UsageError(f"build module {spec} does not exist; pass a .py file or -m MODULE")
@@ -45,16 +48,16 @@ def load_build_module(spec: str, as_module: bool = False) -> ModuleType:
     sys.modules[name] = module
     sys.path.insert(0, str(path.parent))
     loader = module_spec.loader
-    _guarded(str(path), lambda: loader.exec_module(module))
+    guarded(str(path), lambda: loader.exec_module(module))
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)
     return module
 
 
-def _guarded(where: str, load: Callable[[], _T]) -> _T:
-    """Run ``load``; turn an error in the user's module into a definition error that
-    names their file and line."""
+def guarded(where: str, load: Callable[[], _T], doing: str = "loading build module") -> _T:
+    """Run ``load`` (which runs the user's code); turn an error in the user's module
+    into a definition error that names their file and line."""
     try:
         return load()
     except SyntaxError as e:
@@ -67,10 +70,15 @@ def _guarded(where: str, load: Callable[[], _T]) -> _T:
         raise
     except Exception as e:
         frames = traceback.extract_tb(e.__traceback__)
-        user = [f for f in frames if "/kiln/" not in f.filename and "importlib" not in f.filename]
+        user = [
+            f for f in frames
+            if not f.filename.startswith(_KILN_DIR) and "importlib" not in f.filename
+        ]
+        # The build module's own line, rather than one deep in a library it called.
+        user = [f for f in user if f.filename == where] or user
         at = f"{user[-1].filename}:{user[-1].lineno}" if user else where
         raise BuildDefinitionError(
-            f"{at}: error while loading build module {where}: {type(e).__name__}: {e}"
+            f"{at}: error while {doing} {where}: {type(e).__name__}: {e}"
         ) from e
 
 

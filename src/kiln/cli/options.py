@@ -30,6 +30,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def target_spec(text: str) -> str:
+    """A ``--target`` value, checked now so that a typo fails even where nothing compiles."""
+    from kiln.actions._ireetools import target_name
+
+    try:
+        target_name(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def pool_limit(text: str) -> tuple[str, int]:
     name, sep, count = text.partition("=")
     if not sep or not name:
@@ -64,8 +75,9 @@ def add_action_options(p: argparse.ArgumentParser) -> None:
     """Options read by the built-in ML actions (targets of ``compile``)."""
     g = p.add_argument_group("compile targets")
     g.add_argument("--target", action="append", default=[], dest="kiln_targets",
-                   metavar="SPEC", help="cpu, cpu:host, cpu:NAME, vmvx, hip:CHIP, "
-                   "vulkan:TARGET, cuda:SM (repeatable)")
+                   type=target_spec, metavar="SPEC",
+                   help="cpu, cpu:host, cpu:NAME, vmvx, hip:CHIP, vulkan:TARGET, cuda:SM "
+                   "(repeatable)")
     g.add_argument("--iree-hal-target-device", action="append", default=[],
                    help="an IREE HAL target device, as iree.build takes it (repeatable)")
     g.add_argument("--iree-llvmcpu-target-cpu", default=None,

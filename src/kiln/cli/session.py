@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import IO
 
 from kiln.args import argument_namespace_context
-from kiln.cli.loader import collect_entrypoints, load_build_module
+from kiln.cli.loader import collect_entrypoints, guarded, load_build_module
 from kiln.cli.main import Invocation
 from kiln.cli.options import KilnArgumentParser, add_cl_args, add_common_options
 from kiln.errors import UsageError
@@ -38,8 +38,10 @@ def open_session(
     reporter = make_reporter(ns, err)
     executor = Executor(ns.output_dir, stderr=err, reporter=reporter)
     executor.verbose_level = ns.verbose
+    where = getattr(module, "__file__", None) or module.__name__
     with argument_namespace_context(ns):
-        executor.analyze(*entrypoints.values())
+        guarded(where, lambda: executor.analyze(*entrypoints.values()),
+                doing="analysing the entrypoints of")
     try:
         yield Invocation(command, ns, executor, out, err)
     finally:

@@ -22,7 +22,7 @@ def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependenc
             hint = f"; did you mean: {', '.join(close)}?" if close else "; see 'kiln list --all'"
             raise UsageError(f"unknown target '{name}'{hint}")
         found.append(node)
-    return found
+    return list(dict.fromkeys(found))  # a target named twice is built and printed once
 
 
 def output_paths(targets: list[BuildDependency]) -> list[str]:
@@ -32,7 +32,7 @@ def output_paths(targets: list[BuildDependency]) -> list[str]:
         if t.failure is not None:
             continue
         if isinstance(t, BuildEntrypoint):
-            paths += [str(f.get_fs_path()) for f in t.outputs]
+            paths += [str(f.fs_path) for f in t.outputs]
         elif isinstance(t, BuildFile):
-            paths.append(str(t.get_fs_path()))
+            paths.append(str(t.fs_path))
     return paths

@@ -1,0 +1,213 @@
+"""What ``kiln build`` prints: plain ``[i/N] desc`` lines off a terminal or with
+NO_COLOR, the rich live display on a terminal or with ``--console live``, and the
+final summary line."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HEADER = """\
+from kiln import cl_arg, entrypoint, run_command, source_file
+from kiln.executor import *
+"""
+
+MODULE = HEADER + """
+import os
+
+
+@entrypoint
+def chain():
+    previous = []
+    for i in range(4):
+        step = run_command(name=f"step{i}.txt", inputs=previous,
+                           command=["sh", "-c", 'echo "$0" > "$1"', os.environ.get("SALT", "x"),
+                                    "{out}"])
+        previous = [step]
+    return previous
+
+
+@entrypoint
+def broken():
+    first = run_command(name="first.txt", command=["sh", "-c", "echo kaput >&2; exit 2"])
+    return run_command(name="second.txt", inputs=[first], command=["touch", "{out}"])
+"""
+
+PLAIN_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+)$")
+SUMMARY = re.compile(
+    r"kiln: (done|FAILED): (\d+) built, (\d+) up to date, (\d+) failed, (\d+) not run in [\d.]+s"
+)
+
+
+@pytest.fixture
+def module(write_module) -> Path:
+    return write_module(MODULE, header=False)
+
+
+def summary(text: str) -> tuple[str, int, int, int, int]:
+    found = SUMMARY.findall(text)
+    assert len(found) == 1, text
+    status, *counts = found[0]
+    return (status, *map(int, counts))
+
+
+# -- plain lines ----------------------------------------------------------------
+
+
+def test_plain_lines_count_up(module, kiln) -> None:
+    r = kiln("build", "build.py", "chain", "-j", "1")
+
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    progress = [PLAIN_LINE.match(line) for line in lines[:-1]]
+    assert all(progress), lines
+    assert [(m.group(1), m.group(2)) for m in progress] == [(str(i), "4") for i in range(1, 5)]
+    assert [m.group(3) for m in progress] == [f"Running chain/step{i}.txt" for i in range(4)]
+    assert summary(lines[-1]) == ("done", 4, 0, 0, 0)
+    assert "\x1b" not in r.stderr and "\x1b" not in r.stdout
+    assert "\r" not in r.stderr
+
+
+def test_plain_when_not_a_terminal_even_without_no_color(module, kiln) -> None:
+    r = kiln("build", "build.py", "chain", env={"NO_COLOR": ""})
+
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stderr and "\x1b" not in r.stdout
+    assert any(PLAIN_LINE.match(line) for line in r.stderr.splitlines())
+
+
+def test_up_to_date_actions_count_towards_progress(module, kiln) -> None:
+    assert kiln("build", "build.py", "chain").returncode == 0
+    # Only the last step runs again: its input did not change, but its output did.
+    last = module.parent / "kiln-out" / "genfiles" / "chain" / "step3.txt"
+    last.write_text("tampered\n")
+    r = kiln("build", "build.py", "chain", "-j", "1")
+
+    assert r.returncode == 0, r.stderr
+    progress = [line for line in r.stderr.splitlines() if PLAIN_LINE.match(line)]
+    assert progress == ["[4/4] Running chain/step3.txt"]
+    assert summary(r.stderr) == ("done", 1, 3, 0, 0)
+
+    verbose = kiln("build", "build.py", "chain", "-v")
+    assert "up to date: Running chain/step0.txt" in verbose.stderr
+
+
+def test_plain_failure_report_and_summary(module, kiln) -> None:
+    r = kiln("build", "build.py", "-j", "1")
+
+    assert r.returncode == 1
+    assert "FAILED: Running broken/first.txt" in r.stderr
+    assert "kaput" in r.stderr
+    assert summary(r.stderr) == ("FAILED", 4, 0, 1, 1)
+    assert r.stderr.rstrip().splitlines()[-1].startswith("kiln: FAILED:")
+    assert "\x1b" not in r.stderr
+
+    again = kiln("build", "build.py")
+    assert summary(again.stderr) == ("FAILED", 0, 4, 1, 1)
+
+
+# -- the live display -------------------------------------------------------------
+
+
+def test_console_live_forces_the_rich_display(module, kiln) -> None:
+    r = kiln("build", "build.py", "chain", "--console", "live")
+
+    assert r.returncode == 0, r.stderr
+    assert "\x1b[" in r.stderr
+    assert not any(PLAIN_LINE.match(line) for line in r.stderr.splitlines())
+    assert summary(r.stderr) == ("done", 4, 0, 0, 0)
+    assert "\x1b" not in r.stdout  # stdout stays machine-readable
+    assert r.stdout.splitlines() == [
+        str(module.parent / "kiln-out" / "genfiles" / "chain" / "step3.txt")
+    ]
+
+
+def test_console_live_reports_failures_and_root_causes(module, kiln) -> None:
+    r = kiln("build", "build.py", "broken", "--console", "live")
+
+    assert r.returncode == 1
+    assert "FAILED: Running broken/first.txt" in r.stderr
+    assert "root causes" in r.stderr and "kaput" in r.stderr
+    assert summary(r.stderr) == ("FAILED", 0, 0, 1, 1)
+
+
+@dataclass
+class TtyResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_on_tty(cwd: Path, *args: str, env: dict[str, str]) -> TtyResult:
+    """Run ``python -m kiln ARGS`` with stderr on a pseudo-terminal."""
+    master, slave = pty.openpty()
+    full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
+    full_env |= {"TERM": "xterm-256color", "COLUMNS": "100", **env}
+    full_env = {k: v for k, v in full_env.items() if v is not None}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=full_env,
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO once the child side is closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        reader.join(10)
+        os.close(master)
+    return TtyResult(proc.returncode, out.decode(), b"".join(chunks).decode(errors="replace"))
+
+
+def test_terminal_gets_the_live_display(module, tmp_path: Path) -> None:
+    r = run_on_tty(tmp_path, "build", "build.py", "chain", env={})
+
+    assert r.returncode == 0, r.stderr
+    assert "\x1b[" in r.stderr
+    assert summary(r.stderr)[0] == "done"
+    assert "\x1b" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "option"),
+    [
+        ({"NO_COLOR": "1"}, None),
+        ({"TERM": "dumb"}, None),
+        ({}, "plain"),
+    ],
+)
+def test_terminal_falls_back_to_plain_lines(
+    module, tmp_path: Path, env: dict[str, str], option: str | None
+) -> None:
+    args = ["build", "build.py", "chain"] + (["--console", option] if option else [])
+    r = run_on_tty(tmp_path, *args, env=env)
+
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stderr
+    lines = [line.rstrip("\r") for line in r.stderr.splitlines()]
+    assert any(PLAIN_LINE.match(line) for line in lines), lines
+    assert summary(r.stderr)[:2] == ("done", 4)

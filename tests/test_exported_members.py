@@ -1,0 +1,98 @@
+"""The public names: ``kiln.__all__`` and what ``kiln.executor`` exports are pinned,
+so that adding or losing a public name is a deliberate change."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import kiln
+import kiln.executor
+
+KILN_ALL = [
+    "cl_arg",
+    "compile",
+    "entrypoint",
+    "fetch_http",
+    "iree_build_main",
+    "kiln_main",
+    "onnx_import",
+    "run_command",
+    "source_file",
+    "verify",
+]
+
+# Imported on first use; their modules may be missing in a partial install.
+LAZY = {"compile", "fetch_http", "onnx_import", "verify"}
+
+EXECUTOR_ALL = [
+    "ActionConcurrency",
+    "BuildAction",
+    "BuildContext",
+    "BuildDependency",
+    "BuildEntrypoint",
+    "BuildFile",
+    "BuildMeta",
+    "DependenceException",
+    "Executor",
+    "FileNamespace",
+    "ProgressReporter",
+]
+
+
+def test_kiln_all_is_pinned() -> None:
+    assert sorted(kiln.__all__) == KILN_ALL
+    assert len(kiln.__all__) == len(set(kiln.__all__))
+
+
+def test_eager_public_names_are_callables() -> None:
+    for name in sorted(set(KILN_ALL) - LAZY):
+        member = getattr(kiln, name)
+        assert callable(member), name
+        assert not name.startswith("_")
+
+
+def test_iree_build_main_is_kiln_main() -> None:
+    assert kiln.iree_build_main is kiln.kiln_main
+
+
+def test_lazy_names_are_not_imported_eagerly() -> None:
+    # ``import kiln`` stays light: the ML actions' modules load on first use.
+    code = (
+        "import sys, kiln\n"
+        "print(sorted(m for m in sys.modules if m in "
+        "('kiln.actions.net', 'kiln.actions.onnx', 'kiln.actions.iree', 'rich')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_unknown_attribute_raises_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no_such_member"):
+        kiln.no_such_member  # noqa: B018
+
+
+def test_executor_exports_are_pinned() -> None:
+    assert sorted(kiln.executor.__all__) == EXECUTOR_ALL
+    for name in EXECUTOR_ALL:
+        assert inspect.isclass(getattr(kiln.executor, name)), name
+
+
+def test_executor_class_relations() -> None:
+    ex = kiln.executor
+    for cls in (ex.BuildAction, ex.BuildContext, ex.BuildFile):
+        assert issubclass(cls, ex.BuildDependency)
+    assert issubclass(ex.BuildEntrypoint, ex.BuildContext)
+    assert issubclass(ex.DependenceException, Exception)
+    assert {m.name for m in ex.FileNamespace} == {"GEN", "PARAMS", "BIN", "PLATFORM_BIN"}
+    assert {m.name for m in ex.ActionConcurrency} == {"THREAD", "PROCESS", "NONE"}
+
+
+def test_star_import_of_executor_gives_exactly_its_exports() -> None:
+    namespace: dict[str, object] = {}
+    exec("from kiln.executor import *", namespace)
+    assert sorted(k for k in namespace if k != "__builtins__") == EXECUTOR_ALL
