@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -201,4 +203,10 @@ def test_fetch_file_url(kiln, write_module, tmp_path: Path):
     (tmp_path / "local.bin").write_bytes(b"local")
     r = kiln("build", str(write_module(FETCH)), "--url", (tmp_path / "local.bin").as_uri())
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "kiln-out/genfiles/get/blob.bin").read_bytes() == b"local"
+    blob = tmp_path / "kiln-out/genfiles/get/blob.bin"
+    assert blob.read_bytes() == b"local"
+    # Written through temporaries, but as readable as plainly created files.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for path in (blob, tmp_path / "kiln-out/manifest.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask

@@ -182,6 +182,7 @@ class BuildFile(BuildDependency):
         self.runfiles: set[BuildFile] = set()
         self._key = f"src:{source}" if source is not None else f"{namespace.value}/{path}"
         self._fs_path: Path | None = source
+        self._parent_made = False
         executor.register(path, self)
 
     @property
@@ -200,8 +201,9 @@ class BuildFile(BuildDependency):
     def get_fs_path(self) -> Path:
         """Where the file lives on disk, its parent directory created for writing."""
         path = self.fs_path
-        if self.source is None:
+        if not self._parent_made and self.source is None:
             self.executor.ensure_dir(path.parent)
+            self._parent_made = True
         return path
 
     def access_metadata(

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import TYPE_CHECKING, Any
 
+from kiln.actions._files import atomic_output
 from kiln.graph import BuildAction, BuildFile, BuildMeta
 
 if TYPE_CHECKING:
@@ -101,13 +101,5 @@ def write_manifest(executor: Executor, result: BuildResult | None = None) -> Non
             for ep in executor.entrypoints
         },
     }
-    target = executor.output_dir / "manifest.json"
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".json", dir=executor.output_dir)
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_output(executor.output_dir / "manifest.json") as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

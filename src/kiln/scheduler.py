@@ -121,9 +121,11 @@ class Scheduler:
                 return
             try:
                 item = self._done.get(timeout=0.5)
+                while True:  # take every completion waiting: one wake-up, many results
+                    self._complete(*item)
+                    item = self._done.get_nowait()
             except queue.Empty:
                 continue
-            self._complete(*item)
 
     def _drain_ready(self) -> None:
         while self._ready and not self._stopping:

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO
 
+from kiln.actions._files import make_readable
 from kiln.errors import ToolError
 
 __all__ = ["download"]
@@ -137,6 +138,7 @@ def _write_atomically(
         if expected is not None and digest != expected:
             raise ToolError(f"checksum mismatch for {url}: expected {expected}, got {digest}")
         try:
+            make_readable(tmp)
             os.replace(tmp, dest)
         except OSError as exc:
             raise ToolError(f"cannot move the download of {url} to {dest}: {exc}") from exc

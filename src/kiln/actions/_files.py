@@ -17,6 +17,22 @@ _TMP_NAME = re.compile(
 )
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Read once, at import, before kiln starts threads (the umask is process-wide).
+_UMASK = _read_umask()
+
+
+def make_readable(path: Path | str) -> None:
+    """Give a finished temporary the mode a plainly created file would get:
+    ``mkstemp`` makes files only their owner can read."""
+    os.chmod(path, 0o666 & ~_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path | str) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success,
@@ -30,6 +46,7 @@ def atomic_output(path: Path | str) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        make_readable(tmp)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
