@@ -210,3 +210,16 @@ def test_fetch_file_url(kiln, write_module, tmp_path: Path):
     os.umask(umask)
     for path in (blob, tmp_path / "kiln-out/manifest.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def test_compile_keeps_its_output_in_a_log_shown_with_verbose(pipeline, kiln, tmp_path: Path):
+    quiet = kiln("build", str(pipeline), "--target", "vmvx")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "log of" not in quiet.stderr
+    log = tmp_path / "kiln-out/.kiln/logs/add/add_vmvx.vmfb.log"
+    assert "iree-compile" in log.read_text()
+
+    (tmp_path / "kiln-out/bin/add/add_vmvx.vmfb").unlink()
+    loud = kiln("build", str(pipeline), "--target", "vmvx", "-v")
+    assert loud.returncode == 0, loud.stderr
+    assert f"log of Compiling add/add.mlir (for vmvx): {log}" in loud.stderr

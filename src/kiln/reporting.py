@@ -93,6 +93,9 @@ class PlainReporter(ProgressReporter):
         with self._lock:
             self.done += 1
             self.started -= 1
+        log = log_line(dep, self.verbose)
+        if log:
+            self._write(log)
 
     def report_failure(self, dep: BuildDependency) -> None:
         self._write(f"FAILED: {dep}\n{indent(error_text(dep.failure, self.verbose))}")
@@ -120,6 +123,14 @@ def error_text(error: BaseException | None, verbose: int = 0) -> str:
     if isinstance(error, KilnError) and not verbose:
         return str(error)
     return "".join(traceback.format_exception(error)).rstrip()
+
+
+def log_line(dep: BuildDependency, verbose: int) -> str | None:
+    """With ``-v``, where a successful action that keeps a log (a compile) wrote it."""
+    path = getattr(dep, "log_path", None)
+    if verbose and path and dep.failure is None:
+        return f"  log of {dep}: {path}"
+    return None
 
 
 def indent(text: str, prefix: str = "  ") -> str:

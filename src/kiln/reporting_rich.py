@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kiln.graph import BuildDependency
-from kiln.reporting import ProgressReporter, count_actions, error_text, indent
+from kiln.reporting import ProgressReporter, count_actions, error_text, indent, log_line
 
 _MAX_RUNNING_SHOWN = 8
 
@@ -84,6 +84,9 @@ class RichReporter(ProgressReporter):
             self._running.pop(dep, None)
             self._bytes.pop(dep, None)
         self._progress.advance(self._task)
+        log = log_line(dep, self.verbose)
+        if log:
+            self.console.print(Text(log))
 
     def progress(self, dep: BuildDependency, done: int, total: int | None) -> None:
         with self._lock:
