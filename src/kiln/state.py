@@ -89,33 +89,39 @@ class ActionRecord:
     a no-op build compares keys and output digests only.
     """
 
-    __slots__ = ("key", "_raw", "_decoded")
+    __slots__ = ("key", "_values", "_raw")
+
+    # What an undecodable field reads as: its action runs again.
+    _DAMAGED: tuple[Any, Any, Any] = (None, {}, {})
 
     def __init__(self, key: str, params: Any, inputs: Any, outputs: Any, raw: bool = False):
         self.key = key
-        self._raw: tuple[str, str, str] | None = (params, inputs, outputs) if raw else None
-        self._decoded: tuple[Any, Any, Any] | None = None if raw else (params, inputs, outputs)
+        self._values: list[Any] = [params, inputs, outputs]
+        self._raw = [raw, raw, raw]
+
+    def _field(self, index: int) -> Any:
+        if self._raw[index]:
+            try:
+                self._values[index] = json.loads(self._values[index])
+            except ValueError:
+                self._values[index] = self._DAMAGED[index]
+            self._raw[index] = False
+        return self._values[index]
 
     def _fields(self) -> tuple[Any, Any, Any]:
-        if self._decoded is None:
-            assert self._raw is not None
-            try:
-                self._decoded = tuple(json.loads(text) for text in self._raw)
-            except ValueError:  # a damaged row: its action runs again
-                self._decoded = (None, {}, {})
-        return self._decoded
+        return (self._field(0), self._field(1), self._field(2))
 
     @property
     def params(self) -> dict[str, Any] | None:
-        return self._fields()[0]
+        return self._field(0)
 
     @property
     def inputs(self) -> dict[str, str]:
-        return self._fields()[1]
+        return self._field(1)
 
     @property
     def outputs(self) -> dict[str, str]:
-        return self._fields()[2]
+        return self._field(2)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ActionRecord):

@@ -5,16 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 TMP_MARK = "kiln-tmp-"
 # The names kiln's writers give a temporary while writing the file NAME: this
-# module's, the downloader's and the IREE tools' (``tempfile`` adds 8 characters).
-_TMP_NAME = re.compile(
-    rf"\.(?P<a>.+)\.{TMP_MARK}\w{{8}}.*|\.(?P<b>.+)\.\w{{8}}\.part|(?P<c>.+)\.\w{{8}}\.tmp"
-)
+# module's and the downloader's (both add 8 random characters).
+_TMP_NAME = re.compile(rf"\.(?P<a>.+)\.{TMP_MARK}\w{{8}}.*|\.(?P<b>.+)\.\w{{8}}\.part")
 
 
 def _read_umask() -> int:
@@ -28,25 +25,27 @@ _UMASK = _read_umask()
 
 
 def make_readable(path: Path | str) -> None:
-    """Give a finished temporary the mode a plainly created file would get:
-    ``mkstemp`` makes files only their owner can read."""
+    """Give a finished ``mkstemp`` temporary the mode a plainly created file would
+    get: ``mkstemp`` makes files only their owner can read."""
     os.chmod(path, 0o666 & ~_UMASK)
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path | str) -> Iterator[Path]:
+def atomic_output(path: Path | str, *, create: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success,
-    remove it on any failure."""
+    remove it on any failure.
+
+    With ``create`` the temporary exists, empty, with the mode a new file gets;
+    without, the writer (a subprocess) creates it, which saves a file creation.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     # The temporary name keeps the extension: tools such as compilers read it.
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{target.name}.{TMP_MARK}", suffix=target.suffix, dir=target.parent
-    )
-    os.close(fd)
+    tmp = target.with_name(f".{target.name}.{TMP_MARK}{os.urandom(4).hex()}{target.suffix}")
+    if create:
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
-        yield Path(tmp)
-        make_readable(tmp)
+        yield tmp
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -61,7 +60,7 @@ def _temporaries(directory: str) -> dict[str, list[str]]:
         for entry in os.scandir(directory):
             match = _TMP_NAME.fullmatch(entry.name)
             if match:
-                name = match["a"] or match["b"] or match["c"]
+                name = match["a"] or match["b"]
                 found.setdefault(name, []).append(os.path.join(directory, entry.name))
     return found
 

@@ -188,7 +188,7 @@ def compile_module(
         exe = os.path.normpath(find_tool("iree-compile"))
     except ValueError as e:
         raise ToolError(f"cannot find iree-compile: {_short(e)}") from e
-    with atomic_output(output) as tmp:
+    with atomic_output(output, create=False) as tmp:
         cmd = [exe, source, f"--iree-input-type={input_type}"]
         cmd += ["--mlir-print-op-on-diagnostic=false", *flags, "-o", str(tmp)]
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")

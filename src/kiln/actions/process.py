@@ -20,7 +20,7 @@ from kiln.graph import (
 )
 from kiln.runners import kill_group
 
-_STDERR_TAIL_LINES = 20
+_OUTPUT_TAIL_LINES = 20
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
@@ -47,7 +47,8 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
 
 class CommandAction(BuildAction):
     """Runs ``argv`` (no shell) with ``{out}`` and ``{inputs[i]}`` substituted; the
-    output is renamed into place only when the command exits 0."""
+    output is renamed into place only when the command exits 0, and a failure shows
+    the tail of what the command printed."""
 
     def __init__(
         self,
@@ -66,7 +67,7 @@ class CommandAction(BuildAction):
 
     def _invoke(self) -> None:
         input_paths = [str(f.get_fs_path()) for f in self.inputs]
-        with atomic_output(self.output.get_fs_path()) as tmp:
+        with atomic_output(self.output.get_fs_path(), create=False) as tmp:
             try:
                 argv = [a.format(out=str(tmp), inputs=input_paths) for a in self.argv]
             except (IndexError, KeyError, ValueError) as e:
@@ -78,14 +79,16 @@ class CommandAction(BuildAction):
 
     def _run(self, argv: list[str]) -> None:
         try:
+            # One pipe for both streams: the tail shows a failure's last words in
+            # order, and without a timeout ``communicate`` then simply reads it.
             proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
             )
         except OSError as e:
             raise ActionFailed(f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}") from e
         self.executor.track(proc, running=True)
         try:
-            _, err = proc.communicate(timeout=self.timeout)
+            output, _ = proc.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc.pid)
             proc.communicate()
@@ -95,7 +98,7 @@ class CommandAction(BuildAction):
         finally:
             self.executor.track(proc, running=False)
         if proc.returncode != 0:
-            tail = "\n".join(err.decode(errors="replace").splitlines()[-_STDERR_TAIL_LINES:])
+            tail = "\n".join(output.decode(errors="replace").splitlines()[-_OUTPUT_TAIL_LINES:])
             raise ActionFailed(
                 f"'{self.desc}': command exited with status {proc.returncode}: "
                 f"{subprocess.list2cmdline(argv)}\n{tail}".rstrip()
