@@ -284,7 +284,7 @@ class BuildAction(BuildDependency):
             return None
         out: dict[str, Any] = {"desc": self.desc}
         for name, value in vars(self).items():
-            if name in _BASE_ATTRS or name.startswith("_"):
+            if name in _BASE_ATTRS or name[0] == "_":
                 continue
             plain = _plain(value)
             if plain is not _NOT_PLAIN:
@@ -300,13 +300,23 @@ class BuildAction(BuildDependency):
 
 
 _NOT_PLAIN = object()
-_SCALARS = (str, int, float, bool)
+_SCALAR_TYPES = (str, int, float, bool)
+_SCALARS = frozenset(_SCALAR_TYPES)
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as JSON-able data, or ``_NOT_PLAIN``."""
-    if value is None or isinstance(value, _SCALARS):
+    """``value`` as JSON-able data, or ``_NOT_PLAIN``. (On every no-op build's path,
+    so the common types are tested first and by exact type.)"""
+    kind = type(value)
+    if kind in _SCALARS or value is None:
         return value
+    if kind is BuildFile:
+        return value._key
+    if kind is list or kind is tuple:
+        items = [v._key if type(v) is BuildFile else _plain(v) for v in value]
+        return _NOT_PLAIN if _NOT_PLAIN in items else items
+    if isinstance(value, _SCALAR_TYPES):  # subclasses (IntEnum, str-derived)
+        return value.value if isinstance(value, enum.Enum) else value
     if isinstance(value, enum.Enum):
         return str(value.value)
     if isinstance(value, BuildFile):
@@ -314,8 +324,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, list | tuple):
-        items = [_plain(v) for v in value]
-        return _NOT_PLAIN if any(i is _NOT_PLAIN for i in items) else items
+        return _plain(list(value))
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         mapped = {k: _plain(v) for k, v in value.items()}
         return _NOT_PLAIN if any(v is _NOT_PLAIN for v in mapped.values()) else mapped
