@@ -286,6 +286,9 @@ class StateStore:
             except sqlite3.Error as e:
                 self._rollback()
                 raise StateError(f"cannot write the build state {self.path}: {e}") from e
+            except BaseException:  # Ctrl-C mid-transaction: leave none open
+                self._rollback()
+                raise
 
     def forget(self, action_id: str) -> None:
         """Drop an action's record before it runs again."""
@@ -301,6 +304,9 @@ class StateStore:
         except sqlite3.Error as e:
             self._rollback()
             raise StateError(f"cannot write the build state {self.path}: {e}") from e
+        except BaseException:  # Ctrl-C mid-transaction: leave none open
+            self._rollback()
+            raise
 
     def _rollback(self) -> None:
         with contextlib.suppress(sqlite3.Error):
