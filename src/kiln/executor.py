@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from kiln._gc import gc_paused
 from kiln.errors import BuildDefinitionError, DependenceException, StateError
 from kiln.graph import (
     ActionConcurrency,
@@ -122,7 +123,7 @@ class Executor:
 
     def analyze(self, *entrypoints: Callable[[], Any]) -> None:
         """Call each entrypoint inside the root context, declaring its subgraph."""
-        with self.get_context(""):
+        with self.get_context(""), gc_paused():
             for ep in entrypoints:
                 ep()
 

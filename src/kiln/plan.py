@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kiln._gc import gc_paused
 from kiln.errors import BuildDefinitionError
 from kiln.graph import BuildAction, BuildContext, BuildDependency, BuildFile
 
@@ -49,6 +50,11 @@ def make_plan(targets: Iterable[BuildDependency], files: Iterable[BuildFile]) ->
     ``files`` are all files of the graph: an action's outputs are the files that
     depend on it, whether or not the targets need them.
     """
+    with gc_paused():
+        return _make_plan(targets, files)
+
+
+def _make_plan(targets: Iterable[BuildDependency], files: Iterable[BuildFile]) -> Plan:
     plan = Plan(list(dict.fromkeys(targets)))
     color: dict[BuildDependency, int] = {}
     consumers = plan.consumers

@@ -40,27 +40,16 @@ def open_session(
     executor = Executor(ns.output_dir, stderr=err, reporter=reporter)
     executor.verbose_level = ns.verbose
     where = getattr(module, "__file__", None) or module.__name__
-    with argument_namespace_context(ns), _graph_gc():
+    with argument_namespace_context(ns):
         guarded(where, lambda: executor.analyze(*entrypoints.values()),
                 doing="analysing the entrypoints of")
+    # The graph lives as long as this process: later collections need not walk it.
+    gc.freeze()
     try:
         yield Invocation(command, ns, executor, out, err)
     finally:
         executor.close()
     # fmt: skip
-
-
-@contextlib.contextmanager
-def _graph_gc() -> Iterator[None]:
-    """Build the graph without cyclic garbage collection, then freeze it: the graph
-    lives as long as the process, and collections that walk tens of thousands of
-    nodes again and again would cost a no-op build a tenth of its time."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
 
 
 def _load_from_argv(command: str, argv: list[str]) -> tuple[ModuleType, list[str], str]:
