@@ -7,7 +7,10 @@ Each model is an entrypoint, so one model builds alone with
 ``kiln build examples/model_zoo.py <model>``. Run this file as a script to build
 everything and end with a table of models x stages:
 
-    python examples/model_zoo.py [kiln build options, e.g. -j 2 --output-dir DIR]
+    python examples/model_zoo.py [--strict] [kiln build options, e.g. -j 2 --output-dir DIR]
+
+It exits 0 when the build ran, even if some models failed a stage (the table
+shows which); with ``--strict`` any failed stage makes it exit 1.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ def print_table(output_dir: Path) -> None:
     """Models x stages from the build's manifest, with the counts per stage."""
     manifest = json.loads((output_dir / "manifest.json").read_text())
     rows = {ep: _stage_status(v["outputs"]) for ep, v in sorted(manifest["entrypoints"].items())}
+    # Models not asked for this time (targets on the command line) stay out.
+    rows = {ep: r for ep, r in rows.items() if set(r.values()) != {"not built"}}
     counts = {s: sum(1 for r in rows.values() if r[s] == "built") for s in STAGES}
     marks = {"built": "ok", "failed": "FAILED", "not run": "-", "not built": "?"}
     if sys.stdout.isatty():
@@ -87,7 +92,7 @@ def print_table(output_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a != "--strict"]
     out = Path(args[args.index("--output-dir") + 1]) if "--output-dir" in args else Path("kiln-out")
     try:
         kiln_main(args=["build", *args])
@@ -96,4 +101,8 @@ if __name__ == "__main__":
         status = int(e.code or 0)
     if status in (0, 1) and (out / "manifest.json").exists():
         print_table(out)
+        # Models the compiler cannot handle are results of the survey, shown in the
+        # table; the run itself succeeded. Pass --strict to exit 1 on any failure.
+        if status == 1 and "--strict" not in sys.argv:
+            status = 0
     sys.exit(status)
