@@ -182,6 +182,7 @@ class BuildFile(BuildDependency):
         self.runfiles: set[BuildFile] = set()
         self._key = f"src:{source}" if source is not None else f"{namespace.value}/{path}"
         self._fs_path: Path | None = source
+        self._fs_str: str | None = None
         self._parent_made = False
         executor.register(path, self)
 
@@ -195,8 +196,18 @@ class BuildFile(BuildDependency):
         """Where the file lives on disk."""
         path = self._fs_path
         if path is None:
-            path = self._fs_path = self.executor.get_root(self.namespace) / self.path
+            path = self._fs_path = Path(self.fs_str)
         return path
+
+    @property
+    def fs_str(self) -> str:
+        """``fs_path`` as a string, made without a Path object: up-to-date checks
+        only stat it."""
+        text = self._fs_str
+        if text is None:
+            root = self.executor.get_root(self.namespace)
+            text = self._fs_str = str(self.source) if self.source else f"{root}/{self.path}"
+        return text
 
     def get_fs_path(self) -> Path:
         """Where the file lives on disk, its parent directory created for writing."""

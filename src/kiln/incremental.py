@@ -54,7 +54,7 @@ class UpToDateChecker:
     def file_digest(self, f: BuildFile) -> str | None:
         if f in self.digests:
             return self.digests[f]
-        digest = self.store.digest(f.fs_path)
+        digest = self.store.digest(f.fs_str)
         self.digests[f] = digest
         return digest
 
@@ -80,7 +80,7 @@ class UpToDateChecker:
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
         for f in outputs:
-            digest = self.store.digest(f.fs_path)
+            digest = self.store.digest(f.fs_str)
             if digest is None:
                 return f"output {f.path} is missing"
             if record.outputs.get(f.key) != digest:
