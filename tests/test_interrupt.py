@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procs import dead as _dead
+from procs import tagged_processes
 
 # Every action records its start in marks/. Unless $FAST is set, `cmd`, `proc`
 # and `stuck` hang: `cmd` and `proc` in killable processes (each with a
@@ -106,35 +108,6 @@ def work():
 """
 
 STARTED = ("cmd", "cmd_child", "proc", "proc_child", "stuck", "finisher")
-
-
-def _dead(pid: int) -> bool:
-    """True once ``pid`` no longer runs (a zombie counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def tagged_processes(tag: str) -> list[int]:
-    """Live processes whose environment carries ``KILN_TEST_TAG=tag``."""
-    needle = f"KILN_TEST_TAG={tag}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env.split(b"\0") and not _dead(int(entry.name)):
-            found.append(int(entry.name))
-    return found
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]

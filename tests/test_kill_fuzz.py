@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procs import dead as _dead
+from procs import tagged_processes
 
 MODULE = """
 import functools
@@ -103,31 +105,6 @@ def fuzz():
 VARIANTS = [("a0\n", "b0\n"), ("a1\n", "b0\n"), ("a1\n", "b1\n")]
 SEED = int(os.environ.get("KILN_FUZZ_SEED", "20240611"))
 TRIALS = int(os.environ.get("KILN_FUZZ_TRIALS", "20"))
-
-
-def _dead(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def tagged_processes(tag: str) -> list[int]:
-    """Live processes whose environment carries ``KILN_TEST_TAG=tag``."""
-    needle = f"KILN_TEST_TAG={tag}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                env = (entry / "environ").read_bytes().split(b"\0")
-                if needle in env and not _dead(int(entry.name)):
-                    found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture

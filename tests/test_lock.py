@@ -6,7 +6,6 @@ The second waits, saying which process holds the directory, or with
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from procs import tagged_processes as _tagged
 
 # `hold` starts, notes the pid of the kiln running it, and ends when
 # marks/release exists.
@@ -47,18 +47,6 @@ def hold():
     out.deps.add(Hold(out, desc="hold", executor=ctx.executor))
     return out
 """
-
-
-def _dead(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -193,16 +181,3 @@ def test_stale_pid_in_lock_file_does_not_block(builds: Builds, tmp_path: Path) -
     code, err = builds.run("--no-wait")
     assert code == 0, err
     assert "another kiln build" not in err
-
-
-def _tagged(tag: str) -> list[int]:
-    """Live processes whose environment carries ``KILN_TEST_TAG=tag``."""
-    needle = f"KILN_TEST_TAG={tag}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                env = (entry / "environ").read_bytes().split(b"\0")
-                if needle in env and not _dead(int(entry.name)):
-                    found.append(int(entry.name))
-    return found

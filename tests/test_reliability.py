@@ -9,11 +9,11 @@ and what the dead worker started dies with it. An action that runs past its
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
+from procs import dead as _dead
 
 # Helpers of the build modules below: process actions whose thunks record the
 # pid of the process running them in MARKS, and a thread action that waits
@@ -134,19 +134,6 @@ def crashes(how=cl_arg("how", default="exit")):
     return [crashed, needs_crashed, cmd, before, *then_healthy(after_death("crash", "gate"))]
 """
 )
-
-
-def _dead(pid: int) -> bool:
-    """True once ``pid`` no longer runs (a zombie counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def assert_dead(*pids: int, grace_s: float = 5.0) -> None:
