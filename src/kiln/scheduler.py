@@ -28,6 +28,8 @@ from kiln.runners import ProcessPool, ThreadWorkers
 from kiln.state import ActionRecord, StateStore, StatKey, hash_file, stat_key
 
 _INTERRUPT_WAIT_S = 5.0
+# The "error" of a queued action that the build stopped before it started.
+_CANCELLED = ActionFailed("not started: the build stopped")
 
 
 @dataclass
@@ -148,8 +150,16 @@ class Scheduler:
             self._waiting.clear()
             return
         deferred: deque[tuple[BuildAction, Decision]] = deque()
-        while self._waiting and len(self._running) < self.opts.jobs:
+        # Up to ``jobs`` more than run are queued for the worker threads, so a thread
+        # that finishes starts its next action without waiting for this thread. Only
+        # ``jobs`` threads exist, so no more than ``jobs`` actions run; an in-line
+        # action starts only when it fits within ``jobs`` with everything queued.
+        while self._waiting and len(self._running) < 2 * self.opts.jobs:
             action, decision = self._waiting.popleft()
+            inline = action.concurrency is ActionConcurrency.NONE
+            if inline and len(self._running) >= self.opts.jobs:
+                deferred.append((action, decision))
+                continue
             pool = action.pool
             if pool is not None and pool in self.opts.pools:
                 if self._pool_use.get(pool, 0) >= self.opts.pools[pool]:
@@ -165,10 +175,8 @@ class Scheduler:
         for f in self.plan.outputs[action]:
             self._sweeper.sweep(f.get_fs_path())
         self._running.add(action)
-        action.start_time = time.time()
         if self.opts.explain:
             self.reporter.explain(action, decision.reason or "")
-        self.reporter.start_dep(action)
         if action.concurrency is ActionConcurrency.NONE:
             self._execute(action, decision)
             return
@@ -178,7 +186,11 @@ class Scheduler:
 
     def _execute(self, action: BuildAction, decision: Decision) -> None:
         """Run one action (on a worker thread) and hash what it wrote."""
-        action.invoke_time = time.time()
+        if self._stopping:  # queued before the build stopped: never started
+            self._done.put((action, decision, _CANCELLED, {}))
+            return
+        action.start_time = action.invoke_time = time.time()
+        self.reporter.start_dep(action)
         error: BaseException | None = None
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
         try:
@@ -194,6 +206,8 @@ class Scheduler:
                 self._running.discard(action)
                 raise
             error = e
+            if self.opts.fail_fast:  # now, so that no queued action starts after it
+                self._stopping = True
         action.finish_time = time.time()
         self._done.put((action, decision, error, produced))
 
@@ -225,6 +239,8 @@ class Scheduler:
         self._running.discard(action)
         if action.pool in self._pool_use:
             self._pool_use[action.pool] -= 1
+        if error is _CANCELLED:
+            return  # counted as not run
         if error is not None:
             self._fail(action, error)
             return
