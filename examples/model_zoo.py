@@ -85,7 +85,7 @@ def print_table(output_dir: Path) -> None:
             print("\t".join([ep, *(marks[r[s]] for s in STAGES)]))
     fully = sum(1 for r in rows.values() if all(v == "built" for v in r.values()))
     print(
-        f"{len(rows)} models; "
+        f"models: {len(rows)}; "
         + ", ".join(f"{s}: {counts[s]}" for s in STAGES)
         + f"; {fully} verified on every target"
     )

@@ -118,11 +118,18 @@ class ProcessPool:
         with self._lock:
             if self._closed:
                 raise ActionFailed("the build is stopping")
-            worker = self._idle.pop() if self._idle else None
-            if worker is None:
-                worker = _Worker(self._ctx)
+            if self._idle:
+                worker = self._idle.pop()
+                self._busy.add(worker)
+                return worker
+        worker = _Worker(self._ctx)  # outside the lock: workers start in parallel
+        with self._lock:
             self._busy.add(worker)
-            return worker
+            closed = self._closed
+        if closed:
+            self._release(worker, healthy=False)
+            raise ActionFailed("the build is stopping")
+        return worker
 
     def _release(self, worker: _Worker, healthy: bool) -> None:
         with self._lock:

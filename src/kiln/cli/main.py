@@ -46,6 +46,9 @@ class Invocation:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``kiln`` console script."""
+    # Like other command-line tools, end quietly when a pipe's reader goes away
+    # (``kiln graph m.py | head``).
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     return run_cli(sys.argv[1:] if argv is None else argv)
 
 
