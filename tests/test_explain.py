@@ -3,35 +3,17 @@ would run and why, through the real command line, and the dry run through the AP
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chain import chain_project, ran
 
 from kiln.executor import BuildAction, BuildContext, BuildFile, Executor
 from kiln.scheduler import SchedulerOptions
 
-TOOL = """\
-import sys
-name, op, out, *inputs = sys.argv[1:]
-with open("ran.log", "a") as log:
-    log.write(name + "\\n")
-text = "".join(open(i).read() for i in inputs)
-open(out, "w").write({"upper": text.upper(), "bang": text + "!"}[op])
-"""
-
-MODULE = """\
-import sys
-from kiln import entrypoint, run_command, source_file
-from kiln.executor import BuildAction, BuildContext
-
-def tool(name, op, *inputs):
-    return run_command(name=name, inputs=list(inputs),
-                       command=[sys.executable, "tool.py", name, op, "{{out}}",
-                                *[f"{{{{inputs[{{i}}]}}}}" for i in range(len(inputs))]])
-
+STAMP_MODULE = """
 class Stamp(BuildAction):
     always_run = True
 
@@ -43,12 +25,6 @@ class Stamp(BuildAction):
         with open("ran.log", "a") as log:
             log.write("stamp.out\\n")
         self.output.get_fs_path().write_text("stamped")
-
-@entrypoint
-def chain():
-    a = tool("a.out", "upper", source_file("a.txt"))
-    b = tool("b.out", "{b_op}", a)
-    return tool("c.out", "bang", b)
 
 @entrypoint
 def stamp():
@@ -63,23 +39,8 @@ A, B, C, STAMP = "Running chain/a.out", "Running chain/b.out", "Running chain/c.
 
 @pytest.fixture
 def project(tmp_path: Path, write_module: Callable[..., Path]) -> Callable[[str], None]:
-    """Writes the build module (``b_op`` is b.out's operation) and its inputs."""
-    (tmp_path / "tool.py").write_text(TOOL)
-    (tmp_path / "a.txt").write_text("alpha")
-
-    def write(b_op: str = "bang") -> None:
-        write_module(textwrap.dedent(MODULE).format(b_op=b_op), header=False)
-
-    write()
-    return write
-
-
-def ran(tmp_path: Path) -> list[str]:
-    """What ran since the last call (and forget it)."""
-    log = tmp_path / "ran.log"
-    lines = log.read_text().splitlines() if log.exists() else []
-    log.write_text("")
-    return sorted(lines)
+    """The chain (``b_op`` is b.out's operation) plus an always-run stamp."""
+    return chain_project(tmp_path, write_module, STAMP_MODULE)
 
 
 def reasons(text: str) -> dict[str, str]:

@@ -11,13 +11,13 @@ import os
 import sqlite3
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chain import chain_project, ran
 
 import kiln.scheduler
 import kiln.state
@@ -559,51 +559,9 @@ def test_damaged_record_is_not_trusted(p: Project) -> None:
 
 # -- through the command line --------------------------------------------------------
 
-TOOL = """\
-import sys
-name, op, out, *inputs = sys.argv[1:]
-with open("ran.log", "a") as log:
-    log.write(name + "\\n")
-if op == "fail":
-    sys.exit("told to fail")
-text = "".join(open(i).read() for i in inputs)
-open(out, "w").write({"upper": text.upper(), "bang": text + "!"}[op])
-"""
-
-MODULE = """\
-import sys
-from kiln import entrypoint, run_command, source_file
-
-def tool(name, op, *inputs):
-    return run_command(name=name, inputs=list(inputs),
-                       command=[sys.executable, "tool.py", name, op, "{{out}}",
-                                *[f"{{{{inputs[{{i}}]}}}}" for i in range(len(inputs))]])
-
-@entrypoint
-def chain():
-    a = tool("a.out", "upper", source_file("a.txt"))
-    b = tool("b.out", "{b_op}", a)
-    return tool("c.out", "bang", b)
-"""
-
-
 @pytest.fixture
 def cli_project(tmp_path: Path, write_module: Callable[..., Path]) -> Callable[[str], None]:
-    (tmp_path / "tool.py").write_text(TOOL)
-    (tmp_path / "a.txt").write_text("alpha")
-
-    def write(b_op: str = "bang") -> None:
-        write_module(textwrap.dedent(MODULE).format(b_op=b_op), header=False)
-
-    write()
-    return write
-
-
-def ran(tmp_path: Path) -> list[str]:
-    log = tmp_path / "ran.log"
-    lines = log.read_text().splitlines() if log.exists() else []
-    log.write_text("")
-    return sorted(lines)
+    return chain_project(tmp_path, write_module)
 
 
 def test_cli_noop_rebuild_runs_nothing_and_says_so(
