@@ -394,9 +394,8 @@ CORRUPTIONS = {
     "future-schema": lambda db: foreign_meta(db, "kiln", "999"),
     "actions-page": lambda db: corrupt_page(db, "actions"),
     "files-page": lambda db: corrupt_page(db, "files"),
-    "actions-index-page": lambda db: corrupt_page(db, "sqlite_autoindex_actions_1"),
-    "files-index-page": lambda db: corrupt_page(db, "sqlite_autoindex_files_1"),
-    "metadata-index-page": lambda db: corrupt_page(db, "sqlite_autoindex_file_metadata_1"),
+    "metadata-page": lambda db: corrupt_page(db, "file_metadata"),
+    "meta-page": lambda db: corrupt_page(db, "meta"),
 }
 
 

@@ -19,8 +19,10 @@ Each finished action is written in its own transaction, so a build killed at
 any point keeps the records of what it finished and nothing else. An action
 that is about to run loses its old record first, so a half-run action is never
 trusted. A database that cannot be trusted (not SQLite, truncated, another
-program's, another schema, failing SQLite's ``quick_check``) is moved aside to
-``state.db.corrupt-<time>``, unchanged, and replaced by an empty one.
+program's, another schema, a damaged page found while the tables are read, as
+kiln reads them whole) is moved aside to ``state.db.corrupt-<time>``, unchanged,
+and replaced by an empty one. Every table is ``WITHOUT ROWID``: its primary key
+is its only b-tree, so reading a table reads all of its pages.
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ from kiln.errors import StateError
 
 SCHEMA_VERSION = "1"
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS files(
     path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ino INTEGER,
-    ctime_ns INTEGER, sha256 TEXT NOT NULL);
+    ctime_ns INTEGER, sha256 TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS actions(
     id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT, inputs TEXT NOT NULL,
-    outputs TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS file_metadata(path TEXT PRIMARY KEY, data TEXT NOT NULL);
+    outputs TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS file_metadata(
+    path TEXT PRIMARY KEY, data TEXT NOT NULL) WITHOUT ROWID;
 """
 _META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"
 
@@ -67,10 +70,6 @@ def _check_kiln_database(db: sqlite3.Connection, tables: set[str]) -> None:
         raise sqlite3.DatabaseError(
             f"foreign state database (app={meta.get('app')!r}, schema={meta.get('schema')!r})"
         )
-    # Reads every page, so damage in an index is found now rather than by a later write.
-    problem = db.execute("PRAGMA quick_check(1)").fetchone()[0]
-    if problem != "ok":
-        raise sqlite3.DatabaseError(f"integrity check failed: {problem}")
 
 
 def hash_file(path: Path | str) -> str:
@@ -148,9 +147,13 @@ class StateStore:
         self._records: dict[str, ActionRecord] | None = None
         self._dirty_files: dict[str, tuple[StatKey, str]] = {}
         try:
+            # Tables are WITHOUT ROWID (no separate index b-trees): reading them whole
+            # touches every page, so damage shows now rather than at a later write.
             for path, size, mtime, ino, ctime, digest in self._db.execute("SELECT * FROM files"):
                 self._files[path] = ((size, mtime, ino, ctime), digest)
+            self._db.execute("SELECT count(data) FROM file_metadata").fetchone()
         except sqlite3.DatabaseError as e:
+            self._files.clear()
             self._db = self._replace_corrupt(e, self._db)
 
     # -- opening -------------------------------------------------------------
