@@ -110,7 +110,7 @@ def test_explain_names_the_changed_input_and_runs_nothing(
     before = snapshot(tmp_path / "kiln-out")
     result = kiln("explain", "build.py", "chain")
     assert reasons(result.stdout) == {
-        A: f"input {tmp_path / 'a.txt'} changed",
+        A: "input a.txt changed",  # a source file, relative to the working directory
         B: "input chain/a.out will be rebuilt",
         C: "input chain/b.out will be rebuilt",
     }
@@ -232,7 +232,7 @@ def test_build_dry_run_lists_what_would_run_and_runs_nothing(
     before = snapshot(tmp_path / "kiln-out")
     result = kiln("build", "build.py", "--dry-run")
     assert reasons(result.stderr) == {
-        A: f"input {tmp_path / 'a.txt'} changed",
+        A: "input a.txt changed",  # a source file, relative to the working directory
         B: "input chain/a.out will be rebuilt",
         C: "input chain/b.out will be rebuilt",
         STAMP: "marked always-run",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,7 +133,13 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
 
 
 def _file_name(key: str) -> str:
-    return key[4:] if key.startswith("src:") else key.split("/", 1)[-1]
+    """How a file reads in a reason: its graph path, or a source file's path
+    relative to the working directory when it lies below it."""
+    if not key.startswith("src:"):
+        return key.split("/", 1)[-1]
+    path = key[4:]
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def _short(value: Any) -> str:
