@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from procs import tagged_processes
 
 # A build module's usual header, for tests that write modules.
 HEADER = """\
@@ -55,3 +60,13 @@ def kiln(tmp_path: Path):
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run
+
+
+@pytest.fixture
+def tag() -> Iterator[str]:
+    """A value for $KILN_TEST_TAG; processes still carrying it at the end are killed."""
+    value = uuid.uuid4().hex
+    yield value
+    for pid in tagged_processes(value):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -32,3 +34,11 @@ def tagged_processes(tag: str) -> list[int]:
                 if needle in env and not dead(int(entry.name)):
                     found.append(int(entry.name))
     return found
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``predicate`` until it is true; fail the test naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

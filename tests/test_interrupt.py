@@ -8,19 +8,16 @@ build runs only what was missing.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from procs import dead as _dead
-from procs import tagged_processes
+from procs import tagged_processes, wait_for
 
 # Every action records its start in marks/. Unless $FAST is set, `cmd`, `proc`
 # and `stuck` hang: `cmd` and `proc` in killable processes (each with a
@@ -108,23 +105,6 @@ def work():
 """
 
 STARTED = ("cmd", "cmd_child", "proc", "proc_child", "stuck", "finisher")
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def tag() -> Iterator[str]:
-    """A value for $KILN_TEST_TAG; processes still carrying it at the end are killed."""
-    value = uuid.uuid4().hex
-    yield value
-    for pid in tagged_processes(value):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def start_kiln(tmp_path: Path, tag: str, *args: str, **env: str) -> subprocess.Popen[str]:

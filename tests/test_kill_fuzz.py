@@ -16,19 +16,14 @@ with kiln).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from procs import dead as _dead
 from procs import tagged_processes
 
@@ -105,16 +100,6 @@ def fuzz():
 VARIANTS = [("a0\n", "b0\n"), ("a1\n", "b0\n"), ("a1\n", "b1\n")]
 SEED = int(os.environ.get("KILN_FUZZ_SEED", "20240611"))
 TRIALS = int(os.environ.get("KILN_FUZZ_TRIALS", "20"))
-
-
-@pytest.fixture
-def tag() -> Iterator[str]:
-    """A value for $KILN_TEST_TAG; processes still carrying it at the end are killed."""
-    value = uuid.uuid4().hex
-    yield value
-    for pid in tagged_processes(value):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def write_sources(root: Path, variant: int) -> None:

@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from procs import tagged_processes as _tagged
+from procs import wait_for
 
 # `hold` starts, notes the pid of the kiln running it, and ends when
 # marks/release exists.
@@ -47,13 +48,6 @@ def hold():
     out.deps.add(Hold(out, desc="hold", executor=ctx.executor))
     return out
 """
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 class Builds:
