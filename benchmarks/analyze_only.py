@@ -18,9 +18,8 @@ def main(module_path: str) -> dict[str, float]:
     t0 = time.perf_counter()
     from kiln.args import argument_namespace_context
     from kiln.cli.loader import collect_entrypoints, load_build_module
+    from kiln.cli.targets import resolve_targets
     from kiln.executor import Executor
-    from kiln.graph import BuildFile
-    from kiln.plan import make_plan
 
     t1 = time.perf_counter()
     module = load_build_module(module_path)
@@ -30,9 +29,7 @@ def main(module_path: str) -> dict[str, float]:
     with argument_namespace_context(argparse.Namespace()):
         executor.analyze(*entrypoints.values())
     t3 = time.perf_counter()
-    files = [n for n in executor.all.values() if isinstance(n, BuildFile)]
-    targets = [ep for ep in executor.entrypoints if "/" not in ep.path]
-    plan = make_plan(targets, files)
+    plan = executor.plan(resolve_targets(executor, []))  # every top-level entrypoint
     t4 = time.perf_counter()
     return {
         "import_kiln": t1 - t0,

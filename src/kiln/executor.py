@@ -29,7 +29,7 @@ from kiln.graph import (
     namespace_dir,
 )
 from kiln.lock import OutputLock
-from kiln.plan import make_plan
+from kiln.plan import Plan, make_plan
 from kiln.reporting import ProgressReporter
 from kiln.runners import kill_group
 from kiln.scheduler import BuildResult, Scheduler, SchedulerOptions
@@ -133,9 +133,12 @@ class Executor:
         """Build ``targets`` and what they need; True when everything built."""
         return self.run(targets, SchedulerOptions(**options)).ok
 
+    def plan(self, targets: Iterable[BuildDependency]) -> Plan:
+        """What ``targets`` need, in order (cycle check included); runs nothing."""
+        return make_plan(targets, [n for n in self.all.values() if isinstance(n, BuildFile)])
+
     def run(self, targets: Iterable[BuildDependency], options: SchedulerOptions) -> BuildResult:
-        files = [n for n in self.all.values() if isinstance(n, BuildFile)]
-        plan = make_plan(targets, files)
+        plan = self.plan(targets)
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:

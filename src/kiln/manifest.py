@@ -80,7 +80,7 @@ def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
     producers = [d for d in f.deps if isinstance(d, BuildAction)]
     if producers:
         entry["action"] = str(producers[0])
-    digest = executor.store().digest(path) if f.failure is None else None
+    digest = executor.store().digest(f.fs_str) if f.failure is None else None
     entry["status"] = _status(f, digest is not None)
     entry["built"] = digest is not None
     if digest is not None:

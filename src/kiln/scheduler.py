@@ -246,7 +246,7 @@ class Scheduler:
             return
         outputs = {}
         for f, (skey, digest) in produced.items():
-            self.store.remember_digest(str(f.get_fs_path()), skey, digest)
+            self.store.remember_digest(f.fs_str, skey, digest)
             self.checker.digests[f] = digest
             outputs[f.key] = digest
         record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)

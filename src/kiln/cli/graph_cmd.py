@@ -6,14 +6,13 @@ import json
 
 from kiln.cli.main import Invocation
 from kiln.cli.targets import resolve_targets
-from kiln.graph import BuildAction, BuildFile
-from kiln.plan import make_plan, node_name
+from kiln.graph import BuildAction
+from kiln.plan import node_name
 
 
 def run(inv: Invocation) -> int:
     executor = inv.executor
-    files = [n for n in executor.all.values() if isinstance(n, BuildFile)]
-    plan = make_plan(resolve_targets(executor, inv.ns.targets), files)
+    plan = executor.plan(resolve_targets(executor, inv.ns.targets))
     ids = {node: f"n{i}" for i, node in enumerate(plan.order)}
     lines = ["digraph kiln {", "  rankdir=LR;"]
     for node, nid in ids.items():
