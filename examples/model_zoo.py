@@ -1,7 +1,7 @@
 """The model zoo: every ONNX backend test model the ``onnx`` package ships (under
 ``pytorch-converted``, ``pytorch-operator`` and ``simple``) goes
 source -> import -> compile for ``cpu`` (host) and ``vmvx`` -> verify against its
-``test_data_set_0``.
+``test_data_set_0`` and against onnxruntime on the same inputs -> benchmark.
 
 Each model is an entrypoint, so one model builds alone with
 ``kiln build examples/model_zoo.py <model>``. Run this file as a script to build
@@ -19,14 +19,18 @@ import json
 import sys
 from pathlib import Path
 
-from kiln import compile, entrypoint, kiln_main, onnx_import, source_file, verify
+from kiln import benchmark, compile, entrypoint, kiln_main, onnx_import, source_file, verify
 from kiln.actions._ireetools import ZooModel, model_zoo
 
 TARGETS = ("cpu", "vmvx")
 # Some reference models compute in f64; by default IREE demotes f64 to f32, and
 # the module then no longer accepts the f64 reference inputs.
 FLAGS = ("--iree-input-demote-f64-to-f32=false",)
-STAGES = ("import", *(f"compile {t}" for t in TARGETS), *(f"verify {t}" for t in TARGETS))
+STAGES = (
+    "import", *(f"compile {t}" for t in TARGETS), *(f"verify {t}" for t in TARGETS),
+    *(f"ort {t}" for t in TARGETS), *(f"bench {t}" for t in TARGETS),
+)  # fmt: skip
+MARKS = {"built": "ok", "failed": "FAILED", "not run": "-", "not built": "?", "skipped": "skipped"}
 
 
 def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
@@ -36,17 +40,16 @@ def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
         expected = [source_file(p, name=f"data/{Path(p).name}") for p in model.outputs]
         mlir = onnx_import(name="model.mlir", source=onnx_file)
         modules = compile(name="model", source=mlir, targets=TARGETS, flags=FLAGS)
-        checks = [
-            verify(
-                name=f"verify_{target}.json",
-                module=module,
-                inputs=inputs,
-                expected=expected,
-                rtol=1e-3,
-                atol=1e-4,
-            )
-            for target, module in zip(TARGETS, modules, strict=True)
-        ]
+        checks = []
+        for target, module in zip(TARGETS, modules, strict=True):
+            # Against the shipped outputs and against onnxruntime, as two checks, so
+            # that each reference's verdict stands even when the other cannot run.
+            checks.append(verify(name=f"verify_{target}.json", module=module, inputs=inputs,
+                                 expected=expected, rtol=1e-3, atol=1e-4))
+            checks.append(verify(name=f"ort_{target}.json", module=module, inputs=inputs,
+                                 reference="onnxruntime", rtol=1e-3, atol=1e-4))
+            checks.append(benchmark(name=f"bench_{target}.json", module=module, inputs=inputs,
+                                    repetitions=3, min_time_s=0.01))
         return [mlir, *modules, *checks]
 
     build.__name__ = model.name
@@ -58,36 +61,79 @@ for _model in model_zoo():
     globals()[_model.name] = entrypoint(_model_build(_model))
 
 
-def _stage_status(outputs: list[dict]) -> dict[str, str]:  # type: ignore[type-arg]
-    return {stage: out["status"] for stage, out in zip(STAGES, outputs, strict=True)}
+def _check_status(entries: list[dict], i: int) -> str:  # type: ignore[type-arg]
+    entry = entries[i] if i < len(entries) else {"status": "not built"}
+    status = entry.get("status") or "not built"
+    return "built" if status in ("passed", "measured") else status
+
+
+def _row(outputs: list[dict]) -> tuple[dict[str, str], dict[str, str]]:  # type: ignore[type-arg]
+    """(stage -> status, stage -> table cell) of one model."""
+    status = {"import": outputs[0]["status"]}
+    cells = {}
+    for target, module in zip(TARGETS, outputs[1 : 1 + len(TARGETS)], strict=True):
+        checks, benches = module.get("verification", []), module.get("benchmark", [])
+        status[f"compile {target}"] = module["status"]
+        status[f"verify {target}"] = _check_status(checks, 0)
+        status[f"ort {target}"] = _check_status(checks, 1)
+        status[f"bench {target}"] = _check_status(benches, 0)
+        if status[f"bench {target}"] == "built":
+            cells[f"bench {target}"] = f"{benches[0]['median']:.0f}us"
+    for stage, value in status.items():
+        cells.setdefault(stage, MARKS.get(value, value))
+    return status, cells
+
+
+def _disagreements(manifest: dict) -> list[str]:  # type: ignore[type-arg]
+    """Models where IREE and onnxruntime disagree, each with the error."""
+    found = []
+    for ep, value in sorted(manifest["entrypoints"].items()):
+        for target, module in zip(TARGETS, value["outputs"][1 : 1 + len(TARGETS)], strict=True):
+            checks = module.get("verification", [])
+            if len(checks) > 1 and checks[1].get("status") == "failed":
+                error = checks[1].get("error", "").splitlines()
+                found.append(f"  {ep} ({target}): {error[-1].strip() if error else '?'}")
+    return found
 
 
 def print_table(output_dir: Path) -> None:
     """Models x stages from the build's manifest, with the counts per stage."""
     manifest = json.loads((output_dir / "manifest.json").read_text())
-    rows = {ep: _stage_status(v["outputs"]) for ep, v in sorted(manifest["entrypoints"].items())}
+    rows = {ep: _row(v["outputs"]) for ep, v in sorted(manifest["entrypoints"].items())}
     # Models not asked for this time (targets on the command line) stay out.
-    rows = {ep: r for ep, r in rows.items() if set(r.values()) != {"not built"}}
-    counts = {s: sum(1 for r in rows.values() if r[s] == "built") for s in STAGES}
-    marks = {"built": "ok", "failed": "FAILED", "not run": "-", "not built": "?"}
+    rows = {ep: r for ep, r in rows.items() if set(r[0].values()) != {"not built"}}
+    counts = {s: sum(1 for st, _ in rows.values() if st[s] == "built") for s in STAGES}
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
 
         table = Table("model", *STAGES, title="model zoo")
-        for ep, r in rows.items():
-            table.add_row(ep, *(marks[r[s]] for s in STAGES))
-        table.add_row("[bold]built", *(f"[bold]{counts[s]}/{len(rows)}" for s in STAGES))
+        for ep, (_, cells) in rows.items():
+            table.add_row(ep, *(cells[s] for s in STAGES))
+        table.add_row("[bold]ok", *(f"[bold]{counts[s]}/{len(rows)}" for s in STAGES))
         Console().print(table)
     else:
         print("\t".join(["model", *STAGES]))
-        for ep, r in rows.items():
-            print("\t".join([ep, *(marks[r[s]] for s in STAGES)]))
-    fully = sum(1 for r in rows.values() if all(v == "built" for v in r.values()))
-    print(
-        f"models: {len(rows)}; "
-        + ", ".join(f"{s}: {counts[s]}" for s in STAGES)
-        + f"; {fully} verified on every target"
+        for ep, (_, cells) in rows.items():
+            print("\t".join([ep, *(cells[s] for s in STAGES)]))
+    print(_summary(rows, counts))
+    disagree = _disagreements(manifest)
+    if disagree:
+        print(f"IREE and onnxruntime disagree on {len(disagree)} module(s):", *disagree, sep="\n")
+
+
+def _summary(rows: dict, counts: dict[str, int]) -> str:  # type: ignore[type-arg]
+    fully = sum(1 for st, _ in rows.values() if all(v == "built" for v in st.values()))
+    skipped = sum(1 for st, _ in rows.values() for v in st.values() if v == "skipped")
+    medians = sorted(
+        float(c[s][:-2]) for _, c in rows.values() for s in STAGES
+        if s.startswith("bench") and c[s].endswith("us")
+    )  # fmt: skip
+    bench = f"; bench medians {medians[0]:.0f}-{medians[-1]:.0f} us" if medians else ""
+    return (
+        f"models: {len(rows)}; " + ", ".join(f"{s}: {counts[s]}" for s in STAGES)
+        + f"; {fully} verified on every target{bench}"
+        + (f"; {skipped} check(s) skipped (no device here)" if skipped else "")
     )
 
 

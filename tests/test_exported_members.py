@@ -13,6 +13,7 @@ import kiln
 import kiln.executor
 
 KILN_ALL = [
+    "benchmark",
     "cl_arg",
     "compile",
     "entrypoint",
@@ -26,7 +27,7 @@ KILN_ALL = [
 ]
 
 # Imported on first use; their modules may be missing in a partial install.
-LAZY = {"compile", "fetch_http", "onnx_import", "verify"}
+LAZY = {"benchmark", "compile", "fetch_http", "onnx_import", "verify"}
 
 EXECUTOR_ALL = [
     "ActionConcurrency",
@@ -64,7 +65,8 @@ def test_lazy_names_are_not_imported_eagerly() -> None:
     code = (
         "import sys, kiln\n"
         "print(sorted(m for m in sys.modules if m in "
-        "('kiln.actions.net', 'kiln.actions.onnx', 'kiln.actions.iree', 'rich')))"
+        "('kiln.actions.net', 'kiln.actions.onnx', 'kiln.actions.iree',"
+        " 'kiln.actions.verify', 'kiln.actions.bench', 'rich')))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -17,6 +17,7 @@ from kiln.entrypoints import entrypoint
 __version__ = "0.1.0"
 
 __all__ = [
+    "benchmark",
     "cl_arg",
     "compile",
     "entrypoint",
@@ -34,7 +35,8 @@ _LAZY = {
     "fetch_http": "kiln.actions.net",
     "onnx_import": "kiln.actions.onnx",
     "compile": "kiln.actions.iree",
-    "verify": "kiln.actions.iree",
+    "verify": "kiln.actions.verify",
+    "benchmark": "kiln.actions.bench",
 }
 
 

@@ -243,6 +243,7 @@ _BASE_ATTRS = frozenset(
     {
         "executor", "deps", "start_time", "invoke_time", "finish_time", "failure",
         "_metadata", "desc", "concurrency", "def_site", "timeout", "pool", "always_run",
+        "exclusive",
     }
 )  # fmt: skip
 
@@ -253,13 +254,15 @@ class BuildAction(BuildDependency):
 
     Class attributes a subclass may set: ``VERSION`` (bump to invalidate old
     results), ``always_run`` (never skipped), ``timeout`` (seconds), ``pool``
-    (name of a resource pool bounding how many run at once).
+    (name of a resource pool bounding how many run at once: ``--pool NAME=N``),
+    ``exclusive`` (with a pool: run alone in it, never beside another member).
     """
 
     VERSION: ClassVar[int] = 1
     always_run: bool = False
     timeout: float | None = None
     pool: str | None = None
+    exclusive: bool = False
 
     def __init__(
         self,

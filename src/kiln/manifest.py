@@ -13,8 +13,14 @@ Format (``"format": "kiln-manifest/1"``)::
              "status": "built", "built": true,
              ... plus what the action attached with ``ManifestMeta``: for a
              compiled module "target", "flags", "compiler_version" and
-             "verification": [{"passed", "status", "outputs" or "error"}]
-             (one per verify of it)}
+             "verification": [{"passed" (true, false, or null when skipped),
+             "status" ("built", "failed", "not run", "not built", "skipped"),
+             "reason" (when skipped: "no cuda device here"), "target", "inputs",
+             "references": {"shipped" | "onnxruntime": {"passed", "summary",
+             "outputs"}}, "outputs", "error" (when failed)}] (one per verify)
+             and "benchmark": [{"status" ("measured", "skipped", "failed",
+             ...), "reason", "device", "median", "mean", "stddev", "min", "max",
+             "time_unit" ("us"), "repetitions", "machine", "devices"}]}
           ]
         }
       }
@@ -52,6 +58,8 @@ class ManifestMeta(BuildMeta):
         self.fields: dict[str, Any] = {}
         # (verify action, its JSON result file) for each check of this file.
         self.verifications: list[tuple[BuildAction, BuildFile]] = []
+        # (benchmark action, its JSON result file) for each benchmark of this file.
+        self.benchmarks: list[tuple[BuildAction, BuildFile]] = []
 
 
 def _status(f: BuildFile, exists: bool) -> str:
@@ -60,15 +68,49 @@ def _status(f: BuildFile, exists: bool) -> str:
     return "not run" if f.is_dependence_failure else "failed"
 
 
-def _verification(action: BuildAction, result: BuildFile) -> dict[str, Any]:
+def _read_result(action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    """The JSON result of a check or benchmark, or why there is none: the action's
+    failure (with the result it carried, if any: a verification that ran and
+    mismatched), or "not built"."""
     if action.failure is not None:
         status = "not run" if action.is_dependence_failure else "failed"
-        return {"passed": False, "status": status, "error": str(action.failure)}
+        carried = getattr(action.failure, "result", None)
+        data = dict(carried) if isinstance(carried, dict) else {}
+        return {**data, "status": status, "error": str(action.failure)}
     try:
-        data: dict[str, Any] = json.loads(result.fs_path.read_text())
+        loaded: dict[str, Any] = json.loads(result.fs_path.read_text())
     except (OSError, ValueError):
-        return {"passed": False, "status": "not built"}
-    return {"passed": bool(data.get("passed")), "status": "built", "outputs": data.get("outputs")}
+        return {"status": "not built"}
+    return loaded
+
+
+def _verification(action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    data = _read_result(action, result)
+    status = data.get("status")
+    if status == "skipped":
+        return {"passed": None, "status": "skipped", "reason": data.get("reason")}
+    entry: dict[str, Any] = {"passed": status == "passed", "status": status}
+    if status == "passed":
+        entry["status"] = "built"
+    refs = data.get("references")
+    if isinstance(refs, dict):
+        keep = ("passed", "summary", "outputs")
+        entry["references"] = {ref: {k: r.get(k) for k in keep} for ref, r in refs.items()}
+    for key in ("outputs", "error", "target", "inputs"):
+        if key in data:
+            entry[key] = data[key]
+    return entry
+
+
+_BENCH_FIELDS = (
+    "status", "reason", "error", "target", "device", "median", "mean", "stddev", "min",
+    "max", "time_unit", "repetitions", "machine", "devices",
+)
+
+
+def _benchmark(action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    data = _read_result(action, result)
+    return {k: data[k] for k in _BENCH_FIELDS if k in data}
 
 
 def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
@@ -89,6 +131,8 @@ def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
     entry.update(meta.fields)
     if meta.verifications:
         entry["verification"] = [_verification(a, r) for a, r in meta.verifications]
+    if meta.benchmarks:
+        entry["benchmark"] = [_benchmark(a, r) for a, r in meta.benchmarks]
     return entry
 
 

@@ -160,15 +160,25 @@ class Scheduler:
             if inline and len(self._running) >= self.opts.jobs:
                 deferred.append((action, decision))
                 continue
-            pool = action.pool
-            if pool is not None and pool in self.opts.pools:
-                if self._pool_use.get(pool, 0) >= self.opts.pools[pool]:
-                    deferred.append((action, decision))
-                    continue
-                self._pool_use[pool] = self._pool_use.get(pool, 0) + 1
+            if action.pool is not None and not self._take_pool(action):
+                deferred.append((action, decision))
+                continue
             self._start(action, decision)
         deferred.extend(self._waiting)
         self._waiting = deferred
+
+    def _take_pool(self, action: BuildAction) -> bool:
+        """Take a place in ``action``'s pool if one is free. ``_pool_use[p]`` counts
+        the actions holding pool ``p``, -1 while an exclusive one holds it alone.
+        An exclusive action waits until the pool is empty; new members do not wait
+        for it (no drain): it runs at the first moment its pool is idle."""
+        pool = str(action.pool)
+        use = self._pool_use.get(pool, 0)
+        limit = self.opts.pools.get(pool)
+        if use < 0 or (action.exclusive and use > 0) or (limit is not None and use >= limit):
+            return False
+        self._pool_use[pool] = -1 if action.exclusive else use + 1
+        return True
 
     def _start(self, action: BuildAction, decision: Decision) -> None:
         self.store.forget(decision.action_id)
@@ -238,7 +248,7 @@ class Scheduler:
     ) -> None:
         self._running.discard(action)
         if action.pool in self._pool_use:
-            self._pool_use[action.pool] -= 1
+            self._pool_use[action.pool] = 0 if action.exclusive else self._pool_use[action.pool] - 1
         if error is _CANCELLED:
             return  # counted as not run
         if error is not None:

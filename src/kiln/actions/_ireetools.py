@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kiln.actions._files import atomic_output
+from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import ToolError, UsageError
 
 if TYPE_CHECKING:
@@ -205,36 +206,7 @@ def compile_module(
             )
 
 
-# --- tensors
-def _load_tensor_proto(path: str) -> np.ndarray:
-    """Read a serialized onnx.TensorProto (the ONNX test-data format) as an array."""
-    import onnx
-    from onnx import numpy_helper
-
-    tensor = onnx.TensorProto()
-    tensor.ParseFromString(Path(path).read_bytes())
-    if tensor.data_type == onnx.TensorProto.UNDEFINED:
-        raise ValueError("not a TensorProto (no data type; a sequence, map or optional?)")
-    return numpy_helper.to_array(tensor, base_dir=os.path.dirname(path))
-
-
-def load_tensor(path: str) -> np.ndarray:
-    """Load a tensor from an ONNX TensorProto ``.pb`` file or a numpy ``.npy`` file."""
-    import numpy as np
-
-    suffix = Path(path).suffix.lower()
-    if suffix not in (".pb", ".npy"):
-        raise ToolError(f"cannot load tensor {path}: unknown extension (expected .pb or .npy)")
-    try:
-        array = _load_tensor_proto(path) if suffix == ".pb" else np.load(path, allow_pickle=False)
-    except Exception as e:
-        raise ToolError(f"cannot load tensor {path}: {_short(e, max_lines=2)}") from e
-    if not isinstance(array, np.ndarray):
-        raise ToolError(f"cannot load tensor {path}: not a single array")
-    return array
-
-
-# --- verifying
+# --- running and verifying
 def _bind_function(module: str, driver: str, function: str | None) -> tuple[Any, str]:
     """Load `module` on `driver`; return (invoker, name) of `function` or the only export."""
     import iree.runtime as rt
@@ -252,66 +224,20 @@ def _bind_function(module: str, driver: str, function: str | None) -> tuple[Any,
     return bound[function], function
 
 
-def _errors(actual: Any, expected: Any, rtol: float, atol: float) -> tuple[Any, Any, Any]:
-    """Return (abs error, tolerance, rel error) arrays; NaN matches NaN, inf only itself."""
+def run_module(
+    module: str, args: Sequence[Any], driver: str = "local-task", function: str | None = None
+) -> tuple[str, list[np.ndarray]]:
+    """Run `function` (or the only export) of a compiled module on host arrays;
+    return the function's name and its outputs as host arrays."""
     import numpy as np
 
-    number = np.complex128 if np.iscomplexobj(actual) or np.iscomplexobj(expected) else np.float64
-    a, e = actual.astype(number), expected.astype(number)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        err = np.where((a == e) | (np.isnan(a) & np.isnan(e)), 0.0, np.abs(a - e))
-        err = np.where(np.isnan(err), np.inf, err)
-        tol = np.where(np.isfinite(e), atol + rtol * np.abs(e), 0.0)
-        rel = np.where(err == 0, 0.0, err / np.maximum(np.abs(e), np.finfo(np.float64).tiny))
-    return err, tol, rel
-
-
-def _compare(index: int, actual: Any, expected: Any, rtol: float, atol: float) -> dict[str, Any]:
-    """Compare one output like numpy.allclose, whatever the two dtypes are."""
-    import numpy as np
-
-    record: dict[str, Any] = {
-        "index": index, "shape": list(actual.shape), "expected_shape": list(expected.shape),
-        "dtype": str(actual.dtype), "expected_dtype": str(expected.dtype),
-        "max_abs_err": None, "max_rel_err": None, "mismatches": 0, "passed": False, "worst": [],
-    }  # fmt: skip
-    if actual.shape != expected.shape:
-        return record
+    invoker, function = _bind_function(module, driver, function)
     try:
-        err, tol, rel = _errors(actual, expected, rtol, atol)
-    except (TypeError, ValueError):  # not numbers (strings, objects): compare exactly
-        record["passed"] = bool(np.array_equal(actual, expected))
-        return record
-    bad = err > tol
-    finite_err, finite_rel = err[np.isfinite(err)], rel[np.isfinite(rel)]
-    record["max_abs_err"] = float(finite_err.max()) if finite_err.size else 0.0
-    record["max_rel_err"] = float(finite_rel.max()) if finite_rel.size else 0.0
-    record["mismatches"] = int(bad.sum())
-    record["passed"] = not bad.any()
-    order = np.argsort(np.where(bad, tol - err, np.inf), axis=None, kind="stable")
-    for flat in order[: min(3, record["mismatches"])]:
-        at = tuple(int(i) for i in np.unravel_index(flat, err.shape))
-        record["worst"].append(
-            {"index": list(at), "actual": str(actual[at]), "expected": str(expected[at])}
-        )
-    return record
-
-
-def _describe(record: dict[str, Any]) -> str:
-    """One readable line about a failing output."""
-    head = f"output {record['index']}"
-    if record["shape"] != record["expected_shape"]:
-        return f"{head}: shape {record['shape']} != expected {record['expected_shape']}"
-    if record["max_abs_err"] is None:
-        return f"{head}: {record['dtype']} values differ from expected {record['expected_dtype']}"
-    worst = "; ".join(
-        f"{w['index']} got {w['actual']} expected {w['expected']}" for w in record["worst"]
-    )
-    return (
-        f"{head} (shape {record['shape']}, {record['dtype']}): {record['mismatches']} elements"
-        f" differ; max abs err {record['max_abs_err']:.3g}, max rel err"
-        f" {record['max_rel_err']:.3g}; worst: {worst}"
-    )
+        result = invoker(*args)
+    except Exception as e:
+        raise ToolError(f"running {function} from {module} failed: {_short(e)}") from e
+    results = [] if result is None else result if isinstance(result, list | tuple) else [result]
+    return function, [np.asarray(r) for r in results]  # device arrays -> host copies
 
 
 def verify_module(
@@ -323,34 +249,18 @@ def verify_module(
     driver: str = "local-task",
     function: str | None = None,
 ) -> dict[str, Any]:
-    """Run a compiled module on `inputs` and compare its outputs with `expected`.
+    """Run a compiled module on `inputs` and compare its outputs with `expected`,
+    with one tolerance for every dtype.
 
     A numeric mismatch is a result (``passed`` False and a ``summary``), not an
     error; failures to load or run the module raise ToolError.
     """
-    import numpy as np
-
     args = [load_tensor(p) for p in inputs]
     wanted = [load_tensor(p) for p in expected]
-    invoker, function = _bind_function(module, driver, function)
-    try:
-        result = invoker(*args)
-    except Exception as e:
-        raise ToolError(f"running {function} from {module} failed: {_short(e)}") from e
-    results = [] if result is None else result if isinstance(result, list | tuple) else [result]
-    actual = [np.asarray(r) for r in results]  # device arrays -> host copies
-    pairs = enumerate(zip(actual, wanted, strict=False))
-    records = [_compare(i, a, w, rtol, atol) for i, (a, w) in pairs]
-    problems = [_describe(r) for r in records if not r["passed"]]
-    if len(actual) != len(wanted):
-        problems.insert(0, f"module returned {len(actual)} outputs, expected {len(wanted)}")
-    worst = max((r["max_abs_err"] or 0.0 for r in records), default=0.0)
-    summary = f"all {len(records)} output(s) match within rtol={rtol:g}, atol={atol:g}"
-    return {
-        "passed": not problems, "module": module, "function": function, "driver": driver,
-        "rtol": rtol, "atol": atol, "outputs": records,
-        "summary": "\n".join(problems) or f"{summary} (max abs err {worst:.3g})",
-    }  # fmt: skip
+    function, actual = run_module(module, args, driver, function)
+    result = compare_all(actual, wanted, {"*": (rtol, atol)})
+    return {"module": module, "function": function, "driver": driver, "rtol": rtol,
+            "atol": atol, **result}  # fmt: skip
 
 
 # --- model zoo

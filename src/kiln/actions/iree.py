@@ -1,17 +1,17 @@
-"""``compile`` (IREE, one artifact per target device) and ``verify`` (run a compiled
-module and compare its outputs with expected ones)."""
+"""``compile``: IREE, one artifact per target device (``verify`` and ``benchmark``
+of the artifacts are in their own modules)."""
 
 from __future__ import annotations
 
 import functools
-import json
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kiln.actions import _ireetools
-from kiln.actions._files import atomic_output
+from kiln.actions._devices import MACHINE_POOL, driver_for_flags
+from kiln.actions._targets import check_target
 from kiln.args import current_args_namespace
 from kiln.errors import BuildDefinitionError, ToolError, UsageError
 from kiln.graph import (
@@ -45,12 +45,20 @@ class Target:
     name: str
     flags: tuple[str, ...]
 
+    @property
+    def driver(self) -> str:
+        """The iree.runtime driver that runs modules compiled for this target."""
+        return driver_for_flags(self.flags)
+
 
 def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
     """The targets of ``explicit`` specs, else of the command line (``--target``,
     ``--iree-hal-target-device``); none at all is a definition error."""
     ns = current_args_namespace()
     specs = list(explicit) if explicit is not None else list(getattr(ns, "kiln_targets", []))
+    root = BuildContext.current().executor.get_context("")
+    for spec in specs:
+        check_target(spec, root)
     found = [Target(_ireetools.target_name(s), tuple(_ireetools.target_flags(s))) for s in specs]
     if explicit is None:
         for device in getattr(ns, "iree_hal_target_device", None) or []:
@@ -86,6 +94,8 @@ def _hal_device_target(device: str, ns: Any) -> Target:
 class CompileAction(BuildAction):
     """Runs iree-compile in a worker process; warnings go to a log file beside the
     output, diagnostics into the failure."""
+
+    pool = MACHINE_POOL
 
     def __init__(
         self,
@@ -171,85 +181,3 @@ def _compiler_version_or_none() -> str | None:
         return _ireetools.compiler_version()
     except ToolError:
         return None
-
-
-def _verify_and_write(
-    result_path: str, module: str, inputs: list[str], expected: list[str],
-    rtol: float, atol: float, driver: str, function: str | None,
-) -> None:  # fmt: skip
-    """Worker side of ``verify``: compare, write the JSON result, fail on mismatch."""
-    result = _ireetools.verify_module(module, inputs, expected, rtol, atol, driver, function)
-    if not result["passed"]:
-        raise ToolError(f"outputs of {module} do not match:\n{result['summary']}")
-    with atomic_output(result_path) as tmp:
-        tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-
-
-class VerifyAction(BuildAction):
-    """Runs a compiled module on inputs and compares with expected outputs."""
-
-    def __init__(
-        self,
-        *,
-        module: BuildFile,
-        inputs: list[BuildFile],
-        expected: list[BuildFile],
-        output_file: BuildFile,
-        rtol: float,
-        atol: float,
-        driver: str,
-        function: str | None,
-        **kwargs: Any,
-    ):
-        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
-        self.module = module
-        self.inputs = inputs
-        self.expected = expected
-        self.output_file = output_file
-        self.rtol, self.atol = rtol, atol
-        self.driver = driver
-        self.function = function
-        self.deps.update([module, *inputs, *expected])
-        output_file.deps.add(self)
-
-    def _remotable_thunk(self) -> Callable[[], None]:
-        return functools.partial(
-            _verify_and_write,
-            str(self.output_file.get_fs_path()),
-            str(self.module.get_fs_path()),
-            [str(f.get_fs_path()) for f in self.inputs],
-            [str(f.get_fs_path()) for f in self.expected],
-            self.rtol, self.atol, self.driver, self.function,
-        )  # fmt: skip
-
-
-def verify(
-    *,
-    name: str,
-    module: BuildFile | str,
-    inputs: Sequence[BuildFile | str],
-    expected: Sequence[BuildFile | str],
-    rtol: float = 1e-4,
-    atol: float = 1e-4,
-    driver: str = "local-task",
-    function: str | None = None,
-) -> BuildFile:
-    """Declare a check of compiled ``module``: run it on ``inputs`` (``.pb`` tensors or
-    ``.npy``) and compare with ``expected``; the JSON result goes to ``name``."""
-    context = BuildContext.current()
-    module_file = context.file(module)
-    output = context.allocate_file(name)
-    action = VerifyAction(
-        module=module_file,
-        inputs=context.files(list(inputs)),
-        expected=context.files(list(expected)),
-        output_file=output,
-        rtol=rtol,
-        atol=atol,
-        driver=driver,
-        function=function,
-        desc=f"Verifying {module_file.path}",
-        executor=context.executor,
-    )
-    ManifestMeta.get(module_file).verifications.append((action, output))
-    return output

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from kiln.actions._devices import MACHINE_POOL
 from kiln.actions._ireetools import import_onnx
 from kiln.actions.iree import CompileSourceMeta
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
@@ -14,6 +15,8 @@ from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 class ImportOnnxAction(BuildAction):
     """Imports ``input_file`` (ONNX) to MLIR at ``output_file``; with
     ``opset_version`` the model is first upgraded to that opset."""
+
+    pool = MACHINE_POOL
 
     def __init__(
         self,

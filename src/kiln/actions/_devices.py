@@ -1,0 +1,115 @@
+"""Where compiled modules run: the runtime driver of a compile target, whether this
+machine has such a device, and what identifies the machine in a result's key.
+
+``MACHINE_POOL`` is the resource pool of kiln's computing actions (import,
+compile, onnxruntime reference, verify, benchmark). A benchmark takes the pool
+exclusively, so it never runs beside another benchmark or a compile; the others
+share it (``--pool machine=N`` bounds them to N at once).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kiln.errors import ToolError
+from kiln.graph import BuildDependency, BuildMeta
+
+MACHINE_POOL = "machine"
+LOCAL_DRIVERS = ("local-task", "local-sync")
+
+
+def driver_for_flags(flags: Sequence[str]) -> str:
+    """The iree.runtime driver for a module compiled with ``flags``: ``local-task``
+    for CPU and VMVX modules, else the HAL device (``cuda``, ``hip``, ``vulkan``)."""
+    device = "local"
+    for flag in flags:
+        if flag.startswith("--iree-hal-target-device="):
+            device = flag.split("=", 1)[1].split("[", 1)[0].split(":", 1)[0]
+    return "local-task" if device in ("local", "llvm-cpu", "vmvx") else device
+
+
+def runtime_tool(name: str) -> str:
+    """The path of an iree-base-runtime executable (``iree-benchmark-module``, ...)."""
+    spec = importlib.util.find_spec("iree._runtime_libs")
+    if spec is None or spec.origin is None:
+        raise ToolError("iree-base-runtime is not installed (pip install 'kiln[iree]')")
+    exe = Path(spec.origin).parent / name
+    if not exe.is_file():
+        raise ToolError(f"iree-base-runtime has no {name} at {exe}")
+    return str(exe)
+
+
+def runtime_version() -> str:
+    try:
+        return importlib.metadata.version("iree-base-runtime")
+    except importlib.metadata.PackageNotFoundError:
+        raise ToolError("iree-base-runtime is not installed (pip install 'kiln[iree]')") from None
+
+
+def list_devices(driver: str) -> list[str]:
+    """The devices of ``driver`` on this machine (``cuda://...`` lines), none when the
+    driver's library or device is missing."""
+    if driver in LOCAL_DRIVERS:
+        return [f"{driver}://"]
+    proc = subprocess.run(
+        [runtime_tool("iree-run-module"), f"--list_devices={driver}"],
+        capture_output=True, text=True, errors="replace", timeout=60,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        return []
+    return [line.strip() for line in proc.stdout.splitlines() if "://" in line]
+
+
+def absent_device_reason(driver: str) -> str | None:
+    """None when this machine can run ``driver``'s modules, else why not
+    (``"no cuda device here"``)."""
+    return None if list_devices(driver) else f"no {driver} device here"
+
+
+def cpu_model() -> str:
+    """The machine's CPU model name, as /proc/cpuinfo says (else platform's guess)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine() -> dict[str, Any]:
+    """What identifies this machine in a benchmark's key and result."""
+    return {"cpu": cpu_model(), "cpus": os.cpu_count() or 1, "arch": platform.machine()}
+
+
+class _DeviceMeta(BuildMeta):
+    """Per-graph memo of the device lists (held on the root context): the keys of a
+    build's checks ask once per driver, not once per action."""
+
+    KEY = "kiln.devices"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.devices: dict[str, list[str]] = {}
+
+
+def device_key(driver: str, root: BuildDependency) -> dict[str, Any]:
+    """The part of a check's key that says where it runs: the driver, and for GPU
+    drivers the devices present (so a check skipped on a machine without the
+    device runs again where there is one). Asked at definition time; ``root``
+    (the graph's root context) holds the answers for the rest of the build."""
+    key: dict[str, Any] = {"driver": driver}
+    if driver not in LOCAL_DRIVERS:
+        memo = _DeviceMeta.get(root).devices
+        if driver not in memo:
+            memo[driver] = list_devices(driver)
+        key["devices"] = memo[driver]
+    return key

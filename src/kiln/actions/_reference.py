@@ -1,0 +1,171 @@
+"""The reference side of a check, run inside worker processes: an ONNX model's input
+signature, the inputs a check uses (given files or generated), and the model's
+outputs computed by onnxruntime.
+
+onnxruntime runs the source model as it is, on the CPU, with graph optimizations
+off so that the reference computes what the model says. Only when onnxruntime
+cannot load it (it has no kernels for the oldest opsets, e.g. AveragePool-1) is
+the model upgraded to the opset its ``onnx_import`` used (default 17) and run
+again.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kiln.actions._files import atomic_output
+from kiln.actions._tensors import (
+    InputSpec,
+    file_seed,
+    generate_inputs,
+    load_bundle,
+    load_tensor,
+    save_bundle,
+)
+from kiln.errors import ToolError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def _short(error: BaseException, max_chars: int = 500) -> str:
+    text = " ".join(str(error).strip().split())
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def onnxruntime_version() -> str:
+    """The installed onnxruntime's version (part of reference keys)."""
+    try:
+        return importlib.metadata.version("onnxruntime")
+    except importlib.metadata.PackageNotFoundError:
+        raise ToolError("onnxruntime is not installed (pip install 'kiln[iree]')") from None
+
+
+def _load_model(path: str) -> Any:
+    import onnx
+
+    try:
+        return onnx.load(path, load_external_data=False)
+    except Exception as e:
+        raise ToolError(f"cannot read ONNX model {path}: {_short(e)}") from e
+
+
+def model_signature(path: str) -> list[InputSpec]:
+    """The model's inputs in call order: graph inputs that are not initializers."""
+    from onnx import helper
+
+    graph = _load_model(path).graph
+    initializers = {i.name for i in graph.initializer}
+    specs = []
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        kind = value.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise ToolError(
+                f"cannot generate input {value.name!r} of {path}: it is a {kind}, not a tensor"
+            )
+        tensor = value.type.tensor_type
+        dtype = str(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        dims: list[int | str | None] = []
+        for d in tensor.shape.dim:
+            which = d.WhichOneof("value")
+            dims.append(d.dim_value if which == "dim_value" else d.dim_param or None)
+        specs.append(InputSpec(value.name, _dtype_name(tensor.elem_type, dtype), tuple(dims)))
+    return specs
+
+
+def _dtype_name(elem_type: int, numpy_name: str) -> str:
+    """numpy's name for an ONNX element type; ml_dtypes' names for bfloat16 and float8s."""
+    from onnx import TensorProto
+
+    special: dict[int, str] = {
+        TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT8E4M3FN: "float8_e4m3fn"
+    }  # fmt: skip
+    return special.get(elem_type, numpy_name)
+
+
+def output_names(path: str) -> list[str]:
+    return [o.name for o in _load_model(path).graph.output]
+
+
+def check_inputs(
+    model: str | None, inputs: Sequence[str], shapes: Mapping[str, Any]
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """The arrays a check runs on, and how they were made (recorded in its result):
+    the given files, else inputs generated from ``model``'s signature."""
+    if inputs:
+        return [load_tensor(p) for p in inputs], {"source": "given", "files": list(inputs)}
+    if model is None:
+        raise ToolError("no inputs given and no ONNX model to generate them from")
+    seed = file_seed(model)
+    arrays, chosen = generate_inputs(model_signature(model), seed, shapes)
+    return arrays, {"source": "generated", "seed": seed, "shapes": chosen}
+
+
+def _session(model: str | bytes, where: str) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    try:
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ToolError(f"onnxruntime cannot load {where}: {_short(e)}") from e
+
+
+def _upgraded(model: str, opset: int) -> bytes:
+    """``model`` converted to ``opset`` (as onnx_import does), serialized."""
+    import onnx
+
+    try:
+        converted = onnx.version_converter.convert_version(_load_model(model), opset)
+        converted.ir_version = max(converted.ir_version, 4)
+        return bytes(converted.SerializeToString())
+    except Exception as e:
+        raise ToolError(f"cannot upgrade {model} to opset {opset}: {_short(e)}") from e
+
+
+def run_onnxruntime(
+    model: str, args: Sequence[Any], upgrade_to: int | None = None
+) -> tuple[list[np.ndarray], int | None]:
+    """The outputs of ``model`` on ``args``, computed by onnxruntime on the CPU, and
+    the opset the model was upgraded to (None: run as it is). onnxruntime has no
+    kernels for the oldest opsets: such a model is upgraded to ``upgrade_to``."""
+    import numpy as np
+
+    upgraded = None
+    try:
+        session = _session(model, model)
+    except ToolError as first:
+        if upgrade_to is None:
+            raise
+        try:
+            session, upgraded = _session(_upgraded(model, upgrade_to), model), upgrade_to
+        except ToolError:
+            raise first from None
+    names = [i.name for i in session.get_inputs()]
+    if len(names) != len(args):
+        raise ToolError(f"{model} takes {len(names)} inputs {names}, given {len(args)}")
+    try:
+        outputs = session.run(None, dict(zip(names, args, strict=True)))
+    except Exception as e:
+        raise ToolError(f"onnxruntime cannot run {model}: {_short(e)}") from e
+    return [np.asarray(o) for o in outputs], upgraded
+
+
+def write_reference(
+    model: str, inputs: list[str], shapes: dict[str, Any], output: str, upgrade_to: int | None
+) -> None:
+    """Worker side of the onnxruntime reference: its outputs, in order, to ``output``."""
+    args, _ = check_inputs(model, inputs, shapes)
+    outputs, _ = run_onnxruntime(model, args, upgrade_to)
+    with atomic_output(output) as tmp:
+        save_bundle(str(tmp), outputs)
+
+
+def read_reference(path: str) -> list[np.ndarray]:
+    return load_bundle(path)

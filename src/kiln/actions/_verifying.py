@@ -1,0 +1,103 @@
+"""Worker side of ``verify``: run a compiled module on its inputs and compare its
+outputs with each reference (shipped expected files, onnxruntime's outputs).
+
+The result JSON (written only when every reference matches)::
+
+    {"status": "passed" | "skipped", "passed": true | null, "reason": (when skipped),
+     "model", "module", "target", "driver", "function",
+     "inputs": {"source": "given", "files"} | {"source": "generated", "seed", "shapes"},
+     "references": {"shipped" | "onnxruntime": {"passed", "summary", "outputs": [
+         {"index", "name", "shape", "dtype", "rtol", "atol", "max_abs_err",
+          "max_rel_err", "worst_index", "mismatches", "passed", "worst"}]}},
+     "outputs": (the first reference's outputs), "summary"}
+
+A mismatch raises `VerificationFailed`, carrying the same dict as ``result`` (for
+the manifest) and a message naming the model, target, output and error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln.actions._devices import absent_device_reason
+from kiln.actions._files import atomic_output
+from kiln.actions._ireetools import run_module
+from kiln.actions._reference import check_inputs, output_names, read_reference
+from kiln.actions._tensors import compare_all, load_tensor
+from kiln.errors import ToolError
+
+
+class VerificationFailed(ToolError):
+    """A compiled module's outputs differ from a reference; ``result`` is the
+    verification's JSON result."""
+
+    def __init__(self, message: str, result: dict[str, Any]):
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.result))
+
+
+@dataclass
+class Check:
+    """Everything one verification needs, as plain values (it pickles into a worker)."""
+
+    result_path: str
+    module: str
+    label: str  # the model (or module) as the user named it in the build
+    target: str
+    driver: str
+    function: str | None
+    model: str | None
+    inputs: list[str]
+    shapes: dict[str, Any]
+    expected: list[str]
+    reference: str | None  # the onnxruntime outputs (.npz), if asked for
+    tolerances: dict[str, list[float]] = field(default_factory=dict)
+
+
+def _write(path: str, result: dict[str, Any]) -> None:
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+
+
+def run_check(check: Check) -> None:
+    """Verify ``check.module``; write the result, or raise VerificationFailed."""
+    head: dict[str, Any] = {
+        "model": check.label, "module": check.module, "target": check.target,
+        "driver": check.driver,
+    }  # fmt: skip
+    reason = absent_device_reason(check.driver)
+    if reason is not None:
+        _write(check.result_path, {**head, "status": "skipped", "passed": None, "reason": reason})
+        return
+    args, how = check_inputs(check.model, check.inputs, check.shapes)
+    function, actual = run_module(check.module, args, check.driver, check.function)
+    names = output_names(check.model) if check.model else []
+    wanted: dict[str, list[Any]] = {}
+    if check.expected:
+        wanted["shipped"] = [load_tensor(p) for p in check.expected]
+    if check.reference:
+        wanted["onnxruntime"] = read_reference(check.reference)
+    refs = {ref: compare_all(actual, want, check.tolerances, names) for ref, want in wanted.items()}
+    passed = all(r["passed"] for r in refs.values())
+    summary = "\n".join(f"against {ref}: {r['summary']}" for ref, r in refs.items())
+    result = {
+        **head, "function": function, "inputs": how, "references": refs,
+        "status": "passed" if passed else "failed", "passed": passed, "summary": summary,
+        "outputs": next(iter(refs.values()))["outputs"] if refs else [],
+    }  # fmt: skip
+    if not passed:
+        raise VerificationFailed(_failure_message(check, refs), result)
+    _write(check.result_path, result)
+
+
+def _failure_message(check: Check, refs: dict[str, dict[str, Any]]) -> str:
+    lines = [f"{check.label} compiled for {check.target} ({check.module}) does not match:"]
+    for ref, r in refs.items():
+        if not r["passed"]:
+            lines += [f"  against {ref}: {line}" for line in r["summary"].splitlines()]
+    return "\n".join(lines)

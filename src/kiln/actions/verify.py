@@ -1,0 +1,242 @@
+"""``verify``: run a compiled module and compare its outputs with references — the
+expected outputs shipped with the model, and/or the source ONNX model's outputs
+computed by onnxruntime on the same inputs. Inputs are given files or generated
+from the model's signature (see `kiln.actions._tensors`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kiln.actions import _devices
+from kiln.actions._reference import onnxruntime_version, write_reference
+from kiln.actions._tensors import normalize_shapes
+from kiln.actions._verifying import Check, run_check
+from kiln.actions.iree import CompileAction
+from kiln.actions.onnx import ImportOnnxAction
+from kiln.errors import BuildDefinitionError
+from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
+from kiln.manifest import ManifestMeta
+
+REFERENCES = ("onnxruntime",)
+DEFAULT_OPSET = 17  # onnx_import's default: what a model is upgraded to for onnxruntime
+
+
+class ReferenceAction(BuildAction):
+    """Computes a model's outputs with onnxruntime (in a worker) into one ``.npz``."""
+
+    pool = _devices.MACHINE_POOL
+
+    def __init__(
+        self, *, model: BuildFile, inputs: list[BuildFile], shapes: dict[str, Any],
+        output_file: BuildFile, upgrade_to: int | None, **kwargs: Any,
+    ):  # fmt: skip
+        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+        self.model, self.inputs, self.shapes = model, inputs, shapes
+        self.output_file = output_file
+        self.upgrade_to = upgrade_to
+        self.onnxruntime = onnxruntime_version()
+        self.deps.update([model, *inputs])
+        output_file.deps.add(self)
+
+    def _remotable_thunk(self) -> Callable[[], None]:
+        return functools.partial(
+            write_reference,
+            str(self.model.get_fs_path()),
+            [str(f.get_fs_path()) for f in self.inputs],
+            self.shapes,
+            str(self.output_file.get_fs_path()),
+            self.upgrade_to,
+        )
+
+
+class _ReferenceMeta(BuildMeta):
+    """The onnxruntime outputs already declared for a model, by (inputs, shapes):
+    the checks of one model on several targets share one reference run."""
+
+    KEY = "kiln.verify.references"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: dict[str, BuildFile] = {}
+
+
+def _reference_file(
+    context: BuildContext, module: BuildFile, model: BuildFile, inputs: list[BuildFile],
+    shapes: dict[str, Any],
+) -> BuildFile:  # fmt: skip
+    memo = _ReferenceMeta.get(model).files
+    key = json.dumps([[f.key for f in inputs], shapes], sort_keys=True)
+    if key not in memo:
+        stem = model.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        base = f"{context.path}/{stem}" if context.path else stem
+        n = 0
+        while f"{base}.onnxruntime{n or ''}.npz" in context.executor.all:
+            n += 1
+        output = context.allocate_file(f"{stem}.onnxruntime{n or ''}.npz")
+        importer = _importer(module)
+        opset = importer.opset_version if importer is not None else None
+        ReferenceAction(
+            model=model, inputs=inputs, shapes=shapes, output_file=output,
+            upgrade_to=opset or DEFAULT_OPSET,
+            desc=f"Running {model.path} in onnxruntime", executor=context.executor,
+        )  # fmt: skip
+        memo[key] = output
+    return memo[key]
+
+
+def _importer(module: BuildFile) -> ImportOnnxAction | None:
+    compiles = [d for d in module.deps if isinstance(d, CompileAction)]
+    if not compiles:
+        return None
+    imports = [d for d in compiles[0].input_file.deps if isinstance(d, ImportOnnxAction)]
+    return imports[0] if imports else None
+
+
+def source_model(module: BuildFile) -> BuildFile | None:
+    """The ONNX model that ``module`` was compiled from (via onnx_import), if any."""
+    importer = _importer(module)
+    return importer.input_file if importer is not None else None
+
+
+def module_target(module: BuildFile) -> tuple[str, str]:
+    """(target name, runtime driver) of a module compiled in this build, else
+    ("", "local-task")."""
+    compiles = [d for d in module.deps if isinstance(d, CompileAction)]
+    if not compiles:
+        return "", "local-task"
+    return compiles[0].target.name, compiles[0].target.driver
+
+
+class VerifyAction(BuildAction):
+    """Runs a compiled module on inputs and compares with its references, in a
+    worker. Its key holds every file it reads, the tolerances, the runtime's
+    version and, for GPU drivers, the devices present."""
+
+    VERSION = 2
+    pool = _devices.MACHINE_POOL
+
+    def __init__(self, *, check: Check, files: list[BuildFile], output_file: BuildFile,
+                 device: dict[str, Any], **kwargs: Any):  # fmt: skip
+        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+        self.check = check
+        self.files = files
+        self.output_file = output_file
+        self.device = device
+        self.runtime = _devices.runtime_version()
+        self.deps.update(files)
+        output_file.deps.add(self)
+
+    def params(self) -> dict[str, Any] | None:
+        out = super().params()
+        if out is not None:
+            c = self.check
+            out["check"] = {
+                "target": c.target, "driver": c.driver, "function": c.function,
+                "shapes": c.shapes, "tolerances": c.tolerances, "reference": bool(c.reference),
+                "inputs": [f.key for f in self.files[1 : 1 + len(c.inputs)]],
+                "expected": len(c.expected),
+            }  # fmt: skip
+        return out
+
+    def _remotable_thunk(self) -> Callable[[], None]:
+        return functools.partial(run_check, self.check)
+
+
+def _tolerances(
+    rtol: float | None, atol: float | None, tolerances: Mapping[str, Sequence[float]] | None
+) -> dict[str, list[float]]:
+    out = {str(k): [float(v) for v in pair] for k, pair in (tolerances or {}).items()}
+    if any(len(pair) != 2 for pair in out.values()):
+        raise BuildDefinitionError("verify(tolerances=...) maps a dtype name to (rtol, atol)")
+    if rtol is not None or atol is not None:
+        out["*"] = [rtol or 0.0, atol or 0.0]
+    return out
+
+
+def verify(
+    *,
+    name: str,
+    module: BuildFile | str,
+    inputs: Sequence[BuildFile | str] | None = None,
+    expected: Sequence[BuildFile | str] | None = None,
+    reference: str | None = None,
+    model: BuildFile | str | None = None,
+    shapes: Mapping[str, Any] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    tolerances: Mapping[str, Sequence[float]] | None = None,
+    driver: str | None = None,
+    function: str | None = None,
+) -> BuildFile:
+    """Declare a check of compiled ``module``; its JSON result goes to ``name``.
+
+    ``expected`` (``.pb`` or ``.npy`` files) are outputs shipped with the model;
+    ``reference="onnxruntime"`` adds the outputs of the source ONNX ``model``
+    (default: the model the module was imported from) run in onnxruntime. Both
+    may be asked at once. ``inputs=None`` generates inputs from the model's
+    signature (``shapes`` sizes its dynamic dimensions). ``rtol``/``atol`` apply to
+    every dtype; ``tolerances`` per dtype name, e.g. ``{"float16": (1e-2, 1e-3)}``;
+    otherwise each dtype's default (`kiln.actions._tensors.DEFAULT_TOLERANCES`).
+    """
+    context = BuildContext.current()
+    module_file = context.file(module)
+    model_file = context.file(model) if model is not None else source_model(module_file)
+    input_files = context.files(list(inputs)) if inputs else []
+    expected_files = context.files(list(expected)) if expected else []
+    shape_map = normalize_shapes(shapes)
+    _check_arguments(module_file, model_file, reference, input_files, expected_files)
+    ref_file = (
+        _reference_file(context, module_file, model_file, input_files, shape_map)
+        if reference and model_file is not None
+        else None
+    )
+    target, default_driver = module_target(module_file)
+    driver = driver or default_driver
+    output = context.allocate_file(name)
+    label = model_file.path if model_file is not None else module_file.path
+    check = Check(
+        result_path=str(output.get_fs_path()), module=str(module_file.get_fs_path()),
+        label=label, target=target or "its own target", driver=driver, function=function,
+        model=str(model_file.get_fs_path()) if model_file is not None else None,
+        inputs=[str(f.get_fs_path()) for f in input_files], shapes=shape_map,
+        expected=[str(f.get_fs_path()) for f in expected_files],
+        reference=str(ref_file.get_fs_path()) if ref_file is not None else None,
+        tolerances=_tolerances(rtol, atol, tolerances),
+    )  # fmt: skip
+    files = [module_file, *input_files, *expected_files]
+    files += [f for f in (model_file, ref_file) if f is not None]
+    action = VerifyAction(
+        check=check, files=files, output_file=output,
+        device=_devices.device_key(driver, context.executor.get_context("")),
+        desc=f"Verifying {module_file.path}", executor=context.executor,
+    )  # fmt: skip
+    ManifestMeta.get(module_file).verifications.append((action, output))
+    return output
+
+
+def _check_arguments(
+    module: BuildFile, model: BuildFile | None, reference: str | None,
+    inputs: list[BuildFile], expected: list[BuildFile],
+) -> None:  # fmt: skip
+    """Definition errors, named by module, before anything runs."""
+    where = f"verify of {module.path}"
+    if reference is not None and reference not in REFERENCES:
+        raise BuildDefinitionError(
+            f"{where}: unknown reference {reference!r}; known: {', '.join(REFERENCES)}"
+        )
+    if not expected and reference is None:
+        raise BuildDefinitionError(
+            f"{where}: nothing to compare with: pass expected=[...] and/or reference='onnxruntime'"
+        )
+    if model is None and (reference or not inputs):
+        raise BuildDefinitionError(
+            f"{where}: {'onnxruntime' if reference else 'generating inputs'} needs the ONNX "
+            "model: pass model=..., or compile a module imported with onnx_import"
+        )
+    if expected and not inputs:
+        raise BuildDefinitionError(
+            f"{where}: expected outputs need the inputs they came from: pass inputs=[...]"
+        )
