@@ -22,18 +22,36 @@ def test_the_zoo_has_every_category(kiln):
         assert any(n.startswith(category) for n in names)
 
 
-def test_one_model_through_every_stage_with_the_table(tmp_path: Path):
-    model = "pytorch-converted__test_AvgPool1d"
-    proc = subprocess.run(
-        [sys.executable, str(ZOO), model, "--output-dir", str(tmp_path / "out"), "-j", "2"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+def test_models_through_every_stage_with_the_table(tmp_path: Path):
+    model, wrong = "pytorch-converted__test_AvgPool1d", "simple__test_sequence_model8"
+    cmd = [sys.executable, str(ZOO), model, wrong, "--output-dir", str(tmp_path / "out"), "-j", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    row = next(line for line in proc.stdout.splitlines() if line.startswith(model))
-    assert row.split("\t")[1:] == ["ok"] * 5
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("model\t"))
+    assert header.split("\t")[1:] == [
+        "import", "compile cpu", "compile vmvx", "verify cpu", "verify vmvx", "ort cpu",
+        "ort vmvx", "bench cpu", "bench vmvx",
+    ]  # fmt: skip
+    row = next(line for line in lines if line.startswith(model)).split("\t")[1:]
+    assert row[:7] == ["ok"] * 7 and all(c.endswith("us") for c in row[7:])
+    bad = next(line for line in lines if line.startswith(wrong)).split("\t")[1:]
+    assert bad[3:7] == ["FAILED"] * 4  # wrong against the shipped outputs and onnxruntime
     assert "1 verified on every target" in proc.stdout
+    assert "models: 2;" in proc.stdout  # models not asked for are left out of the table
+    assert "IREE and onnxruntime disagree on 2 module(s):" in proc.stdout
+    assert f"{wrong} (cpu): against onnxruntime: output 0 (len)" in proc.stdout
     manifest = json.loads((tmp_path / "out/manifest.json").read_text())
     outputs = manifest["entrypoints"][model]["outputs"]
-    assert [o.get("target") for o in outputs if o.get("target")] == ["cpu", "vmvx"]
-    assert all(v["passed"] for o in outputs for v in o.get("verification", []))
-    assert "models: 1;" in proc.stdout  # models not asked for are left out of the table
+    modules = [o for o in outputs if o.get("target")]
+    assert [o["target"] for o in modules] == ["cpu", "vmvx"]
+    for module in modules:
+        shipped, ort = module["verification"]
+        assert shipped["passed"] and set(shipped["references"]) == {"shipped"}
+        assert ort["passed"] and set(ort["references"]) == {"onnxruntime"}
+        (bench,) = module["benchmark"]
+        assert bench["status"] == "measured" and bench["median"] > 0
+
+    strict = subprocess.run([*cmd, "--strict"], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=300)  # fmt: skip
+    assert strict.returncode == 1

@@ -1,0 +1,205 @@
+"""verify against onnxruntime and on generated inputs, per-dtype tolerances, benchmark,
+device skips and GPU target checks, through real builds with the IREE tools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("iree.runtime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from kiln.actions import _tensors  # noqa: E402
+
+
+def _pb(path: Path, array: np.ndarray) -> None:
+    path.write_bytes(numpy_helper.from_array(array).SerializeToString())
+
+
+def _write_models(folder: Path) -> None:
+    """add.onnx: y = x + c (x dynamic in its first dim, "N"), with a correct and a
+    wrong reference output; two.onnx: a float and an int64 output."""
+    const = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "c")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["y"])], "add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        initializer=[const],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              folder / "add.onnx")  # fmt: skip
+    x = np.ones((2, 3), dtype=np.float32)
+    _pb(folder / "x.pb", x)
+    _pb(folder / "y.pb", x + np.arange(6, dtype=np.float32).reshape(2, 3))
+    wrong = x + np.arange(6, dtype=np.float32).reshape(2, 3)
+    wrong[1, 2] += 1.0
+    _pb(folder / "wrong.pb", wrong)
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Shape", ["a"], ["s"])],
+        "two",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["B", 4])],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, ["B", 4]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              folder / "two.onnx")  # fmt: skip
+
+
+BUILD = """
+@entrypoint
+def add(expected=cl_arg("expected", default="y.pb")):
+    mlir = onnx_import(name="add.mlir", source=source_file("add.onnx"))
+    modules = compile(name="add", source=mlir)
+    out = []
+    for m in modules:
+        t = m.path.rsplit("_", 1)[-1].split(".")[0]
+        out.append(verify(name=f"both_{t}.json", module=m, inputs=[source_file("x.pb")],
+                          expected=[source_file(expected, name="expected.pb")],
+                          reference="onnxruntime"))
+        out.append(benchmark(name=f"bench_{t}.json", module=m, repetitions=2,
+                             min_time_s=0.01, shapes={"N": 2}))
+    return [*modules, *out]
+
+@entrypoint
+def two():
+    mlir = onnx_import(name="two.mlir", source=source_file("two.onnx"))
+    modules = compile(name="two", source=mlir)
+    return [*modules, *(verify(name=f"gen_{i}.json", module=m, reference="onnxruntime",
+                               shapes={"B": 3}) for i, m in enumerate(modules))]
+"""
+
+
+@pytest.fixture
+def build(tmp_path: Path, write_module):  # type: ignore[no-untyped-def]
+    _write_models(tmp_path)
+    return write_module(BUILD)
+
+
+def _manifest_module(out: Path, ep: str, target: str) -> dict:  # type: ignore[type-arg]
+    manifest = json.loads((out / "manifest.json").read_text())
+    return next(o for o in manifest["entrypoints"][ep]["outputs"] if o.get("target") == target)
+
+
+def test_shipped_and_onnxruntime_references_and_a_benchmark(build, kiln, tmp_path: Path):
+    r = kiln("build", str(build), "add", "--target", "cpu", "-j", "2")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "kiln-out"
+    result = json.loads((out / "genfiles/add/both_cpu.json").read_text())
+    assert result["passed"] is True and result["target"] == "cpu"
+    assert set(result["references"]) == {"shipped", "onnxruntime"}
+    record = result["references"]["onnxruntime"]["outputs"][0]
+    assert record["name"] == "y" and record["passed"] and record["rtol"] == 1e-4
+    assert {"max_abs_err", "max_rel_err", "worst_index"} <= set(record)
+    bench = json.loads((out / "genfiles/add/bench_cpu.json").read_text())
+    assert bench["status"] == "measured" and bench["repetitions"] == 2
+    assert 0 < bench["min"] <= bench["median"] <= bench["max"] and bench["time_unit"] == "us"
+    assert bench["device"] == "local-task" and bench["machine"]["cpu"]
+    assert bench["inputs"]["source"] == "generated" and bench["inputs"]["shapes"] == {"x": [2, 3]}
+    module = _manifest_module(out, "add", "cpu")
+    (check,) = module["verification"]
+    assert check["passed"] is True and check["references"]["onnxruntime"]["passed"] is True
+    assert module["benchmark"][0]["median"] == bench["median"]
+
+    again = kiln("build", str(build), "add", "--target", "cpu")
+    assert again.returncode == 0 and "0 built" in again.stderr
+
+
+def test_a_wrong_reference_fails_naming_model_target_output(build, kiln, tmp_path: Path):
+    r = kiln("build", str(build), "add", "--target", "vmvx", "--expected", "wrong.pb")
+    assert r.returncode == 1
+    assert "add/add.onnx compiled for vmvx" in r.stderr
+    assert "against shipped: output 0 (y)" in r.stderr and "1 elements differ" in r.stderr
+    assert "worst: [1, 2] got 6.0 expected 7.0" in r.stderr
+    assert "against onnxruntime" not in r.stderr  # onnxruntime agrees with IREE
+    check = _manifest_module(tmp_path / "kiln-out", "add", "vmvx")["verification"][0]
+    assert check["passed"] is False and check["status"] == "failed"
+    assert check["references"]["onnxruntime"]["passed"] is True
+    assert check["references"]["shipped"]["outputs"][0]["worst_index"] == [1, 2]
+
+
+def test_generated_inputs_are_deterministic_and_recorded(build, kiln, tmp_path: Path):
+    r = kiln("build", str(build), "two", "--target", "cpu", "--target", "vmvx", "-j", "2")
+    assert r.returncode == 0, r.stderr
+    results = [json.loads((tmp_path / f"kiln-out/genfiles/two/gen_{i}.json").read_text())
+               for i in (0, 1)]  # fmt: skip
+    seed = _tensors.file_seed(str(tmp_path / "two.onnx"))
+    for result in results:
+        assert result["passed"] and result["inputs"] == {
+            "source": "generated", "seed": seed, "shapes": {"a": [3, 4]}
+        }  # fmt: skip
+        shape_out = result["references"]["onnxruntime"]["outputs"][1]
+        assert shape_out["dtype"] == "int64" and (shape_out["rtol"], shape_out["atol"]) == (0, 0)
+    # One onnxruntime run serves both targets.
+    assert r.stderr.count("in onnxruntime") == 1
+
+
+def test_generate_inputs_per_dtype_and_shapes() -> None:
+    specs = [
+        _tensors.InputSpec("f", "float32", ("N", 3)),
+        _tensors.InputSpec("i", "int64", (None,)),
+        _tensors.InputSpec("b", "bool", (2,)),
+        _tensors.InputSpec("h", "float16", (4,)),
+    ]
+    arrays, shapes = _tensors.generate_inputs(specs, 7, {"N": 5})
+    again, _ = _tensors.generate_inputs(specs, 7, {"N": 5})
+    assert shapes == {"f": [5, 3], "i": [_tensors.DEFAULT_DIM], "b": [2], "h": [4]}
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, again, strict=True))
+    f, i, b, h = arrays
+    assert f.dtype == np.float32 and f.min() >= -1 and f.max() < 1
+    assert i.dtype == np.int64 and i.min() >= 0 and i.max() < _tensors.INT_HIGH
+    assert b.dtype == bool and h.dtype == np.float16
+    other, _ = _tensors.generate_inputs(specs, 8, {"N": 5})
+    assert not np.array_equal(other[0], f)
+
+
+def test_tolerances_per_dtype() -> None:
+    f16 = np.array([1.0, 2.0], np.float16)
+    assert _tensors.compare(0, f16, f16 + np.float16(0.001), {})["passed"]
+    f32 = np.array([1.0, 2.0], np.float32)
+    assert not _tensors.compare(0, f32, f32 + 0.001, {})["passed"]
+    ints = np.array([3, 4])
+    record = _tensors.compare(0, ints, ints + [0, 1], {})
+    assert not record["passed"] and record["worst_index"] == [1]
+    assert _tensors.compare(0, f32, f32 + 0.001, {"float32": (0, 0.01)})["passed"]
+
+
+def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: Path):
+    r = kiln("build", str(build), "add", "--target", "cuda:sm_80", "-j", "2")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "kiln-out"
+    result = json.loads((out / "genfiles/add/both_80.json").read_text())
+    assert result["status"] == "skipped" and result["passed"] is None
+    assert result["reason"] == "no cuda device here"
+    module = _manifest_module(out, "add", "cuda_sm_80")
+    assert module["verification"][0] == {
+        "passed": None, "status": "skipped", "reason": "no cuda device here"
+    }  # fmt: skip
+    assert module["benchmark"][0]["status"] == "skipped"
+
+
+def test_unsupported_gpu_target_fails_before_compiling(build, kiln, tmp_path: Path):
+    r = kiln("build", str(build), "add", "--target", "cuda:sm_90")
+    assert r.returncode == 2
+    assert "--target cuda:sm_90" in r.stderr and "missing GPU target" in r.stderr
+    assert "use --target cuda:sm_89" in r.stderr
+    assert not (tmp_path / "kiln-out/bin").exists()
+
+
+def test_verify_definition_errors(kiln, write_module, tmp_path: Path):
+    _write_models(tmp_path)
+    module = write_module(
+        """
+        @entrypoint
+        def bad():
+            (m,) = compile(name="add", source=source_file("add.onnx"), targets=["vmvx"])
+            return verify(name="v.json", module=m, reference="onnxruntime")
+        """
+    )
+    r = kiln("build", str(module))
+    assert r.returncode == 2
+    assert "verify of bad/add_vmvx.vmfb" in r.stderr and "needs the ONNX model" in r.stderr
