@@ -67,10 +67,13 @@ def _check_status(entries: list[dict], i: int) -> str:  # type: ignore[type-arg]
     return "built" if status in ("passed", "measured") else status
 
 
-def _row(outputs: list[dict]) -> tuple[dict[str, str], dict[str, str]]:  # type: ignore[type-arg]
-    """(stage -> status, stage -> table cell) of one model."""
+Row = tuple[dict[str, str], dict[str, str], dict[str, float]]
+
+
+def _row(outputs: list[dict]) -> Row:  # type: ignore[type-arg]
+    """(stage -> status, stage -> table cell, target -> benchmark median) of a model."""
     status = {"import": outputs[0]["status"]}
-    cells = {}
+    cells, medians = {}, {}
     for target, module in zip(TARGETS, outputs[1 : 1 + len(TARGETS)], strict=True):
         checks, benches = module.get("verification", []), module.get("benchmark", [])
         status[f"compile {target}"] = module["status"]
@@ -78,10 +81,18 @@ def _row(outputs: list[dict]) -> tuple[dict[str, str], dict[str, str]]:  # type:
         status[f"ort {target}"] = _check_status(checks, 1)
         status[f"bench {target}"] = _check_status(benches, 0)
         if status[f"bench {target}"] == "built":
-            cells[f"bench {target}"] = f"{benches[0]['median']:.0f}us"
+            medians[target] = benches[0]["median"]
+            cells[f"bench {target}"] = _duration(medians[target])
     for stage, value in status.items():
         cells.setdefault(stage, MARKS.get(value, value))
-    return status, cells
+    return status, cells, medians
+
+
+def _duration(us: float) -> str:
+    """A latency in microseconds, readably: 42us, 14.7ms, 2.75s."""
+    if us < 1000:
+        return f"{us:.0f}us"
+    return f"{us / 1000:.3g}ms" if us < 1e6 else f"{us / 1e6:.3g}s"
 
 
 def _disagreements(manifest: dict) -> list[str]:  # type: ignore[type-arg]
@@ -102,19 +113,19 @@ def print_table(output_dir: Path) -> None:
     rows = {ep: _row(v["outputs"]) for ep, v in sorted(manifest["entrypoints"].items())}
     # Models not asked for this time (targets on the command line) stay out.
     rows = {ep: r for ep, r in rows.items() if set(r[0].values()) != {"not built"}}
-    counts = {s: sum(1 for st, _ in rows.values() if st[s] == "built") for s in STAGES}
+    counts = {s: sum(1 for st, _, _ in rows.values() if st[s] == "built") for s in STAGES}
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
 
         table = Table("model", *STAGES, title="model zoo")
-        for ep, (_, cells) in rows.items():
+        for ep, (_, cells, _) in rows.items():
             table.add_row(ep, *(cells[s] for s in STAGES))
         table.add_row("[bold]ok", *(f"[bold]{counts[s]}/{len(rows)}" for s in STAGES))
         Console().print(table)
     else:
         print("\t".join(["model", *STAGES]))
-        for ep, (_, cells) in rows.items():
+        for ep, (_, cells, _) in rows.items():
             print("\t".join([ep, *(cells[s] for s in STAGES)]))
     print(_summary(rows, counts))
     disagree = _disagreements(manifest)
@@ -122,14 +133,16 @@ def print_table(output_dir: Path) -> None:
         print(f"IREE and onnxruntime disagree on {len(disagree)} module(s):", *disagree, sep="\n")
 
 
-def _summary(rows: dict, counts: dict[str, int]) -> str:  # type: ignore[type-arg]
-    fully = sum(1 for st, _ in rows.values() if all(v == "built" for v in st.values()))
-    skipped = sum(1 for st, _ in rows.values() for v in st.values() if v == "skipped")
-    medians = sorted(
-        float(c[s][:-2]) for _, c in rows.values() for s in STAGES
-        if s.startswith("bench") and c[s].endswith("us")
-    )  # fmt: skip
-    bench = f"; bench medians {medians[0]:.0f}-{medians[-1]:.0f} us" if medians else ""
+def _summary(rows: dict[str, Row], counts: dict[str, int]) -> str:
+    fully = sum(1 for st, _, _ in rows.values() if all(v == "built" for v in st.values()))
+    skipped = sum(1 for st, _, _ in rows.values() for v in st.values() if v == "skipped")
+    bench = ""
+    for target in TARGETS:
+        medians = sorted(m[target] for _, _, m in rows.values() if target in m)
+        if medians:
+            mid = medians[len(medians) // 2]
+            bench += f"; bench {target} {_duration(medians[0])}-{_duration(medians[-1])}"
+            bench += f" (median {_duration(mid)})"
     return (
         f"models: {len(rows)}; " + ", ".join(f"{s}: {counts[s]}" for s in STAGES)
         + f"; {fully} verified on every target{bench}"

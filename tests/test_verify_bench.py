@@ -180,6 +180,8 @@ def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: 
         "passed": None, "status": "skipped", "reason": "no cuda device here"
     }  # fmt: skip
     assert module["benchmark"][0]["status"] == "skipped"
+    assert "2 check(s) skipped:" in r.stderr
+    assert "Benchmarking add/add_cuda_sm_80.vmfb: skipped: no cuda device here" in r.stderr
 
 
 def test_unsupported_gpu_target_fails_before_compiling(build, kiln, tmp_path: Path):

@@ -113,6 +113,20 @@ def _benchmark(action: BuildAction, result: BuildFile) -> dict[str, Any]:
     return {k: data[k] for k in _BENCH_FIELDS if k in data}
 
 
+def skipped_checks(executor: Executor) -> list[str]:
+    """One line per check or benchmark of an entrypoint's output that was skipped
+    (its device is not on this machine), for the build's summary."""
+    lines = []
+    for ep in executor.entrypoints:
+        for f in ep.outputs:
+            meta = ManifestMeta.get(f)
+            for action, result in [*meta.verifications, *meta.benchmarks]:
+                data = _read_result(action, result)
+                if data.get("status") == "skipped":
+                    lines.append(f"{action.desc}: skipped: {data.get('reason')}")
+    return lines
+
+
 def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
     path = f.fs_path
     entry: dict[str, Any] = {

@@ -24,15 +24,20 @@ def run(inv: Invocation) -> int:
     executor = inv.executor
     targets = resolve_targets(executor, inv.ns.targets)
     options = options_from(inv)
+    skipped: list[str] = []
     with executor.lock(wait=not inv.ns.no_wait):
         result = executor.run(targets, options)
         if not options.dry_run:
-            from kiln.manifest import write_manifest
+            from kiln.manifest import skipped_checks, write_manifest
 
             write_manifest(executor, result)
+            skipped = skipped_checks(executor)
     reporter = executor.reporter
     if result.failed:
         reporter.message(format_root_causes(result, inv.ns.verbose))
+    if skipped:
+        lines = "\n".join(f"  {line}" for line in skipped)
+        reporter.message(f"{len(skipped)} check(s) skipped:\n{lines}")
     reporter.message(format_summary(result))
     if options.dry_run:
         return 0
