@@ -96,7 +96,7 @@ def run_check(check: Check) -> None:
 
 
 def _failure_message(check: Check, refs: dict[str, dict[str, Any]]) -> str:
-    lines = [f"{check.label} compiled for {check.target} ({check.module}) does not match:"]
+    lines = [f"{check.label} compiled for {check.target} ({check.module}): outputs do not match:"]
     for ref, r in refs.items():
         if not r["passed"]:
             lines += [f"  against {ref}: {line}" for line in r["summary"].splitlines()]
