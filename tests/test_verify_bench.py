@@ -205,3 +205,23 @@ def test_verify_definition_errors(kiln, write_module, tmp_path: Path):
     r = kiln("build", str(module))
     assert r.returncode == 2
     assert "verify of bad/add_vmvx.vmfb" in r.stderr and "needs the ONNX model" in r.stderr
+
+
+def test_a_shipped_model_on_generated_inputs_against_onnxruntime(kiln, write_module, tmp_path):
+    from kiln.actions._ireetools import model_zoo
+
+    (shipped,) = [m for m in model_zoo(["pytorch-converted"]) if m.name.endswith("test_Softmax")]
+    module = write_module(
+        f"""
+        @entrypoint
+        def softmax():
+            mlir = onnx_import(name="m.mlir", source=source_file({shipped.model!r}, name="m.onnx"))
+            (m,) = compile(name="m", source=mlir, targets=["vmvx"])
+            return [m, verify(name="v.json", module=m, reference="onnxruntime")]
+        """
+    )
+    r = kiln("build", str(module))
+    assert r.returncode == 0, r.stderr
+    result = json.loads((tmp_path / "kiln-out/genfiles/softmax/v.json").read_text())
+    assert result["passed"] and result["inputs"]["source"] == "generated"
+    assert result["references"]["onnxruntime"]["outputs"][0]["max_abs_err"] < 1e-5
