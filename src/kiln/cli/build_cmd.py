@@ -36,8 +36,10 @@ def run(inv: Invocation) -> int:
     if result.failed:
         reporter.message(format_root_causes(result, inv.ns.verbose))
     if skipped:
-        lines = "\n".join(f"  {line}" for line in skipped)
-        reporter.message(f"{len(skipped)} check(s) skipped:\n{lines}")
+        shown = [f"  {line}" for line in skipped[:10]]
+        if len(skipped) > 10:
+            shown.append(f"  ... and {len(skipped) - 10} more (see manifest.json)")
+        reporter.message(f"{len(skipped)} check(s) skipped:\n" + "\n".join(shown))
     reporter.message(format_summary(result))
     if options.dry_run:
         return 0
