@@ -11,6 +11,7 @@ from typing import Any
 
 from kiln.actions.process import run_command, source_file
 from kiln.args import cl_arg
+from kiln.cli.loader import load_build_module
 from kiln.cli.main import iree_build_main, kiln_main
 from kiln.entrypoints import entrypoint
 
@@ -24,6 +25,7 @@ __all__ = [
     "fetch_http",
     "iree_build_main",
     "kiln_main",
+    "load_build_module",
     "onnx_import",
     "run_command",
     "source_file",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kiln._gc import gc_paused
+from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, DependenceException, StateError
 from kiln.graph import (
     ActionConcurrency,
@@ -26,6 +27,7 @@ from kiln.graph import (
     BuildFileMetadata,
     BuildMeta,
     FileNamespace,
+    join_namespace,
     namespace_dir,
 )
 from kiln.lock import OutputLock
@@ -42,12 +44,19 @@ __all__ = [
     "BuildDependency",
     "BuildEntrypoint",
     "BuildFile",
+    "BuildFileLike",
+    "BuildFileMetadata",
     "BuildMeta",
     "DependenceException",
+    "Entrypoint",
     "Executor",
     "FileNamespace",
     "ProgressReporter",
+    "join_namespace",
 ]
+
+# What actions accept for a file: the file, or its path in the current context.
+BuildFileLike = BuildFile | str
 
 
 class Executor:
@@ -137,8 +146,21 @@ class Executor:
         """What ``targets`` need, in order (cycle check included); runs nothing."""
         return make_plan(targets, [n for n in self.all.values() if isinstance(n, BuildFile)])
 
-    def run(self, targets: Iterable[BuildDependency], options: SchedulerOptions) -> BuildResult:
+    def checked_plan(self, targets: Iterable[BuildDependency]) -> Plan:
+        """The plan of ``targets``, once every action in it says it can run."""
         plan = self.plan(targets)
+        for action in plan.actions:
+            action.check_runnable()
+        return plan
+
+    def run(
+        self,
+        targets: Iterable[BuildDependency],
+        options: SchedulerOptions,
+        plan: Plan | None = None,
+    ) -> BuildResult:
+        """Build ``targets`` (``plan``: their ``checked_plan``, when already made)."""
+        plan = plan if plan is not None else self.checked_plan(targets)
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:

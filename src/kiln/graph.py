@@ -305,6 +305,10 @@ class BuildAction(BuildDependency):
                 out[name] = plain
         return out
 
+    def check_runnable(self) -> None:
+        """Raise BuildDefinitionError if this action cannot run as declared. Called
+        before a build that needs it starts; listing the graph never calls it."""
+
     def _invoke(self) -> None:
         self._remotable_thunk()()
 

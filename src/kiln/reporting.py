@@ -98,13 +98,19 @@ class PlainReporter(ProgressReporter):
             self._write(log)
 
     def report_failure(self, dep: BuildDependency) -> None:
-        self._write(f"FAILED: {dep}\n{indent(error_text(dep.failure, self.verbose))}")
+        self._write(f"{failure_heading(dep)}\n{indent(error_text(dep.failure, self.verbose))}")
 
     def explain(self, dep: BuildDependency, reason: str) -> None:
         self._write(f"{dep}: {reason}")
 
     def message(self, text: str) -> None:
         self._write(text)
+
+
+def failure_heading(dep: BuildDependency) -> str:
+    """The first line of a failed action's report (iree.build's wording, which
+    scripts and ported tests look for)."""
+    return f"ERROR: Building '{dep}' failed:"
 
 
 def error_text(error: BaseException | None, verbose: int = 0) -> str:
@@ -147,8 +153,11 @@ def format_summary(result: BuildResult) -> str:
 
 
 def format_root_causes(result: BuildResult, verbose: int) -> str:
-    lines = [f"{len(result.failed)} action(s) failed; root causes:"]
+    """One ``  * <desc>`` line per root cause (as iree.build prints them), then
+    where the action was defined and its error."""
+    lines = [f"{len(result.failed)} action(s) failed. Root causes:"]
     for action in result.failed:
-        lines.append(f"  * {action} (defined at {action.def_site})")
+        lines.append(f"  * {action}")
+        lines.append(f"      defined at {action.def_site}")
         lines.append(indent(error_text(action.failure, verbose), "      "))
     return "\n".join(lines)

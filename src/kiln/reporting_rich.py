@@ -1,26 +1,102 @@
 """The live terminal display: an overall progress bar and the running actions.
 
-Actions running longer than ``long_threshold_s`` are listed apart as
-long-running, so a slow compile stands out from the churn of short actions.
+Actions running longer than ``long_threshold_s`` are listed apart, under
+``Waiting for long running actions:``, so a slow compile stands out from the
+churn of short actions. Failures and messages print above the display.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Set
+from collections.abc import Iterator, Set
 from typing import IO, Any
 
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Console, Group, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from kiln.graph import BuildDependency
-from kiln.reporting import ProgressReporter, count_actions, error_text, indent, log_line
+from kiln.reporting import (
+    ProgressReporter,
+    count_actions,
+    error_text,
+    failure_heading,
+    indent,
+    log_line,
+)
 
 _MAX_RUNNING_SHOWN = 8
+_REFRESH_S = 0.125
+# Cursor up one line, then erase that line: how the display takes back a line.
+_TAKE_BACK_LINE = "\x1b[A\x1b[2K"
+
+
+class LiveRegion:
+    """Lines drawn below everything else printed, redrawn in place.
+
+    Invariant: outside ``_lock``, the cursor stands at the start of the line
+    below the region, and the region is ``_height`` lines tall (0: not drawn);
+    once stopped it stays erased.
+    Every write to the console goes through this class while it is started.
+    """
+
+    def __init__(self, console: Console, renderable: RenderableType):
+        self.console = console
+        self.renderable = renderable
+        self._lock = threading.RLock()
+        self._height = 0
+        self._closed = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.draw()
+        self._thread = threading.Thread(target=self._loop, name="kiln-display", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            self._closed = True
+            self._erase()
+            self.console.file.flush()
+
+    def draw(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            with self.console.capture() as capture:
+                self.console.print(self.renderable)
+            text = capture.get()
+            self._erase()
+            self.console.file.write(text)
+            self.console.file.flush()
+            self._height = text.count("\n")
+
+    @contextlib.contextmanager
+    def above(self) -> Iterator[None]:
+        """Print above the region: take it back, let the caller print, draw it again."""
+        with self._lock:
+            drawn = self._height > 0
+            self._erase()
+            yield
+            if drawn:
+                self.draw()
+
+    def _erase(self) -> None:
+        if self._height:
+            self.console.file.write("\r" + _TAKE_BACK_LINE * self._height)
+            self._height = 0
+
+    def _loop(self) -> None:
+        while not self._stop.wait(_REFRESH_S):
+            self.draw()
 
 
 class RichReporter(ProgressReporter):
@@ -47,7 +123,7 @@ class RichReporter(ProgressReporter):
             console=self.console,
         )
         self._task = self._progress.add_task("build", total=0)
-        self._live: Live | None = None
+        self._region: LiveRegion | None = None
 
     def __rich__(self) -> Group:
         with self._lock:
@@ -62,19 +138,20 @@ class RichReporter(ProgressReporter):
             target.add_row(Text(f"{elapsed:5.1f}s", style="cyan"), _describe(dep, byte_progress))
         parts: list[Any] = [self._progress, table]
         if long_table.row_count:
-            parts += [Text("long-running:", style="yellow"), long_table]
+            parts += [Text("Waiting for long running actions:", style="yellow"), long_table]
         if len(running) > _MAX_RUNNING_SHOWN:
             parts.append(Text(f"... and {len(running) - _MAX_RUNNING_SHOWN} more running"))
         return Group(*parts)
 
     def start_graph(self, all_deps: Set[BuildDependency]) -> None:
         self._progress.update(self._task, total=count_actions(all_deps), completed=0)
-        self._live = Live(self, console=self.console, refresh_per_second=8, transient=True)
-        self._live.start()
+        self._region = LiveRegion(self.console, self)
+        self._region.start()
 
     def start_dep(self, dep: BuildDependency) -> None:
         with self._lock:
             self._running[dep] = time.monotonic()
+        self._redraw()  # at once: a short action is seen too
 
     def skip_dep(self, dep: BuildDependency) -> None:
         self._progress.advance(self._task)
@@ -86,30 +163,43 @@ class RichReporter(ProgressReporter):
         self._progress.advance(self._task)
         log = log_line(dep, self.verbose)
         if log:
-            self.console.print(Text(log))
+            self._print(Text(log))
 
     def progress(self, dep: BuildDependency, done: int, total: int | None) -> None:
         with self._lock:
             self._bytes[dep] = (done, total)
 
     def report_failure(self, dep: BuildDependency) -> None:
-        self.console.print(Text(f"FAILED: {dep}", style="bold red"))
-        self.console.print(Text(indent(error_text(dep.failure, self.verbose))))
+        with self._above():
+            self.console.print(Text(failure_heading(dep), style="bold red"), soft_wrap=True)
+            self.console.print(Text(indent(error_text(dep.failure, self.verbose))), soft_wrap=True)
 
     def explain(self, dep: BuildDependency, reason: str) -> None:
-        self.console.print(Text(f"{dep}: {reason}"))
+        self._print(Text(f"{dep}: {reason}"))
 
     def message(self, text: str) -> None:
-        self.console.print(Text(text))
+        self._print(Text(text))
 
     def reset_display(self) -> None:
-        if self._live is not None:
-            self._live.refresh()
+        self._redraw()
 
     def end_graph(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        if self._region is not None:
+            self._region.stop()
+            self._region = None
+
+    def _redraw(self) -> None:
+        region = self._region
+        if region is not None:
+            region.draw()
+
+    def _above(self) -> contextlib.AbstractContextManager[None]:
+        region = self._region
+        return region.above() if region is not None else contextlib.nullcontext()
+
+    def _print(self, text: Text) -> None:
+        with self._above():
+            self.console.print(text, soft_wrap=True)
 
 
 def _describe(

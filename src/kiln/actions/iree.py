@@ -51,9 +51,15 @@ class Target:
         return driver_for_flags(self.flags)
 
 
+NO_TARGET_HELP = (
+    "compile needs a target device: pass --target cpu (or vmvx, hip:CHIP, "
+    "vulkan:TARGET, cuda:SM), or --iree-hal-target-device=..."
+)
+
+
 def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
     """The targets of ``explicit`` specs, else of the command line (``--target``,
-    ``--iree-hal-target-device``); none at all is a definition error."""
+    ``--iree-hal-target-device``); possibly none."""
     ns = current_args_namespace()
     specs = list(explicit) if explicit is not None else list(getattr(ns, "kiln_targets", []))
     root = BuildContext.current().executor.get_context("")
@@ -63,11 +69,6 @@ def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
     if explicit is None:
         for device in getattr(ns, "iree_hal_target_device", None) or []:
             found.append(_hal_device_target(device, ns))
-    if not found:
-        raise BuildDefinitionError(
-            "compile needs a target device: pass --target cpu (or vmvx, hip:CHIP, "
-            "vulkan:TARGET, cuda:SM), or --iree-hal-target-device=..."
-        )
     return found
 
 
@@ -102,13 +103,17 @@ class CompileAction(BuildAction):
         *,
         input_file: BuildFile,
         output_file: BuildFile,
-        target: Target,
+        target: Target | None,
         flags: list[str],
         **kwargs: Any,
     ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
         self.input_file = input_file
         self.output_file = output_file
+        # None: no target device was given. The graph can still be listed; a
+        # build that would run this compile stops before it starts.
+        self.missing_target = target is None
+        target = target if target is not None else Target("", ())
         self.target = target
         self.flags = [*target.flags, *flags]
         self.deps.add(input_file)
@@ -118,6 +123,11 @@ class CompileAction(BuildAction):
     def log_path(self) -> str:
         out = self.output_file
         return str(self.executor.output_dir / ".kiln" / "logs" / f"{out.path}.log")
+
+    def check_runnable(self) -> None:
+        if self.missing_target:
+            raise BuildDefinitionError(f"{NO_TARGET_HELP} (to run '{self}', defined at "
+                                       f"{self.def_site})")
 
     def params(self) -> dict[str, Any]:
         return {
@@ -156,24 +166,39 @@ def compile(  # noqa: A001 - iree.build's public name
     input_file = context.file(source)
     ns = current_args_namespace()
     extra = [*flags, *shlex.split(getattr(ns, "iree_compile_extra_args", "") or "")]
-    chosen = targets_from_options(targets) if target_default else [Target("", ())]
+    if targets is not None and not targets:
+        raise BuildDefinitionError(f"compile of {input_file.path}: targets=[] names no target; "
+                                   "give one, or leave targets out to take the command line's")
+    chosen: list[Target | None] = (
+        [*targets_from_options(targets)] if target_default else [Target("", ())]
+    )
+    if not chosen:
+        chosen = [None]  # listed without a target; building it is an error
     outputs = []
     for target in chosen:
-        stem = f"{name}_{target.name}" if target.name else name
+        stem = f"{name}_{target.name}" if target is not None and target.name else name
         output = context.allocate_file(f"{stem}.vmfb", FileNamespace.BIN)
         action = CompileAction(
             input_file=input_file,
             output_file=output,
             target=target,
             flags=extra,
-            desc=f"Compiling {input_file.path} (for {target.name or 'its own targets'})",
+            desc=f"Compiling {input_file.path} (for {_for(target)})",
             executor=context.executor,
         )
         ManifestMeta.get(output).fields.update(
-            target=target.name, flags=action.flags, compiler_version=_compiler_version_or_none()
+            target=action.target.name,
+            flags=action.flags,
+            compiler_version=_compiler_version_or_none(),
         )
         outputs.append(output)
     return outputs
+
+
+def _for(target: Target | None) -> str:
+    if target is None:
+        return "no target device given"
+    return target.name or "its own targets"
 
 
 def _compiler_version_or_none() -> str | None:

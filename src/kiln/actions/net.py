@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from kiln.actions._download import download
@@ -35,14 +36,33 @@ class FetchHttpAction(BuildAction):
 
     def _invoke(self) -> None:
         reporter = self.executor.reporter
+        path = self.output_file.get_fs_path()
+        # iree.build's line, which scripts look for; only when a download happens.
+        self.executor.write_status(f"Fetching URL: {redact_url(self.url)} -> {path}")
         download(
             self.url,
-            self.output_file.get_fs_path(),
+            path,
             sha256=self.sha256,
             timeout=self.timeout_s,
             retries=self.retries,
             progress=lambda done, total: reporter.progress(self, done, total),
         )
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit to print: its user name, password, query and fragment (where
+    tokens and signatures travel) replaced by ``***``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "***"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((
+        parts.scheme, netloc, parts.path,
+        "***" if parts.query else "", "***" if parts.fragment else "",
+    ))  # fmt: skip
 
 
 def fetch_http(

@@ -25,8 +25,9 @@ def run(inv: Invocation) -> int:
     targets = resolve_targets(executor, inv.ns.targets)
     options = options_from(inv)
     skipped: list[str] = []
+    plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
     with executor.lock(wait=not inv.ns.no_wait):
-        result = executor.run(targets, options)
+        result = executor.run(targets, options, plan)
         if not options.dry_run:
             from kiln.manifest import skipped_checks, write_manifest
 

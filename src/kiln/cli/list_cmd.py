@@ -1,4 +1,8 @@
-"""``kiln list``: the entrypoints, or with ``--all`` every file and action."""
+"""``kiln list``: the entrypoints, or with ``--all`` every file and action.
+
+``--bare`` prints graph paths alone, one a line, as iree.build's ``--list`` and
+``--list-all`` do, for scripts that read the listing.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,12 @@ from kiln.graph import BuildAction, BuildFile
 
 def run(inv: Invocation) -> int:
     executor = inv.executor
+    if inv.ns.bare:
+        paths = [ep.path for ep in executor.entrypoints] if not inv.ns.all else executor.all
+        for path in paths:
+            if path:
+                print(path, file=inv.stdout)
+        return 0
     if not inv.ns.all:
         for ep in executor.entrypoints:
             desc = ep.entrypoint.description

@@ -21,12 +21,13 @@ _T = TypeVar("_T")
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def load_build_module(spec: str, as_module: bool = False) -> ModuleType:
+def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> ModuleType:
     """Import the build module ``spec`` (a ``.py`` path, or a module name with ``-m``).
 
     A module loaded by path is registered for pickling by value, so the thunks
     of its process actions reach worker processes that cannot import it.
     """
+    spec = os.fspath(spec)
     if as_module:
         try:
             found = importlib.util.find_spec(spec)

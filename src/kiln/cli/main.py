@@ -14,14 +14,21 @@ import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import IO, Any
 
 from kiln.args import argument_namespace_context
-from kiln.errors import BuildDefinitionError, BuildInterrupted, KilnError, StateError
+from kiln.errors import (
+    BuildDefinitionError,
+    BuildInterrupted,
+    KilnError,
+    StateError,
+    UsageError,
+)
 from kiln.lock import OutputDirLocked
 
 USAGE = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
+       kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]
 
 commands:
   build     build the targets (default: every entrypoint)
@@ -114,16 +121,29 @@ def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[
 
 
 def _split_command(argv: list[str], in_module: bool) -> tuple[str | None, list[str]]:
+    """The command word and the rest. Without one, as in iree.build, a build module
+    (``FILE.py``, ``-m pkg.mod``, or the module calling ``kiln_main``) comes with an
+    optional ``--build``, ``--list`` or ``--list-all``."""
     from kiln.cli.options import COMMANDS
 
     if argv and argv[0] in COMMANDS:
         return argv[0], argv[1:]
-    if in_module:  # iree.build's spellings: --list, --list-all, --build
-        rest = [a for a in argv if a not in ("--list", "--list-all", "--build")]
-        if "--list-all" in argv:
-            return "list", [*rest, "--all"]
-        return ("list" if "--list" in argv else "build"), rest
-    return None, argv
+    if not in_module and not (argv and (argv[0] == "-m" or argv[0].endswith(".py"))):
+        return None, argv
+    words = [a for a in argv if a in _IREE_COMMAND_FLAGS]
+    if len(set(words)) > 1:
+        raise UsageError(f"{' and '.join(dict.fromkeys(words))} exclude each other; give one")
+    rest = [a for a in argv if a not in _IREE_COMMAND_FLAGS]
+    command, extra = _IREE_COMMAND_FLAGS[words[0]] if words else ("build", ())
+    return command, [*rest, *extra]
+
+
+# iree.build's command flags: kiln's command and the options that print as it does.
+_IREE_COMMAND_FLAGS = MappingProxyType({
+    "--build": ("build", ()),
+    "--list": ("list", ("--bare",)),
+    "--list-all": ("list", ("--all", "--bare")),
+})
 
 
 @contextlib.contextmanager

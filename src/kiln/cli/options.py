@@ -55,6 +55,7 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
                    help="more detail: tracebacks, skipped actions, log paths")
     p.add_argument("--console", choices=("auto", "live", "plain"), default="auto",
                    help="live terminal display or plain lines (default: live on a terminal)")
+    add_testing_options(p)
     if command in ("build", "explain"):
         p.add_argument("-j", "--jobs", type=positive_int, default=os.cpu_count() or 1,
                        help="actions running at once (default: the number of CPUs)")
@@ -68,6 +69,16 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
         p.add_argument("--no-wait", action="store_true",
                        help="fail at once if another build holds the output directory")
     add_action_options(p)
+    # fmt: skip
+
+
+def add_testing_options(p: argparse.ArgumentParser) -> None:
+    """Hidden flags that tests of build modules pass (iree.build's spellings):
+    the live display even off a terminal, and the age at which an action counts
+    as long-running on it."""
+    p.add_argument("--test-force-console", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--test-long-display-time-threshold", type=float, default=5.0,
+                   metavar="SECONDS", help=argparse.SUPPRESS)
     # fmt: skip
 
 

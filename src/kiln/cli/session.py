@@ -33,6 +33,8 @@ def open_session(
                         help="entrypoint names or file paths (default: every entrypoint)")
     if command == "list":
         parser.add_argument("--all", action="store_true", help="list every file and action")
+        parser.add_argument("--bare", action="store_true",
+                            help="graph paths only, one a line (what --list and --list-all print)")
     add_common_options(parser, command)
     add_cl_args(parser, [d for ep in entrypoints.values() for d in ep.cl_arg_defs], command)
     ns = parser.parse_args(argv)
@@ -66,6 +68,8 @@ def _load_from_argv(command: str, argv: list[str]) -> tuple[ModuleType, list[str
 def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
     console = getattr(ns, "console", "auto")
     verbose = getattr(ns, "verbose", 0)
+    if getattr(ns, "test_force_console", False):
+        console = "live"
     if console == "auto":
         tty = hasattr(err, "isatty") and err.isatty()
         live = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
@@ -73,5 +77,6 @@ def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
     if console == "live":
         from kiln.reporting_rich import RichReporter
 
-        return RichReporter(err, verbose=verbose, force_terminal=True)
+        threshold = getattr(ns, "test_long_display_time_threshold", 5.0)
+        return RichReporter(err, verbose=verbose, long_threshold_s=threshold, force_terminal=True)
     return PlainReporter(err, verbose=verbose)
