@@ -168,7 +168,7 @@ CASES = [
          argv=("explain", "build.py"), args=("--output-dir", "afile/out"), setup=_a_file),
     # -- actions -----------------------------------------------------------------
     Case("action-raises", 1,
-         ["make boom.txt (defined at {module}:{defined})", "RuntimeError: boom in action",
+         ["  * make boom.txt\n      defined at {module}:{defined}", "RuntimeError: boom in action",
           "1 failed"],
          extra=CUSTOM + "@entrypoint\ndef boom():\n"
                         "    return make('boom.txt', fail=True)  # HERE\n",

@@ -104,7 +104,7 @@ def test_plain_failure_report_and_summary(module, kiln) -> None:
     r = kiln("build", "build.py", "-j", "1")
 
     assert r.returncode == 1
-    assert "FAILED: Running broken/first.txt" in r.stderr
+    assert "ERROR: Building 'Running broken/first.txt' failed:" in r.stderr
     assert "kaput" in r.stderr
     assert summary(r.stderr) == ("FAILED", 4, 0, 1, 1)
     assert r.stderr.rstrip().splitlines()[-1].startswith("kiln: FAILED:")
@@ -134,8 +134,8 @@ def test_console_live_reports_failures_and_root_causes(module, kiln) -> None:
     r = kiln("build", "build.py", "broken", "--console", "live")
 
     assert r.returncode == 1
-    assert "FAILED: Running broken/first.txt" in r.stderr
-    assert "root causes" in r.stderr and "kaput" in r.stderr
+    assert "ERROR: Building 'Running broken/first.txt' failed:" in r.stderr
+    assert "Root causes:\n  * Running broken/first.txt\n" in r.stderr and "kaput" in r.stderr
     assert summary(r.stderr) == ("FAILED", 0, 0, 1, 1)
 
 

@@ -597,9 +597,9 @@ def broken():
     r = kiln("build", "build.py")
 
     assert r.returncode == 1
-    summary = r.stderr[r.stderr.index("root causes:") :]
+    summary = r.stderr[r.stderr.index("Root causes:") :]
     assert "timed first" in summary
-    assert f"(defined at {path}:{line})" in summary
+    assert f"defined at {path}:{line}" in summary
     assert "Traceback (most recent call last)" in summary
     assert "ValueError: boom in timed first" in summary
     assert "timed second" not in summary  # a dependent is not a root cause
@@ -686,7 +686,7 @@ def test_process_action_failure_names_the_exception(write_module, kiln) -> None:
     r = kiln("build", "build.py", "raises", "pids")
 
     assert r.returncode == 1
-    summary = r.stderr[r.stderr.index("root causes:") :]
+    summary = r.stderr[r.stderr.index("Root causes:") :]
     assert "process raises.txt" in summary
     assert "ValueError: boom from worker" in summary
     assert "Traceback" not in r.stderr
