@@ -48,6 +48,7 @@ class LiveRegion:
         self.renderable = renderable
         self._lock = threading.RLock()
         self._height = 0
+        self._drawn = ""
         self._closed = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -74,10 +75,13 @@ class LiveRegion:
             with self.console.capture() as capture:
                 self.console.print(self.renderable)
             text = capture.get()
+            if self._height and text == self._drawn:
+                return  # unchanged: spare the terminal (and logs) a redraw
             self._erase()
             self.console.file.write(text)
             self.console.file.flush()
             self._height = text.count("\n")
+            self._drawn = text
 
     @contextlib.contextmanager
     def above(self) -> Iterator[None]:
@@ -136,7 +140,7 @@ class RichReporter(ProgressReporter):
             elapsed = now - started
             target = long_table if elapsed >= self.long_threshold_s else table
             target.add_row(Text(f"{elapsed:5.1f}s", style="cyan"), _describe(dep, byte_progress))
-        parts: list[Any] = [self._progress, table]
+        parts: list[Any] = [self._progress] + ([table] if table.row_count else [])
         if long_table.row_count:
             parts += [Text("Waiting for long running actions:", style="yellow"), long_table]
         if len(running) > _MAX_RUNNING_SHOWN:
