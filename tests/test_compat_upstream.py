@@ -237,6 +237,7 @@ def test_unknown_first_word_is_still_a_usage_error(tmp_path):
     r = python(tmp_path, "-m", "kiln", "frobnicate", "--list")
 
     assert r.returncode == 2 and "usage: kiln" in r.stderr
+    assert "unknown command 'frobnicate'" in r.stderr and "-m frobnicate" in r.stderr
 
 
 def test_kiln_list_keeps_its_own_format_and_has_bare(process_module, tmp_path):

@@ -40,6 +40,7 @@ EXECUTOR_ALL = [
     "BuildFileLike",
     "BuildFileMetadata",
     "BuildMeta",
+    "ClArg",
     "DependenceException",
     "Entrypoint",
     "Executor",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kiln._gc import gc_paused
+from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, DependenceException, StateError
 from kiln.graph import (
@@ -47,6 +48,7 @@ __all__ = [
     "BuildFileLike",
     "BuildFileMetadata",
     "BuildMeta",
+    "ClArg",
     "DependenceException",
     "Entrypoint",
     "Executor",

@@ -109,8 +109,14 @@ def run_cli(
 def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[str]) -> int:
     command, rest = _split_command(argv, module is not None)
     if command is None:
-        print(USAGE, file=out if argv and argv[0] in ("-h", "--help") else err)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        if argv and argv[0] in ("-h", "--help"):
+            print(USAGE, file=out)
+            return 0
+        if argv and not argv[0].startswith("-"):
+            print(f"kiln: unknown command '{argv[0]}' (a build module is FILE.py, "
+                  f"or -m {argv[0]} for one on the Python path)", file=err)  # fmt: skip
+        print(USAGE, file=err)
+        return 2
     commands = importlib.import_module(f"kiln.cli.{command}_cmd")
     if command == "clean":
         return commands.run(rest, out, err)
