@@ -100,7 +100,8 @@ def _failure_line(report: str, name: str) -> str:
     if block is None:
         return ""
     lines = [line for line in block.group(1).splitlines() if line.strip()]
-    return lines[-1].strip()[:200] if lines else ""
+    last = lines[-1].strip() if lines else ""
+    return last if len(last) <= 200 else f"{last[:90]} ... {last[-100:]}"
 
 
 def write_served_files(root: Path, urls: set[str]) -> None:
