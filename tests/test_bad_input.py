@@ -86,7 +86,7 @@ CASES = [
           "No module named 'kiln_no_such_module'"],
          extra="import kiln_no_such_module  # HERE\n"),
     Case("entrypoint-raises", 2,
-         ["{module}:{line}: error while analysing the entrypoints of {module}: KeyError: 'x'"],
+         ["{module}:{line}: error while analysing entrypoint 'broken' of {module}: KeyError: 'x'"],
          extra="@entrypoint\ndef broken():\n    return {}['x']  # HERE\n"),
     Case("no-entrypoints", 2,
          ["build module {module} defines no entrypoints; mark a function with @entrypoint"],

@@ -11,9 +11,13 @@ Library code raises these; only the command line turns them into exit codes.
     │   ├── ToolError              an external tool (compiler, importer,
     │   │                          downloader) reported a failure
     │   ├── WorkerCrashed          its worker process died (signal, os._exit)
-    │   └── ActionTimeout          it ran past its timeout and was killed
+    │   ├── ActionTimeout          it ran past its timeout and was killed
+    │   └── ConfinementError       a write would leave the output tree (a
+    │                              link, or the wrong kind of file, in the way)
     ├── DependenceException        not run because something it depends on failed
-    └── StateError                 the state database cannot be used
+    ├── StateError                 the state database (or another of kiln's
+    │                              own files) cannot be used
+    └── NotRegularFile             a file kiln would read is not a regular file
 
 ``BuildInterrupted`` (SIGINT or SIGTERM) derives from ``KeyboardInterrupt``, so
 code that stops on Ctrl-C stops on it too.
@@ -54,8 +58,17 @@ class DependenceException(KilnError):
     """Set as an action's failure when a dependency of it failed, so it never ran."""
 
 
+class ConfinementError(ActionFailed):
+    """Writing an output would go through a link or over the wrong kind of file."""
+
+
 class StateError(KilnError):
-    """The state database is unusable (corrupt, foreign, or unwritable)."""
+    """The state database is unusable (corrupt, foreign, or unwritable), or one of
+    kiln's own files is a link or the wrong kind of file."""
+
+
+class NotRegularFile(KilnError):
+    """A file kiln would read (an output, a state file) is not a regular file."""
 
 
 class BuildInterrupted(KeyboardInterrupt):

@@ -7,6 +7,8 @@ re-exported here.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import os
 import subprocess
 import sys
 import threading
@@ -17,7 +19,7 @@ from typing import IO, Any
 from kiln._gc import gc_paused
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
-from kiln.errors import BuildDefinitionError, DependenceException, StateError
+from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -32,6 +34,9 @@ from kiln.graph import (
     namespace_dir,
 )
 from kiln.lock import OutputLock
+from kiln.output_names import OutputNames
+from kiln.output_tree import OutputTree
+from kiln.outputs import KILN_DIR, NAME_MAX, claim_output_dir, output_dir_state
 from kiln.plan import Plan, make_plan
 from kiln.reporting import ProgressReporter
 from kiln.runners import kill_group
@@ -65,7 +70,9 @@ class Executor:
     """One build graph and the output directory it builds into.
 
     Invariant: ``all`` maps every graph path to the single file or context
-    defined there; the root context has the empty path.
+    defined there; the root context has the empty path. With ``read_only`` (the
+    commands that must create nothing) the state is a snapshot and nothing under
+    the output directory is written.
     """
 
     def __init__(
@@ -78,6 +85,7 @@ class Executor:
         self.stderr = stderr if stderr is not None else sys.stderr
         self.reporter = reporter if reporter is not None else ProgressReporter()
         self.verbose_level = 0
+        self.read_only = False
         self.all: dict[str, BuildContext | BuildFile] = {}
         self.entrypoints: list[BuildEntrypoint] = []
         self.failed_deps: set[BuildDependency] = set()
@@ -86,8 +94,10 @@ class Executor:
         self._metadata_lock = threading.RLock()
         self._subprocesses: set[subprocess.Popen[bytes]] = set()
         self._subprocess_lock = threading.Lock()
-        self._roots = {ns: self.output_dir / namespace_dir(ns) for ns in FileNamespace}
-        self._made_dirs: set[Path] = set()
+        self._ns_dirs = {ns: namespace_dir(ns) for ns in FileNamespace}
+        self._roots = {ns: self.output_dir / d for ns, d in self._ns_dirs.items()}
+        self.outputs = OutputTree(self.output_dir, warn=lambda m: self.reporter.message(m))
+        self._names = OutputNames(str(self.output_dir))
         BuildContext("", self)
 
     # -- the graph -----------------------------------------------------------
@@ -99,7 +109,23 @@ class Executor:
                 f"duplicate path '{path}': defined at {node.def_site} and already at "
                 f"{existing.def_site}; give one of them another name"
             )
+        if isinstance(node, BuildFile) and node.source is None:
+            self._names.add(self.relative_path(node), str(node.def_site))
         self.all[path] = node
+
+    def relative_path(self, f: BuildFile) -> str:
+        """Where output ``f`` lives, relative to the output directory."""
+        return f"{self._ns_dirs[f.namespace]}/{f.path}"
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """A mark to ``rollback`` to: undoes what an entrypoint that failed declared."""
+        return len(self.all), len(self.entrypoints), self._names.mark()
+
+    def rollback(self, mark: tuple[int, int, int]) -> None:
+        for path in list(self.all)[mark[0]:]:
+            del self.all[path]
+        del self.entrypoints[mark[1]:]
+        self._names.undo(mark[2])
 
     def get_context(self, path: str) -> BuildContext:
         node = self.all.get(path)
@@ -124,10 +150,28 @@ class Executor:
         return self._roots[namespace]
 
     def ensure_dir(self, path: Path) -> None:
-        """Create the directory ``path`` (once per build: outputs share directories)."""
-        if path not in self._made_dirs:
-            path.mkdir(parents=True, exist_ok=True)
-            self._made_dirs.add(path)
+        """Create the directory ``path`` below the output directory, never through a
+        link (once per build: outputs share directories)."""
+        self.outputs.make_dirs(path)
+
+    def log_path(self, f: BuildFile) -> str:
+        """The log file of the action producing ``f`` (its directory made)."""
+        name = os.path.basename(f.path) + ".log"
+        if len(os.fsencode(name)) > NAME_MAX:  # a long output name: shortened, kept unique
+            name = f"{name[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}.log"
+        path = self.output_dir / KILN_DIR / "logs" / os.path.dirname(f.path) / name
+        self.outputs.make_dirs(path.parent)
+        return str(path)
+
+    def output_digest(self, f: BuildFile) -> str | None:
+        """The digest of output ``f`` when it is a regular file reached through real
+        directories, else None."""
+        if self.outputs.dir_problem(os.path.dirname(f.fs_str)) is not None:
+            return None
+        try:
+            return self.store().digest(f.fs_str, output=True)
+        except NotRegularFile:
+            return None
 
     def write_status(self, message: str) -> None:
         self.reporter.message(message)
@@ -163,15 +207,16 @@ class Executor:
     ) -> BuildResult:
         """Build ``targets`` (``plan``: their ``checked_plan``, when already made)."""
         plan = plan if plan is not None else self.checked_plan(targets)
-        try:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StateError(
-                f"cannot write to the output directory {self.output_dir}: {e.strerror}; "
-                "choose another with --output-dir or fix its permissions"
-            ) from e
+        if options.dry_run and self._store is None:
+            self.read_only = True  # a dry run writes nothing, the state included
+        if options.dry_run or self.read_only:
+            options.dry_run = True
+            output_dir_state(self.output_dir)
+        else:
+            claim_output_dir(self.output_dir)
         scheduler = Scheduler(
-            plan, self.store(), self.reporter, options, on_interrupt=self.kill_subprocesses
+            plan, self.store(), self.reporter, options, on_interrupt=self.kill_subprocesses,
+            outputs=None if options.dry_run else self.outputs,
         )
         try:
             result = scheduler.run()
@@ -181,12 +226,18 @@ class Executor:
         return result
 
     def store(self) -> StateStore:
+        """The build state: a snapshot (in memory) when ``read_only``, else the database."""
         if self._store is None:
-            self._store = StateStore(self.output_dir, warn=self.reporter.message)
+            if self.read_only:
+                from kiln.state_snapshot import StateSnapshot
+
+                self._store = StateSnapshot(self.output_dir, warn=self.reporter.message)
+            else:
+                self._store = StateStore(self.output_dir, warn=self.reporter.message)
         return self._store
 
     def lock(self, wait: bool = True) -> OutputLock:
-        """The lock that keeps two builds off this output directory."""
+        """The lock that keeps two builds off this output directory (which it claims)."""
         return OutputLock(self.output_dir, wait=wait, notify=self.reporter.message)
 
     def close(self) -> None:

@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
+from kiln.outputs import file_kind
 from kiln.plan import Plan
 from kiln.state import ActionRecord, StateStore
 
@@ -81,7 +83,16 @@ class UpToDateChecker:
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
         for f in outputs:
-            digest = self.store.digest(f.fs_str)
+            # Read only a regular file reached through real directories: anything else
+            # there counts as modified, and is never followed or opened.
+            problem = f.executor.outputs.dir_problem(os.path.dirname(f.fs_str))
+            if problem is not None:
+                return f"output {f.path} was modified: {problem}"
+            try:
+                digest = self.store.digest(f.fs_str, output=True)
+            except NotRegularFile:
+                kind = file_kind(os.lstat(f.fs_str).st_mode)
+                return f"output {f.path} was modified: it is {kind}, not a regular file"
             if digest is None:
                 return f"output {f.path} is missing"
             if record.outputs.get(f.key) != digest:

@@ -2,7 +2,9 @@
 
 ``OUTPUT_DIR/.kiln/lock`` is held with ``flock`` for the whole build and holds
 the owner's pid. The kernel drops the lock when its process dies, so a lock
-left by a dead build never blocks.
+left by a dead build never blocks. Taking the lock claims the output directory
+(``kiln.outputs.claim_output_dir``); the lock file is never opened through a link,
+and a lock taken on a file that ``kiln clean`` removed meanwhile is taken again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kiln.errors import KilnError, StateError
+from kiln.outputs import claim_output_dir, open_own_file
 
 
 class OutputDirLocked(KilnError):
@@ -30,9 +33,24 @@ class OutputLock:
         self._fd: int | None = None
 
     def __enter__(self) -> OutputLock:
+        while True:
+            fd = self._acquire()
+            try:
+                current = os.lstat(self.path).st_ino
+            except FileNotFoundError:
+                current = -1
+            if current == os.fstat(fd).st_ino:
+                break
+            os.close(fd)  # ``kiln clean`` removed the file we waited on: lock the new one
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def _acquire(self) -> int:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            claim_output_dir(self.path.parent.parent)
+            fd = open_own_file(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise StateError(
                 f"cannot write to the output directory {self.path.parent.parent}: "
@@ -51,10 +69,7 @@ class OutputLock:
                 ) from None
             self.notify(f"waiting for the kiln build (pid {holder}) using {where} to finish")
             fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
-        return self
+        return fd
 
     def __exit__(
         self,

@@ -38,8 +38,9 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from kiln.actions._files import atomic_output
+from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile, BuildMeta
+from kiln.outputs import atomic_write, clear_for_own_file, read_regular
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
@@ -78,8 +79,10 @@ def _read_result(action: BuildAction, result: BuildFile) -> dict[str, Any]:
         data = dict(carried) if isinstance(carried, dict) else {}
         return {**data, "status": status, "error": str(action.failure)}
     try:
-        loaded: dict[str, Any] = json.loads(result.fs_path.read_text())
-    except (OSError, ValueError):
+        if result.executor.outputs.dir_problem(os.path.dirname(result.fs_str)) is not None:
+            raise NotRegularFile(result.fs_str)
+        loaded: dict[str, Any] = json.loads(read_regular(result.fs_str))
+    except (OSError, ValueError, NotRegularFile):
         return {"status": "not built"}
     return loaded
 
@@ -136,11 +139,11 @@ def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
     producers = [d for d in f.deps if isinstance(d, BuildAction)]
     if producers:
         entry["action"] = str(producers[0])
-    digest = executor.store().digest(f.fs_str) if f.failure is None else None
+    digest = executor.output_digest(f) if f.failure is None else None
     entry["status"] = _status(f, digest is not None)
     entry["built"] = digest is not None
     if digest is not None:
-        entry.update(sha256=digest, size=path.stat().st_size)
+        entry.update(sha256=digest, size=os.lstat(path).st_size)
     meta = ManifestMeta.get(f)
     entry.update(meta.fields)
     if meta.verifications:
@@ -159,5 +162,7 @@ def write_manifest(executor: Executor, result: BuildResult | None = None) -> Non
             for ep in executor.entrypoints
         },
     }
-    with atomic_output(executor.output_dir / "manifest.json") as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    path = executor.output_dir / "manifest.json"
+    clear_for_own_file(path)
+    with atomic_write(path, "w") as f:
+        f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")

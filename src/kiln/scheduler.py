@@ -13,15 +13,17 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import stat
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kiln.actions._files import TemporarySweeper, remove_partial
-from kiln.errors import ActionFailed, DependenceException
+from kiln.errors import ActionFailed, ConfinementError, DependenceException, KilnError
 from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFile
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
+from kiln.output_tree import OutputTree
+from kiln.outputs import TemporarySweeper, file_kind, remove_partial
 from kiln.plan import Plan, node_name
 from kiln.reporting import ProgressReporter
 from kiln.runners import ProcessPool, ThreadWorkers
@@ -76,6 +78,7 @@ class Scheduler:
         reporter: ProgressReporter,
         options: SchedulerOptions,
         on_interrupt: Callable[[], None] = lambda: None,
+        outputs: OutputTree | None = None,
     ):
         self.plan = plan
         self.store = store
@@ -95,6 +98,8 @@ class Scheduler:
         self._threads: ThreadWorkers | None = None
         self._processes: ProcessPool | None = None
         self._sweeper = TemporarySweeper()
+        self._outputs = outputs
+        self._written: set[str] | None = None
 
     def run(self) -> BuildResult:
         start = time.monotonic()
@@ -182,9 +187,16 @@ class Scheduler:
 
     def _start(self, action: BuildAction, decision: Decision) -> None:
         self.store.forget(decision.action_id)
-        for f in self.plan.outputs[action]:
-            self._sweeper.sweep(f.get_fs_path())
         self._running.add(action)
+        try:
+            self._prepare_outputs(action)
+        except (KilnError, OSError) as e:
+            error = e if isinstance(e, KilnError) else ConfinementError(
+                f"'{action.desc}': cannot prepare its output: {e}")  # fmt: skip
+            action.start_time = action.finish_time = time.time()
+            self.reporter.start_dep(action)
+            self._done.put((action, decision, error, {}))
+            return
         if self.opts.explain:
             self.reporter.explain(action, decision.reason or "")
         if action.concurrency is ActionConcurrency.NONE:
@@ -193,6 +205,21 @@ class Scheduler:
         if self._threads is None:
             self._threads = ThreadWorkers(self.opts.jobs)
         self._threads.submit(lambda: self._execute(action, decision))
+
+    def _prepare_outputs(self, action: BuildAction) -> None:
+        """Record the outputs as kiln's to write, then make their places ready: real
+        directories above, nothing of the wrong kind there, no old temporaries."""
+        outputs = self.plan.outputs[action]
+        self.store.claim_outputs([f.executor.relative_path(f) for f in outputs])
+        for f in outputs:
+            if self._outputs is not None:
+                self._outputs.prepare_output(f.fs_str, self._kiln_wrote)
+            self._sweeper.sweep(f.fs_str)
+
+    def _kiln_wrote(self, rel: str) -> bool:
+        if self._written is None:
+            self._written = self.store.written_outputs()
+        return rel in self._written
 
     def _execute(self, action: BuildAction, decision: Decision) -> None:
         """Run one action (on a worker thread) and hash what it wrote."""
@@ -229,14 +256,17 @@ class Scheduler:
     def _hash_outputs(self, action: BuildAction) -> dict[BuildFile, tuple[StatKey, str]]:
         produced = {}
         for f in self.plan.outputs[action]:
-            path = f.get_fs_path()
+            path = f.fs_str
             try:
-                st = os.stat(path)
+                st = os.lstat(path)
             except FileNotFoundError:
                 raise ActionFailed(
                     f"'{action.desc}' finished without writing its output {path}"
                 ) from None
-            produced[f] = (stat_key(st), hash_file(path))
+            if not stat.S_ISREG(st.st_mode):
+                raise ActionFailed(f"'{action.desc}' left {file_kind(st.st_mode)} at its "
+                                   f"output {path}; outputs must be regular files")  # fmt: skip
+            produced[f] = (stat_key(st), hash_file(path, follow=False))
         return produced
 
     def _complete(
@@ -315,7 +345,7 @@ class Scheduler:
         for action in self.plan.actions:
             if action.start_time is not None and action not in self.result.built:
                 for f in self.plan.outputs[action]:
-                    remove_partial(f.get_fs_path())
+                    remove_partial(f.fs_str)
 
     def _drain_running(self, deadline: float) -> None:
         """Until ``deadline``, collect what running actions report; record those that

@@ -14,6 +14,10 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     objects mapping file keys to SHA-256 digests.
 ``file_metadata(path TEXT PRIMARY KEY, data TEXT)``
     ``BuildFile.access_metadata`` dictionaries as JSON.
+``written(path TEXT PRIMARY KEY)``
+    Every output path (relative to the output directory) kiln let an action
+    write, recorded before the action starts: what ``kiln clean`` may delete.
+    Created on open in a database that lacks it.
 
 Each finished action is written in its own transaction, so a build killed at
 any point keeps the records of what it finished and nothing else. An action
@@ -32,13 +36,15 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import StateError
+from kiln.errors import NotRegularFile, StateError
+from kiln.outputs import check_own_file, claim_output_dir, file_kind, open_regular
 
 SCHEMA_VERSION = "1"
 _SCHEMA = """
@@ -52,6 +58,7 @@ CREATE TABLE IF NOT EXISTS actions(
 CREATE TABLE IF NOT EXISTS file_metadata(
     path TEXT PRIMARY KEY, data TEXT NOT NULL) WITHOUT ROWID;
 """
+_WRITTEN = "CREATE TABLE IF NOT EXISTS written(path TEXT PRIMARY KEY) WITHOUT ROWID;"
 _META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"
 
 StatKey = tuple[int, int, int, int]
@@ -72,10 +79,11 @@ def _check_kiln_database(db: sqlite3.Connection, tables: set[str]) -> None:
         )
 
 
-def hash_file(path: Path | str) -> str:
-    """SHA-256 of a file's content."""
+def hash_file(path: Path | str, follow: bool = True) -> str:
+    """SHA-256 of a regular file's content (NotRegularFile for anything else; without
+    ``follow``, a final symlink is not followed)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path, follow=follow), "rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
@@ -139,6 +147,7 @@ class StateStore:
     """
 
     def __init__(self, output_dir: Path, warn: Callable[[str], None]):
+        self.output_dir = output_dir
         self.path = output_dir / ".kiln" / "state.db"
         self._warn = warn
         self._lock = threading.RLock()
@@ -159,10 +168,9 @@ class StateStore:
     # -- opening -------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StateError(f"cannot create {self.path.parent}: {e.strerror}") from e
+        claim_output_dir(self.output_dir)
+        for suffix in ("", "-wal", "-shm"):  # SQLite would follow a link
+            check_own_file(f"{self.path}{suffix}")
         try:
             return self._connect()
         except sqlite3.DatabaseError as e:
@@ -179,6 +187,8 @@ class StateStore:
             db.execute("PRAGMA synchronous=NORMAL")
             if not tables:
                 db.executescript(f"BEGIN;{_SCHEMA}{_META};COMMIT;")
+            if "written" not in tables:
+                db.execute(_WRITTEN)
         except sqlite3.OperationalError as e:
             db.close()
             if "readonly" in str(e) or "unable to open" in str(e):
@@ -224,13 +234,17 @@ class StateStore:
 
     # -- file digests --------------------------------------------------------
 
-    def digest(self, path: Path | str) -> str | None:
-        """SHA-256 of the file at ``path`` (cached by stat), or None if it is missing."""
+    def digest(self, path: Path | str, output: bool = False) -> str | None:
+        """SHA-256 of the file at ``path`` (cached by stat), or None if it is missing.
+        An ``output`` is taken as it is, a link not followed; anything but a regular
+        file is NotRegularFile."""
         spath = str(path)
         try:
-            st = os.stat(spath)
+            st = os.lstat(spath) if output else os.stat(spath)
         except FileNotFoundError:
             return None
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"{spath} is {file_kind(st.st_mode)}, not a regular file")
         skey = stat_key(st)
         cached = self._files.get(spath)
         if cached is not None and cached[0] == skey:
@@ -298,6 +312,19 @@ class StateStore:
         with self._lock:
             if self.records().pop(action_id, None) is not None:
                 self._write("DELETE FROM actions WHERE id = ?", [(action_id,)])
+
+    def claim_outputs(self, paths: list[str]) -> None:
+        """Record that kiln lets an action write ``paths`` (relative to the output dir)."""
+        with self._lock:
+            self._write("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths])
+
+    def written_outputs(self) -> set[str]:
+        """Every output path kiln ever let an action write here."""
+        with self._lock:
+            try:
+                return {r[0] for r in self._db.execute("SELECT path FROM written")}
+            except sqlite3.DatabaseError:
+                return set()
 
     def _write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         try:

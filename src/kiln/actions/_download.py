@@ -1,7 +1,7 @@
 """Download a URL to a file atomically, verifying its SHA-256.
 
-The body is streamed into a temporary ``.part`` file next to the destination
-and renamed over it only once it is complete (and matches the expected
+The body is streamed into kiln's temporary file next to the destination
+(``kiln.outputs``) and renamed over it only once it is complete (and matches the expected
 digest), so a failed or interrupted download never leaves a partial or
 corrupt destination behind.  Transient network failures are retried with
 exponential backoff; everything else fails at once with a :class:`ToolError`.
@@ -9,13 +9,11 @@ exponential backoff; everything else fails at once with a :class:`ToolError`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import os
 import stat
 import string
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -23,8 +21,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO
 
-from kiln.actions._files import make_readable
 from kiln.errors import ToolError
+from kiln.outputs import atomic_write
 
 __all__ = ["download"]
 
@@ -121,46 +119,25 @@ def _normalize_digest(url: str, sha256: str | None) -> str | None:
 def _write_atomically(
     url: str, dest: str, expected: str | None, fill: Callable[[IO[bytes]], str]
 ) -> str:
-    """Let ``fill`` write a temporary file beside ``dest``, verify it, then rename it over.
+    """Let ``fill`` write kiln's temporary for ``dest`` (``kiln.outputs.atomic_write``:
+    one naming scheme, one fsync policy), verify it, then commit it over ``dest``.
 
     The temporary file is removed on any failure, including KeyboardInterrupt.
     """
-    directory = os.path.dirname(os.path.abspath(dest))
-    prefix = f".{os.path.basename(dest)}."
     try:
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".part", dir=directory)
-    except OSError as exc:
-        raise ToolError(f"cannot create a temporary file in {directory} for {url}: {exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as out:
+        with atomic_write(dest) as out:
             digest = fill(out)
-            _sync(url, dest, out)
-        if expected is not None and digest != expected:
-            raise ToolError(f"checksum mismatch for {url}: expected {expected}, got {digest}")
-        try:
-            make_readable(tmp)
-            os.replace(tmp, dest)
-        except OSError as exc:
-            raise ToolError(f"cannot move the download of {url} to {dest}: {exc}") from exc
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-    return digest
-
-
-def _sync(url: str, dest: str, out: IO[bytes]) -> None:
-    """Flush ``out`` to disk so the rename cannot expose a file with missing data."""
-    try:
-        out.flush()
-        os.fsync(out.fileno())
+            if expected is not None and digest != expected:
+                raise ToolError(f"checksum mismatch for {url}: expected {expected}, got {digest}")
+            try:
+                out.flush()
+            except OSError as exc:
+                raise ToolError(f"cannot write the download of {url} to {dest}: {exc}") from exc
     except OSError as exc:
-        raise ToolError(f"cannot write the download of {url} to {dest}: {exc}") from exc
-
-
-def _remove_quietly(path: str) -> None:
-    """Delete ``path`` if it still exists; cleanup must not mask the original error."""
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+        directory = os.path.dirname(os.path.abspath(dest))
+        raise ToolError(f"cannot create a temporary file in {directory} for {url}, or move "
+                        f"it to {dest}: {exc}") from exc  # fmt: skip
+    return digest
 
 
 def _copy(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln.actions._files import atomic_output
+from kiln.actions._files import atomic_output, atomic_write
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import ToolError, UsageError
 
@@ -158,7 +158,7 @@ def import_onnx(source: str, output: str, opset_version: int | None) -> None:
         module.verify()
     except Exception as e:
         raise ToolError(f"cannot import ONNX model {source}: {_short(e)}") from e
-    with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(output, "w") as f:
         module.print(file=f, assume_verified=True)
 
 
@@ -194,7 +194,7 @@ def compile_module(
         cmd += ["--mlir-print-op-on-diagnostic=false", *flags, "-o", str(tmp)]
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
         diagnostics = (proc.stdout + proc.stderr).strip()
-        with atomic_output(log_path) as log_tmp, open(log_tmp, "w", encoding="utf-8") as log:
+        with atomic_write(log_path, "w") as log:
             log.write("$ " + subprocess.list2cmdline(cmd) + "\n" + diagnostics + "\n")
         if proc.returncode != 0:
             status = f"exit code {proc.returncode}"

@@ -121,8 +121,7 @@ class CompileAction(BuildAction):
 
     @property
     def log_path(self) -> str:
-        out = self.output_file
-        return str(self.executor.output_dir / ".kiln" / "logs" / f"{out.path}.log")
+        return self.executor.log_path(self.output_file)
 
     def check_runnable(self) -> None:
         if self.missing_target:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from kiln.cli.main import Invocation
 from kiln.cli.targets import output_paths, resolve_targets
 from kiln.reporting import format_root_causes, format_summary
@@ -26,7 +28,9 @@ def run(inv: Invocation) -> int:
     options = options_from(inv)
     skipped: list[str] = []
     plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
-    with executor.lock(wait=not inv.ns.no_wait):
+    # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
+    lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
+    with lock:
         result = executor.run(targets, options, plan)
         if not options.dry_run:
             from kiln.manifest import skipped_checks, write_manifest

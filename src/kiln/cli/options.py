@@ -30,6 +30,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def output_dir(text: str) -> Path:
+    """An ``--output-dir`` value: an empty one would silently mean the working directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory, got an empty string")
+    return Path(text)
+
+
 def target_spec(text: str) -> str:
     """A ``--target`` value, checked now so that a typo fails even where nothing compiles."""
     from kiln.actions._ireetools import target_name
@@ -49,7 +56,7 @@ def pool_limit(text: str) -> tuple[str, int]:
 
 
 def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
-    p.add_argument("--output-dir", type=Path, default=Path("kiln-out"),
+    p.add_argument("--output-dir", type=output_dir, default=Path("kiln-out"),
                    help="where outputs and build state go (default: ./kiln-out)")
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="more detail: tracebacks, skipped actions, log paths")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 from collections.abc import Iterator
@@ -14,7 +15,8 @@ from kiln.args import argument_namespace_context
 from kiln.cli.loader import collect_entrypoints, guarded, load_build_module
 from kiln.cli.main import Invocation
 from kiln.cli.options import KilnArgumentParser, add_cl_args, add_common_options
-from kiln.errors import UsageError
+from kiln.entrypoints import Entrypoint
+from kiln.errors import BuildDefinitionError, UsageError
 from kiln.executor import Executor
 from kiln.reporting import PlainReporter, ProgressReporter
 
@@ -41,10 +43,12 @@ def open_session(
     reporter = make_reporter(ns, err)
     executor = Executor(ns.output_dir, stderr=err, reporter=reporter)
     executor.verbose_level = ns.verbose
+    executor.read_only = command in ("list", "graph", "explain") or bool(
+        getattr(ns, "dry_run", False))
     where = getattr(module, "__file__", None) or module.__name__
     with argument_namespace_context(ns):
-        guarded(where, lambda: executor.analyze(*entrypoints.values()),
-                doing="analysing the entrypoints of")
+        broken = _analyse(executor, where, entrypoints)
+    _check_requested(broken, ns.targets, reporter)
     # The graph lives as long as this process: later collections need not walk it.
     gc.freeze()
     try:
@@ -52,6 +56,40 @@ def open_session(
     finally:
         executor.close()
     # fmt: skip
+
+
+def _analyse(
+    executor: Executor, where: str, entrypoints: dict[str, Entrypoint]
+) -> dict[str, BuildDefinitionError]:
+    """Analyse each entrypoint on its own; one that fails is undone from the graph
+    and its error kept, so that it stops only the commands that need it."""
+    broken: dict[str, BuildDefinitionError] = {}
+    for name, ep in entrypoints.items():
+        mark = executor.checkpoint()
+        try:
+            guarded(where, functools.partial(executor.analyze, ep),
+                    doing=f"analysing entrypoint '{name}' of")  # fmt: skip
+        except BuildDefinitionError as e:
+            executor.rollback(mark)
+            broken[name] = e
+    return broken
+
+
+def _check_requested(
+    broken: dict[str, BuildDefinitionError], targets: list[str], reporter: ProgressReporter
+) -> None:
+    """Raise the error of a broken entrypoint that the targets (all, when none are
+    named) need; warn about the others."""
+    if not broken:
+        return
+    wanted = {t.strip("/").split("/", 1)[0] for t in targets}
+    needed = [name for name in broken if not targets or name in wanted]
+    if needed:
+        others = [n for n in broken if n != needed[0]]
+        more = f" (also broken: {', '.join(others)})" if others else ""
+        raise BuildDefinitionError(f"{broken[needed[0]]}{more}") from broken[needed[0]]
+    for name, error in broken.items():
+        reporter.message(f"warning: skipped the broken entrypoint '{name}': {error}")
 
 
 def _load_from_argv(command: str, argv: list[str]) -> tuple[ModuleType, list[str], str]:

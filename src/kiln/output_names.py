@@ -1,0 +1,87 @@
+"""Checking output names when the graph is defined, before anything touches the disk.
+
+An output name is refused (a ``BuildDefinitionError`` naming it and the user's
+file and line) when it holds a control character (NUL included), when one of its
+components is longer than the file system allows (``NAME_MAX``, 255 bytes; kiln's
+temporaries have short names of their own, so nothing is added to it), when the
+whole path passes ``PATH_MAX``, when it looks like one of kiln's temporaries, or
+when it would be both a file and a directory (``a`` and ``a/b``).
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+
+from kiln.errors import BuildDefinitionError
+from kiln.outputs import NAME_MAX, PATH_MAX, TMP_PREFIX
+
+
+def name_problem(rel: str) -> str | None:
+    """Why the output path ``rel`` (relative to the output root) cannot be a file name."""
+    bad = next((c for c in rel if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        return f"holds the control character {bad!r}; use printable characters"
+    for part in rel.split("/"):
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            return (f"has a component of {size} bytes ({part[:24]}...); file systems allow "
+                    f"{NAME_MAX}: shorten it")  # fmt: skip
+    if rel.rsplit("/", 1)[-1].startswith(TMP_PREFIX):
+        return f"starts with {TMP_PREFIX!r}, which kiln reserves for its temporaries"
+    return None
+
+
+class OutputNames:
+    """The on-disk names of a graph's outputs, to refuse one that is both a file and a
+    directory.
+
+    Invariant: ``_files`` maps each output's path (relative to the output root) to
+    where it was defined; ``_dirs`` maps each directory those paths imply to the
+    first output below it. ``_journal`` lists the additions in order, to undo them.
+    """
+
+    def __init__(self, root: str):
+        self._root = root
+        self._files: dict[str, str] = {}
+        self._dirs: dict[str, tuple[str, str]] = {}
+        self._journal: list[tuple[str, list[str]]] = []
+
+    def add(self, rel: str, site: str) -> None:
+        """Register the output ``rel`` defined at ``site``, or raise naming both."""
+        problem = name_problem(rel)
+        if problem is None and len(os.fsencode(f"{self._root}/{rel}")) >= PATH_MAX:
+            problem = f"makes a path longer than the {PATH_MAX} bytes file systems allow"
+        if problem is not None:
+            raise BuildDefinitionError(f"output name {rel!r} (at {site}) {problem}")
+        if rel in self._dirs:
+            below, below_site = self._dirs[rel]
+            raise self._clash(rel, site, below, below_site)
+        parts = rel.split("/")
+        parents = ["/".join(parts[:i]) for i in range(1, len(parts))]
+        for parent in parents:
+            if parent in self._files:
+                raise self._clash(parent, self._files[parent], rel, site)
+        made = [p for p in parents if p not in self._dirs]
+        for parent in made:
+            self._dirs[parent] = (rel, site)
+        self._files.setdefault(rel, site)
+        self._journal.append((rel, made))
+
+    @staticmethod
+    def _clash(file: str, file_site: str, below: str, below_site: str) -> BuildDefinitionError:
+        return BuildDefinitionError(
+            f"output {file!r} (at {file_site}) would be both a file and a directory: "
+            f"{below!r} (at {below_site}) lies below it; rename one of them"
+        )
+
+    def mark(self) -> int:
+        return len(self._journal)
+
+    def undo(self, mark: int) -> None:
+        """Forget the outputs added since ``mark`` (an entrypoint that failed)."""
+        while len(self._journal) > mark:
+            rel, made = self._journal.pop()
+            self._files.pop(rel, None)
+            for parent in made:
+                self._dirs.pop(parent, None)

@@ -1,0 +1,346 @@
+"""The output directory: whose it is, and how kiln writes, reads and removes there.
+
+Every file kiln writes goes through this module, so the trust model holds by
+construction rather than writer by writer:
+
+- **Ownership.** kiln uses an output directory only when it is new, empty, or
+  marked as kiln's by ``.kiln/format`` (``kiln-output/1``). ``claim_output_dir``
+  is the one function that creates ``.kiln/``; everything else finds it there.
+- **Confinement.** Below the output root kiln never writes through a symbolic
+  link: directories are made component by component with ``lstat`` checks
+  (``OutputTree``), kiln's own files are opened with ``O_NOFOLLOW``, temporaries
+  with ``O_EXCL``, and outputs are committed by ``rename``, which replaces a
+  link instead of following it.
+- **Regular files only.** Outputs are read with ``O_NOFOLLOW | O_NONBLOCK`` and
+  an ``fstat`` check (``open_regular``): a symlink, FIFO, socket, device or
+  directory is never read and never blocks.
+
+Temporaries: one scheme, ``.kiln-tmp-<10 hex of the name's digest>-<8 random
+hex><extension>`` beside the file they become, at most 45 bytes whatever the
+output's name, so a name of NAME_MAX bytes still has a temporary. Durability:
+one policy, the temporary's data is fsynced before the rename, so a crash never
+leaves a short file under an output's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from kiln.errors import ConfinementError, NotRegularFile, StateError, UsageError
+
+KILN_DIR = ".kiln"
+MARKER = "format"
+FORMAT_NAME = "kiln-output"
+FORMAT_VERSION = 1
+NAME_MAX = 255
+PATH_MAX = 4096
+TMP_PREFIX = ".kiln-tmp-"
+_TMP_NAME = re.compile(rf"{re.escape(TMP_PREFIX)}(?P<key>[0-9a-f]{{10}})-[0-9a-f]{{8}}.*")
+_MAX_TMP_EXT = 16
+# What a kiln made before the marker existed keeps in .kiln/ (adopted as kiln's).
+_LEGACY_NAMES = frozenset({"lock", "state.db", "state.db-wal", "state.db-shm", "logs", "tmp"})
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def link_text(path: Path | str) -> str:
+    with contextlib.suppress(OSError):
+        return f"{path} (a symbolic link to {os.readlink(path)})"
+    return f"{path} (a symbolic link)"
+
+
+# -- ownership -------------------------------------------------------------------
+
+
+def _refuse(root: Path, why: str) -> UsageError:
+    return UsageError(
+        f"refusing to use {root} as the output directory: {why}; kiln writes only into "
+        "a new, empty or kiln-made directory: choose another with --output-dir"
+    )
+
+
+def output_dir_state(root: Path) -> str:
+    """``missing``, ``empty`` or ``kiln`` for an output directory kiln may use; raise
+    UsageError (naming it and ``--output-dir``) for any other, StateError when it
+    cannot be a directory. Reads only."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        raise StateError(
+            f"cannot write to the output directory {root}: {e.strerror}; "
+            "choose another with --output-dir"
+        ) from e
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError(
+            f"cannot write to the output directory {root}: Not a directory; "
+            "choose another with --output-dir"
+        )
+    kiln_dir = root / KILN_DIR
+    try:
+        kst = os.lstat(kiln_dir)
+    except FileNotFoundError:
+        with os.scandir(root) as entries:
+            if next(entries, None) is None:
+                return "empty"
+        raise _refuse(root, "it is not empty and is not a kiln output directory "
+                      f"(no {KILN_DIR}/{MARKER})") from None  # fmt: skip
+    if not stat.S_ISDIR(kst.st_mode):
+        what = link_text(kiln_dir) if stat.S_ISLNK(kst.st_mode) else f"{kiln_dir} is not"
+        raise _refuse(root, f"{what} a directory kiln made" if "link" not in what
+                      else f"{what} is not kiln's")  # fmt: skip
+    _check_marker(root, kiln_dir)
+    return "kiln"
+
+
+def _check_marker(root: Path, kiln_dir: Path) -> None:
+    marker = kiln_dir / MARKER
+    try:
+        text = read_regular(marker, limit=256).decode(errors="replace").strip()
+    except FileNotFoundError:
+        names = set(os.listdir(kiln_dir))
+        if all(n in _LEGACY_NAMES or n.startswith("state.db.corrupt-") for n in names):
+            return  # made by a kiln before the marker: adopted
+        raise _refuse(root, f"{kiln_dir} holds files kiln did not make") from None
+    except (NotRegularFile, OSError) as e:
+        raise _refuse(root, f"its marker {marker} is unreadable ({e})") from None
+    name, _, version = text.partition("/")
+    if name != FORMAT_NAME or not version.isdigit():
+        raise _refuse(root, f"its marker {marker} is not kiln's ({text[:40]!r})")
+    if int(version) > FORMAT_VERSION:
+        raise _refuse(root, f"it was made by a newer kiln (format {version})")
+
+
+def claim_output_dir(root: Path) -> Path:
+    """Make ``root`` kiln's (creating it if new) and return its ``.kiln`` directory.
+    The only function that creates ``.kiln/``."""
+    root = Path(root).absolute()
+    state = output_dir_state(root)
+    kiln_dir = root / KILN_DIR
+    try:
+        if state == "missing":
+            os.makedirs(root, exist_ok=True)
+        if state != "kiln":
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(kiln_dir)
+        if not os.path.lexists(kiln_dir / MARKER):
+            with atomic_write(kiln_dir / MARKER, "w") as f:
+                f.write(f"{FORMAT_NAME}/{FORMAT_VERSION}\n")
+    except OSError as e:
+        raise StateError(
+            f"cannot write to the output directory {root}: {e.strerror}; "
+            "choose another with --output-dir or fix its permissions"
+        ) from e
+    own_dir_checked(kiln_dir)
+    return kiln_dir
+
+
+def own_dir_checked(path: Path) -> None:
+    """Raise StateError unless ``path`` (one of kiln's own directories) is a real one."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        what = link_text(path) if stat.S_ISLNK(st.st_mode) else f"{path} ({file_kind(st.st_mode)})"
+        raise StateError(f"kiln's directory {what} is not a directory; kiln never writes "
+                         "through links: remove it")  # fmt: skip
+
+
+def check_own_file(path: Path | str) -> None:
+    """Raise StateError when kiln's own file ``path`` exists as anything but a regular
+    file (SQLite, for one, would follow a link)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        what = link_text(path) if stat.S_ISLNK(st.st_mode) else f"{path} ({file_kind(st.st_mode)})"
+        raise StateError(f"kiln's file {what} is not a regular file; kiln never writes "
+                         "through links: remove it")  # fmt: skip
+
+
+def open_own_file(path: Path | str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` for kiln's own files: never follows a link, never blocks on a FIFO."""
+    check_own_file(path)
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            check_own_file(path)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        check_own_file(path)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def clear_for_own_file(path: Path | str) -> None:
+    """Make room for kiln's own file ``path`` (committed by rename, which replaces a
+    link or FIFO without following it): an empty directory there is removed, any
+    other directory is a StateError naming it."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StateError(f"{path} is a directory ({e.strerror}), where kiln writes its own "
+                         "file: move it away")  from None  # fmt: skip
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+def open_regular(path: Path | str, *, follow: bool = False) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file; else NotRegularFile.
+    Never blocks on a FIFO; with ``follow`` false never follows a final symlink."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFile(f"{path} is a symbolic link, not a regular file") from None
+        if e.errno in (errno.ENXIO, errno.EISDIR):  # a socket; a directory
+            st = os.lstat(path)
+            raise NotRegularFile(f"{path} is {file_kind(st.st_mode)}, not a regular file") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(f"{path} is {file_kind(mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_regular(path: Path | str, limit: int = -1) -> bytes:
+    """The bytes of ``path`` (at most ``limit``) if it is a regular file."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        return f.read(limit)
+
+
+# -- writing ---------------------------------------------------------------------
+
+
+def _tmp_key(name: str) -> str:
+    return hashlib.sha256(os.fsencode(name)).hexdigest()[:10]
+
+
+def temporary_for(target: Path) -> Path:
+    """A fresh temporary name beside ``target``; short whatever ``target``'s name is,
+    and with its extension (tools such as compilers read it)."""
+    ext = target.suffix if len(os.fsencode(target.suffix)) <= _MAX_TMP_EXT else ""
+    return target.with_name(f"{TMP_PREFIX}{_tmp_key(target.name)}-{os.urandom(4).hex()}{ext}")
+
+
+def is_temporary(name: str) -> bool:
+    return _TMP_NAME.fullmatch(name) is not None
+
+
+def _commit(tmp: Path, target: Path) -> None:
+    """The one durability policy: the temporary's data reaches the disk, then the
+    rename makes it the target (replacing a link or FIFO there, never following it)."""
+    fd = open_regular(tmp)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path | str, *, create: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success commit it onto ``path``, on
+    any failure remove it. The parent directory must exist (``OutputTree`` made it).
+
+    With ``create`` the temporary exists, empty; without, the writer (a subprocess)
+    creates it. What the writer leaves must be a regular file.
+    """
+    target = Path(path)
+    tmp = temporary_for(target)
+    if create:
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o666))
+    try:
+        yield tmp
+        try:
+            _commit(tmp, target)
+        except NotRegularFile as e:
+            raise ConfinementError(f"the temporary output for {target} was not a regular "
+                                   f"file ({e}); nothing was written") from None  # fmt: skip
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path | str, mode: str = "wb") -> Iterator[IO[Any]]:
+    """Like ``atomic_output``, yielding the temporary opened for writing (``"wb"`` or
+    ``"w"``, UTF-8)."""
+    with atomic_output(path, create=False) as tmp:
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o666)
+        encoding = None if "b" in mode else "utf-8"
+        with os.fdopen(fd, mode, encoding=encoding) as f:
+            yield f
+
+
+def remove_quietly(path: Path | str) -> None:
+    """Unlink ``path`` if it is there (never follows a link: unlink removes the link)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        os.unlink(path)
+
+
+def temporaries(directory: str) -> dict[str, list[str]]:
+    """kiln's temporaries in ``directory``, by the name-key of the file they were for."""
+    found: dict[str, list[str]] = {}
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(directory):
+            match = _TMP_NAME.fullmatch(entry.name)
+            if match:
+                found.setdefault(match["key"], []).append(os.path.join(directory, entry.name))
+    return found
+
+
+def remove_partial(path: Path | str) -> None:
+    """Remove ``path`` and the temporaries its interrupted writer left beside it."""
+    target = Path(path)
+    for tmp in temporaries(str(target.parent)).get(_tmp_key(target.name), []):
+        remove_quietly(tmp)
+    remove_quietly(target)
+
+
+class TemporarySweeper:
+    """Removes the temporaries that writers killed in an earlier build left beside an
+    output, before its action runs again. Each directory is listed once per build."""
+
+    def __init__(self) -> None:
+        self._listed: dict[str, dict[str, list[str]]] = {}
+
+    def sweep(self, path: Path | str) -> None:
+        directory, name = os.path.split(str(path))
+        if directory not in self._listed:
+            self._listed[directory] = temporaries(directory)
+        for tmp in self._listed[directory].pop(_tmp_key(name), []):
+            remove_quietly(tmp)
+
+

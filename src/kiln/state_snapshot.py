@@ -1,0 +1,82 @@
+"""A read-only view of an output directory's build state, for commands that must
+create nothing on disk (``explain``, ``build --dry-run``, ``clean``'s reading).
+
+SQLite opens even a read-only WAL database by creating its ``-shm`` and ``-wal``
+files, so the snapshot copies the database (and its write-ahead log, when a
+killed build left one) into a private temporary directory outside the output
+directory, reads it into memory there, and removes the copy. What the command
+then records (digests it computed) stays in memory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from kiln.errors import NotRegularFile, StateError
+from kiln.outputs import KILN_DIR, check_own_file, open_regular, output_dir_state
+from kiln.state import _META, _SCHEMA, _WRITTEN, StateStore, _check_kiln_database
+
+
+def _empty() -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    db.executescript(f"BEGIN;{_SCHEMA}{_WRITTEN}{_META};COMMIT;")
+    return db
+
+
+def _copy_regular(source: str, dest: str) -> bool:
+    try:
+        fd = open_regular(source)
+    except FileNotFoundError:
+        return False
+    with open(fd, "rb") as src, open(dest, "wb") as out:
+        shutil.copyfileobj(src, out)
+    return True
+
+
+class StateSnapshot(StateStore):
+    """The state of an output directory, read into memory; writes stay in memory.
+
+    Invariant: nothing under the output directory is created, changed or removed.
+    A missing state reads as empty; an unreadable one as empty, with a warning.
+    """
+
+    def _open(self) -> sqlite3.Connection:
+        if output_dir_state(self.output_dir) != "kiln" or not (self.output_dir / KILN_DIR).is_dir():
+            return _empty()
+        for suffix in ("", "-wal", "-shm"):
+            check_own_file(f"{self.path}{suffix}")
+        with tempfile.TemporaryDirectory(prefix="kiln-state-") as tmp:
+            copy = str(Path(tmp) / "state.db")
+            try:
+                if not _copy_regular(str(self.path), copy):
+                    return _empty()
+                _copy_regular(f"{self.path}-wal", f"{copy}-wal")
+                disk = sqlite3.connect(copy, isolation_level=None)
+                try:
+                    tables = {r[0] for r in disk.execute("SELECT name FROM sqlite_master")}
+                    _check_kiln_database(disk, tables)
+                    memory = sqlite3.connect(":memory:", check_same_thread=False,
+                                             isolation_level=None)  # fmt: skip
+                    disk.backup(memory)
+                finally:
+                    disk.close()
+            except (sqlite3.DatabaseError, NotRegularFile, OSError) as e:
+                return self._replace_corrupt(e)
+        memory.execute(_WRITTEN)
+        return memory
+
+    def _replace_corrupt(
+        self, error: Exception, old: sqlite3.Connection | None = None
+    ) -> sqlite3.Connection:
+        """Trust nothing, change nothing: the next build moves the database aside."""
+        if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):
+            raise StateError(f"cannot read the build state {self.path}: {error}") from error
+        reason = " ".join(str(error).split())
+        self._warn(
+            f"warning: build state {self.path} is unreadable ({reason}); treating every "
+            "action as never built (the next build moves it aside to state.db.corrupt-*)"
+        )
+        return _empty()
