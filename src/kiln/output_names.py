@@ -11,17 +11,20 @@ when it would be both a file and a directory (``a`` and ``a/b``).
 from __future__ import annotations
 
 import os
-import unicodedata
+import re
 
 from kiln.errors import BuildDefinitionError
 from kiln.outputs import NAME_MAX, PATH_MAX, TMP_PREFIX
 
+# Unicode's control characters (category Cc): C0, DEL and C1.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
 
 def name_problem(rel: str) -> str | None:
     """Why the output path ``rel`` (relative to the output root) cannot be a file name."""
-    bad = next((c for c in rel if unicodedata.category(c) == "Cc"), None)
+    bad = _CONTROL.search(rel)
     if bad is not None:
-        return f"holds the control character {bad!r}; use printable characters"
+        return f"holds the control character {bad.group()!r}; use printable characters"
     for part in rel.split("/"):
         size = len(os.fsencode(part))
         if size > NAME_MAX:

@@ -19,7 +19,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kiln.errors import ActionFailed, ConfinementError, DependenceException, KilnError
+from kiln.errors import (
+    ActionFailed,
+    ConfinementError,
+    DependenceException,
+    KilnError,
+    StateError,
+)
 from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFile
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.output_tree import OutputTree
@@ -190,6 +196,8 @@ class Scheduler:
         self._running.add(action)
         try:
             self._prepare_outputs(action)
+        except StateError:
+            raise  # the state cannot be written: the build stops, as for ``forget``
         except (KilnError, OSError) as e:
             error = e if isinstance(e, KilnError) else ConfinementError(
                 f"'{action.desc}': cannot prepare its output: {e}")  # fmt: skip
@@ -266,7 +274,7 @@ class Scheduler:
             if not stat.S_ISREG(st.st_mode):
                 raise ActionFailed(f"'{action.desc}' left {file_kind(st.st_mode)} at its "
                                    f"output {path}; outputs must be regular files")  # fmt: skip
-            produced[f] = (stat_key(st), hash_file(path, follow=False))
+            produced[f] = (stat_key(st), hash_file(path))
         return produced
 
     def _complete(
