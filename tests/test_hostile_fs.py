@@ -275,22 +275,50 @@ def test_log_directory_through_a_link_is_refused(tmp_path: Path) -> None:
 # -- confinement: outputs and their directories -----------------------------------
 
 
+def _empty_ep_dir(out: Path) -> Path:
+    ep_dir = out / "genfiles" / "ep"
+    for p in ep_dir.iterdir():
+        p.unlink()
+    ep_dir.rmdir()
+    return ep_dir
+
+
 def test_planted_link_at_an_entrypoint_dir_is_not_written_through(kiln, project: Path) -> None:
     out = built(kiln, project)
     victim = project / "victim"
     victim.mkdir()
     (victim / "x.txt").write_text("fresh\n")  # what kiln would write: a stale match
-    ep_dir = out / "genfiles" / "ep"
-    for p in ep_dir.iterdir():
-        p.unlink()
-    ep_dir.rmdir()
+    ep_dir = _empty_ep_dir(out)
     ep_dir.symlink_to(victim)
+    explained = kiln("explain", "build.py")
+    assert "output ep/x.txt was modified: its directory genfiles/ep is a symbolic link" in (
+        explained.stdout
+    )
     r = kiln("build", "build.py")
     assert r.returncode == 0, r.stderr
     assert f"removed {ep_dir} (a symbolic link to {victim})" in r.stderr
     assert runs(project) == 2  # rebuilt, not taken through the link
     assert not ep_dir.is_symlink() and (ep_dir / "x.txt").read_text() == "fresh\n"
     assert (victim / "x.txt").read_text() == "fresh\n" and len(list(victim.iterdir())) == 1
+
+
+def test_entrypoint_dir_turned_into_a_fifo_is_rebuilt(kiln, project: Path) -> None:
+    out = built(kiln, project)
+    os.mkfifo(_empty_ep_dir(out))
+    r = kiln("build", "build.py", timeout=FIFO_TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert runs(project) == 2
+    assert (out / "genfiles" / "ep" / "x.txt").read_text() == "fresh\n"
+
+
+def test_user_file_where_an_entrypoint_dir_goes_is_kept(kiln, project: Path) -> None:
+    out = built(kiln, project)
+    ep_dir = _empty_ep_dir(out)
+    ep_dir.write_text("mine\n")
+    r = kiln("build", "build.py")
+    assert r.returncode == 1
+    assert f"{ep_dir} (a regular file) is where kiln needs a directory" in r.stderr
+    assert ep_dir.read_text() == "mine\n" and "Traceback" not in r.stderr
 
 
 def test_output_link_to_a_matching_file_is_rebuilt_not_followed(kiln, project: Path) -> None:
@@ -438,3 +466,21 @@ def test_one_broken_entrypoint_does_not_stop_a_healthy_target(kiln, project: Pat
         assert r.returncode == 2, r.stderr
         assert "Traceback" not in r.stderr
     assert f"{project / 'build.py'}:{_line(BROKEN)}" in kiln("build", "build.py", "bad").stderr
+
+
+def test_an_old_output_where_a_directory_now_goes_is_replaced(kiln, project: Path) -> None:
+    text = HEADER + """
+@entrypoint
+def ep():
+    return run_command(name="NAME", command=["sh", "-c", "echo ok > {out}"])
+"""
+    (project / "build.py").write_text(text.replace("NAME", "d"))
+    assert kiln("build", "build.py").returncode == 0
+    (project / "build.py").write_text(text.replace("NAME", "d/e"))
+    r = kiln("build", "build.py")
+    assert r.returncode == 0, r.stderr  # genfiles/ep/d was kiln's own output: replaced
+    assert (project / "kiln-out" / "genfiles" / "ep" / "d" / "e").read_text() == "ok\n"
+    (project / "build.py").write_text(text.replace("NAME", "d"))
+    r = kiln("build", "build.py")
+    assert r.returncode == 0, r.stderr  # and back: the directory held only kiln's files
+    assert (project / "kiln-out" / "genfiles" / "ep" / "d").read_text() == "ok\n"

@@ -67,10 +67,13 @@ class OutputTree:
             self._inspected[directory] = None
         return problem
 
-    def make_dirs(self, directory: Path | str, *, heal: bool = False) -> None:
-        """Create ``directory`` below the root one component at a time. A link, FIFO,
-        socket or device in the way is removed (with ``heal``, never followed) or
-        is a ConfinementError naming it; a regular file in the way is always one."""
+    def make_dirs(
+        self, directory: Path | str, *, heal: Callable[[str], bool] | None = None
+    ) -> None:
+        """Create ``directory`` below the root one component at a time. Without
+        ``heal`` anything else in the way is a ConfinementError naming it. With it, a
+        link, FIFO, socket or device is removed (never followed), and so is a regular
+        file for which ``heal(path relative to the root)`` says kiln wrote it."""
         directory = os.path.normpath(str(directory))
         if self._checked.get(directory, "") is None:
             return
@@ -83,7 +86,7 @@ class OutputTree:
                     self._make_one(path, heal)
                     self._checked[path] = None
 
-    def _make_one(self, path: str, heal: bool) -> None:
+    def _make_one(self, path: str, heal: Callable[[str], bool] | None) -> None:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -93,7 +96,8 @@ class OutputTree:
         if stat.S_ISDIR(st.st_mode):
             return
         what = link_text(path) if stat.S_ISLNK(st.st_mode) else f"{path} ({file_kind(st.st_mode)})"
-        if not heal or stat.S_ISREG(st.st_mode):
+        ours = stat.S_ISREG(st.st_mode) and heal and heal(os.path.relpath(path, self._root_str))
+        if heal is None or (stat.S_ISREG(st.st_mode) and not ours):
             raise ConfinementError(f"{what} is where kiln needs a directory of the output tree; "
                                    "kiln never writes through links: remove it")  # fmt: skip
         remove_quietly(path)
@@ -106,7 +110,7 @@ class OutputTree:
         nothing there but a regular file (a link, FIFO, socket or device is removed,
         never followed; a directory only when it holds nothing but kiln's files)."""
         path = str(path)
-        self.make_dirs(os.path.dirname(path), heal=True)
+        self.make_dirs(os.path.dirname(path), heal=owned)
         try:
             st = os.lstat(path)
         except FileNotFoundError:
