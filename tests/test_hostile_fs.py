@@ -484,3 +484,16 @@ def ep():
     r = kiln("build", "build.py")
     assert r.returncode == 0, r.stderr  # and back: the directory held only kiln's files
     assert (project / "kiln-out" / "genfiles" / "ep" / "d").read_text() == "ok\n"
+
+
+def test_command_that_writes_nothing_says_so(kiln, project: Path) -> None:
+    (project / "build.py").write_text(HEADER + """
+@entrypoint
+def lazy():
+    return run_command(name="l.txt", command=["true"])
+""")
+    r = kiln("build", "build.py")
+    assert r.returncode == 1
+    out = project / "kiln-out" / "genfiles" / "lazy" / "l.txt"
+    assert f"finished without writing its output {out}" in r.stderr
+    assert "Traceback" not in r.stderr and "FileNotFoundError" not in r.stderr

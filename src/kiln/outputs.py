@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from kiln.errors import ConfinementError, NotRegularFile, StateError, UsageError
+from kiln.errors import ActionFailed, ConfinementError, NotRegularFile, StateError, UsageError
 
 KILN_DIR = ".kiln"
 MARKER = "format"
@@ -285,6 +285,10 @@ def atomic_output(path: Path | str, *, create: bool = True) -> Iterator[Path]:
         yield tmp
         try:
             _commit(tmp, target)
+        except FileNotFoundError:
+            if os.path.lexists(tmp) or not os.path.isdir(target.parent):
+                raise
+            raise ActionFailed(f"finished without writing its output {target}") from None
         except NotRegularFile as e:
             raise ConfinementError(f"the temporary output for {target} was not a regular "
                                    f"file ({e}); nothing was written") from None  # fmt: skip
