@@ -263,12 +263,12 @@ def test_log_directory_through_a_link_is_refused(tmp_path: Path) -> None:
     executor = Executor(tmp_path / "out")
     with executor.get_context(""):
         f = BuildContext.current().allocate_file("m/a.vmfb")
-    executor.lock().__enter__()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (tmp_path / "out" / ".kiln" / "logs").symlink_to(elsewhere)
-    with pytest.raises(ConfinementError, match="a symbolic link to"):
-        executor.log_path(f)
+    with executor.lock():
+        (tmp_path / "out" / ".kiln" / "logs").symlink_to(elsewhere)
+        with pytest.raises(ConfinementError, match="a symbolic link to"):
+            executor.log_path(f)
     assert list(elsewhere.iterdir()) == []
 
 
