@@ -14,6 +14,7 @@ from httpserver import HTTPTestServer
 
 from kiln.actions._download import download
 from kiln.errors import ActionFailed, ToolError
+from kiln.outputs import is_temporary
 
 BODY = os.urandom(3 * (1 << 20) + 123)  # several chunks, not a multiple of the chunk size
 DIGEST = hashlib.sha256(BODY).hexdigest()
@@ -35,7 +36,7 @@ def server() -> Iterator[HTTPTestServer]:
 
 def leftovers(directory: Path) -> list[str]:
     """Names of temporary download files left in ``directory``."""
-    return [p.name for p in directory.iterdir() if p.name.endswith(".part")]
+    return [p.name for p in directory.iterdir() if is_temporary(p.name)]
 
 
 def test_serves_file_with_digest_and_progress(server: HTTPTestServer, tmp_path: Path) -> None:
