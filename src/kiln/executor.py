@@ -20,6 +20,7 @@ from kiln._gc import gc_paused
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
+from kiln.events import EventReader
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -42,6 +43,7 @@ from kiln.reporting import ProgressReporter
 from kiln.runners import kill_group
 from kiln.scheduler import BuildResult, Scheduler, SchedulerOptions
 from kiln.state import StateStore
+from kiln.trace import LastBuild
 
 __all__ = [
     "ActionConcurrency",
@@ -90,6 +92,8 @@ class Executor:
         self.entrypoints: list[BuildEntrypoint] = []
         self.failed_deps: set[BuildDependency] = set()
         self.last_result: BuildResult | None = None
+        # Extra readers of every build's events (``--events``, ``--profile``).
+        self.event_readers: list[EventReader] = []
         self._store: StateStore | None = None
         self._metadata_lock = threading.RLock()
         self._subprocesses: set[subprocess.Popen[bytes]] = set()
@@ -214,14 +218,22 @@ class Executor:
             output_dir_state(self.output_dir)
         else:
             claim_output_dir(self.output_dir)
+        store = self.store()
+        readers = list(self.event_readers)
+        # A dry run writes nothing, its events included.
+        last = None if options.dry_run else LastBuild(store.path.parent, self.reporter.message)
+        if last is not None:
+            readers.append(last)
         scheduler = Scheduler(
-            plan, self.store(), self.reporter, options, on_interrupt=self.kill_subprocesses,
-            outputs=None if options.dry_run else self.outputs,
-        )
+            plan, store, self.reporter, options, on_interrupt=self.kill_subprocesses,
+            outputs=None if options.dry_run else self.outputs, readers=readers,
+        )  # fmt: skip
         try:
             result = scheduler.run()
         finally:
             self.failed_deps.update(n for n in plan.order if n.failure is not None)
+            if last is not None:
+                last.close()
         self.last_result = result
         return result
 

@@ -1,10 +1,14 @@
-"""Build events and the plain-line printer.
+"""Reporters: readers of the build's event stream, and the plain-line printer.
 
-``ProgressReporter`` is the interface the scheduler talks to (the seed's
-methods plus ``skip_dep``, ``explain``, ``progress`` and ``message``).
-``PlainReporter`` prints one line per started action, with no control
-characters, for CI logs and pipes. The live terminal display is in
-``kiln.reporting_rich`` so that rich is imported only when it is used.
+The scheduler emits ``kiln.events.BuildEvent``s; every reporter reads them
+through ``handle``. ``ProgressReporter.handle`` turns events into the seed's
+methods (``start_graph``, ``start_dep``, ``skip_dep``, ``finish_dep``,
+``report_failure``, ``end_graph``), so a user's subclass that overrides those
+keeps working. ``explain``, ``progress`` and ``message`` are display requests,
+not build facts, and are called directly. ``PlainReporter`` prints one line per
+started action, with no control characters, for CI logs and pipes. The live
+terminal display is in ``kiln.reporting_rich`` so that rich is imported only
+when it is used.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import traceback
 from collections.abc import Set
 from typing import IO, TYPE_CHECKING
 
+from kiln import events as ev
 from kiln.graph import BuildAction, BuildDependency
 
 if TYPE_CHECKING:
@@ -21,7 +26,28 @@ if TYPE_CHECKING:
 
 
 class ProgressReporter:
-    """Receives build events; every method may be called from any thread."""
+    """Receives build events; every method may be called from any thread.
+
+    ``handle`` is the one entry point of build facts; the default hands each event
+    to the method of the seed's interface that stands for it.
+    """
+
+    def handle(self, event: ev.BuildEvent) -> None:
+        """Read one event of the stream (the adapter to the methods below)."""
+        kind = event.kind
+        if kind == ev.STARTED:
+            self.start_dep(event.subject)
+        elif kind in (ev.UP_TO_DATE, ev.CACHED):
+            self.skip_dep(event.subject)
+        elif kind == ev.FINISHED:
+            self.finish_dep(event.subject)
+        elif kind == ev.FAILED:
+            self.report_failure(event.subject)
+            self.finish_dep(event.subject)
+        elif kind == ev.BUILD_STARTED:
+            self.start_graph(event.subject)
+        elif kind == ev.BUILD_FINISHED:
+            self.end_graph()
 
     def reset_display(self) -> None:
         """Clear any live display so that plain text can be printed."""
@@ -59,7 +85,10 @@ def count_actions(deps: Set[BuildDependency]) -> int:
 
 
 class PlainReporter(ProgressReporter):
-    """``[3/12] Compiling foo`` lines on a stream; failures with their error."""
+    """``[3/12] Compiling foo`` lines on a stream; failures with their error.
+
+    A reader of the event stream: every line comes from an event's fields.
+    """
 
     def __init__(self, stream: IO[str], verbose: int = 0):
         self.stream = stream
@@ -74,31 +103,28 @@ class PlainReporter(ProgressReporter):
             self.stream.write(line + "\n")
             self.stream.flush()
 
-    def start_graph(self, all_deps: Set[BuildDependency]) -> None:
-        self.total = count_actions(all_deps)
-
-    def start_dep(self, dep: BuildDependency) -> None:
-        with self._lock:
+    def handle(self, event: ev.BuildEvent) -> None:
+        kind = event.kind
+        if kind == ev.STARTED:
             self.started += 1
-            n = self.done + self.started
-        self._write(f"[{min(n, self.total)}/{self.total}] {dep}")
-
-    def skip_dep(self, dep: BuildDependency) -> None:
-        with self._lock:
-            self.done += 1
-        if self.verbose:
-            self._write(f"[{self.done}/{self.total}] up to date: {dep}")
-
-    def finish_dep(self, dep: BuildDependency) -> None:
-        with self._lock:
+            self._write(f"[{min(self.done + self.started, self.total)}/{self.total}] {event.desc}")
+        elif kind == ev.FINISHED or kind == ev.FAILED:
             self.done += 1
             self.started -= 1
-        log = log_line(dep, self.verbose)
-        if log:
-            self._write(log)
-
-    def report_failure(self, dep: BuildDependency) -> None:
-        self._write(f"{failure_heading(dep)}\n{indent(error_text(dep.failure, self.verbose))}")
+            if kind == ev.FAILED:
+                heading = failure_heading(event.desc or "")
+                self._write(f"{heading}\n{indent(failure_text(event, self.verbose))}")
+            elif self.verbose and event.log:
+                self._write(f"  log of {event.desc}: {event.log}")
+        elif kind == ev.UP_TO_DATE:
+            self.done += 1
+            if self.verbose:
+                self._write(f"[{self.done}/{self.total}] up to date: {event.desc}")
+        elif kind == ev.CACHED:
+            self.done += 1
+            self._write(f"[{self.done}/{self.total}] cached: {event.desc}")
+        elif kind == ev.BUILD_STARTED:
+            self.total = (event.data or {}).get("actions", 0)
 
     def explain(self, dep: BuildDependency, reason: str) -> None:
         self._write(f"{dep}: {reason}")
@@ -107,10 +133,17 @@ class PlainReporter(ProgressReporter):
         self._write(text)
 
 
-def failure_heading(dep: BuildDependency) -> str:
+def failure_heading(dep: BuildDependency | str) -> str:
     """The first line of a failed action's report (iree.build's wording, which
     scripts and ported tests look for)."""
     return f"ERROR: Building '{dep}' failed:"
+
+
+def failure_text(event: ev.BuildEvent, verbose: int) -> str:
+    """How a ``failed`` event reads on the console: with ``-v`` the traceback."""
+    if verbose and event.traceback:
+        return event.traceback
+    return event.error or ""
 
 
 def error_text(error: BaseException | None, verbose: int = 0) -> str:
@@ -129,14 +162,6 @@ def error_text(error: BaseException | None, verbose: int = 0) -> str:
     if isinstance(error, KilnError) and not verbose:
         return str(error)
     return "".join(traceback.format_exception(error)).rstrip()
-
-
-def log_line(dep: BuildDependency, verbose: int) -> str | None:
-    """With ``-v``, where a successful action that keeps a log (a compile) wrote it."""
-    path = getattr(dep, "log_path", None)
-    if verbose and path and dep.failure is None:
-        return f"  log of {dep}: {path}"
-    return None
 
 
 def indent(text: str, prefix: str = "  ") -> str:

@@ -3,6 +3,7 @@
 Actions running longer than ``long_threshold_s`` are listed apart, under
 ``Waiting for long running actions:``, so a slow compile stands out from the
 churn of short actions. Failures and messages print above the display.
+The display is a reader of the build's event stream (``kiln.events``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Set
+from collections.abc import Iterator
 from typing import IO, Any
 
 from rich.console import Console, Group, RenderableType
@@ -18,15 +19,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from kiln import events as ev
 from kiln.graph import BuildDependency
-from kiln.reporting import (
-    ProgressReporter,
-    count_actions,
-    error_text,
-    failure_heading,
-    indent,
-    log_line,
-)
+from kiln.reporting import ProgressReporter, failure_heading, failure_text, indent
 
 _MAX_RUNNING_SHOWN = 8
 _REFRESH_S = 0.125
@@ -147,36 +142,40 @@ class RichReporter(ProgressReporter):
             parts.append(Text(f"... and {len(running) - _MAX_RUNNING_SHOWN} more running"))
         return Group(*parts)
 
-    def start_graph(self, all_deps: Set[BuildDependency]) -> None:
-        self._progress.update(self._task, total=count_actions(all_deps), completed=0)
-        self._region = LiveRegion(self.console, self)
-        self._region.start()
+    def handle(self, event: ev.BuildEvent) -> None:
+        kind = event.kind
+        if kind == ev.STARTED:
+            with self._lock:
+                self._running[event.subject] = time.monotonic()
+            self._redraw()  # at once: a short action is seen too
+        elif kind == ev.FINISHED or kind == ev.FAILED:
+            with self._lock:
+                self._running.pop(event.subject, None)
+                self._bytes.pop(event.subject, None)
+            self._progress.advance(self._task)
+            if kind == ev.FAILED:
+                self._report_failure(event)
+            elif self.verbose and event.log:
+                self._print(Text(f"  log of {event.desc}: {event.log}"))
+        elif kind in (ev.UP_TO_DATE, ev.CACHED):
+            self._progress.advance(self._task)
+        elif kind == ev.BUILD_STARTED:
+            total = (event.data or {}).get("actions", 0)
+            self._progress.update(self._task, total=total, completed=0)
+            self._region = LiveRegion(self.console, self)
+            self._region.start()
+        elif kind == ev.BUILD_FINISHED:
+            self.end_graph()
 
-    def start_dep(self, dep: BuildDependency) -> None:
-        with self._lock:
-            self._running[dep] = time.monotonic()
-        self._redraw()  # at once: a short action is seen too
-
-    def skip_dep(self, dep: BuildDependency) -> None:
-        self._progress.advance(self._task)
-
-    def finish_dep(self, dep: BuildDependency) -> None:
-        with self._lock:
-            self._running.pop(dep, None)
-            self._bytes.pop(dep, None)
-        self._progress.advance(self._task)
-        log = log_line(dep, self.verbose)
-        if log:
-            self._print(Text(log))
+    def _report_failure(self, event: ev.BuildEvent) -> None:
+        with self._above():
+            heading = failure_heading(event.desc or "")
+            self.console.print(Text(heading, style="bold red"), soft_wrap=True)
+            self.console.print(Text(indent(failure_text(event, self.verbose))), soft_wrap=True)
 
     def progress(self, dep: BuildDependency, done: int, total: int | None) -> None:
         with self._lock:
             self._bytes[dep] = (done, total)
-
-    def report_failure(self, dep: BuildDependency) -> None:
-        with self._above():
-            self.console.print(Text(failure_heading(dep), style="bold red"), soft_wrap=True)
-            self.console.print(Text(indent(error_text(dep.failure, self.verbose))), soft_wrap=True)
 
     def explain(self, dep: BuildDependency, reason: str) -> None:
         self._print(Text(f"{dep}: {reason}"))

@@ -5,12 +5,17 @@ One scheduler thread owns all bookkeeping. Actions run on ``ThreadWorkers``
 (PROCESS actions hand their thunk on to the ``ProcessPool``) or in-line, and
 report back through a queue. An action is launched only when every one of its
 dependencies finished successfully, and its up-to-date check happens then, when
-its inputs' digests are known.
+its inputs' digests are known. What happens is emitted as events
+(``kiln.build_events``) that the reporter and every other reader receive.
+Actions that are ready but cannot start yet wait in a heap ordered by their
+remaining critical path (``kiln.priority``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import os
 import queue
 import stat
@@ -19,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kiln import events as ev
+from kiln.build_events import BuildEmitter
 from kiln.errors import (
     ActionFailed,
     ConfinementError,
@@ -31,6 +38,7 @@ from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.output_tree import OutputTree
 from kiln.outputs import TemporarySweeper, file_kind, remove_partial
 from kiln.plan import Plan, node_name
+from kiln.priority import remaining_paths
 from kiln.reporting import ProgressReporter
 from kiln.runners import ProcessPool, ThreadWorkers
 from kiln.state import ActionRecord, StateStore, StatKey, hash_file, stat_key
@@ -64,9 +72,13 @@ class SchedulerOptions:
     fail_fast: bool = False
     dry_run: bool = False
     explain: bool = False
+    # Start the ready action with the longest remaining path first (else: FIFO).
+    critical_path: bool = True
 
 
 _Done = tuple[BuildAction, Decision, BaseException | None, dict[BuildFile, tuple[StatKey, str]]]
+# A waiting action: (minus its remaining path, arrival number, action, decision).
+_Waiting = tuple[float, int, BuildAction, Decision]
 
 
 class Scheduler:
@@ -74,7 +86,8 @@ class Scheduler:
 
     Invariants: ``_pending[n]`` counts the deps of ``n`` not yet finished; a node
     is in ``_finished`` once it succeeded, failed or was cascaded; ``_running``
-    holds exactly the launched actions whose completion was not processed.
+    holds exactly the launched actions whose completion was not processed;
+    ``_waiting`` is a heap, its first entry the waiting action to start next.
     """
 
     def __init__(
@@ -85,17 +98,21 @@ class Scheduler:
         options: SchedulerOptions,
         on_interrupt: Callable[[], None] = lambda: None,
         outputs: OutputTree | None = None,
+        readers: list[ev.EventReader] | None = None,
     ):
         self.plan = plan
         self.store = store
         self.reporter = reporter
+        self.events = BuildEmitter(ev.EventStream([reporter, *(readers or [])]), plan)
         self.opts = options
         self.checker = UpToDateChecker(plan, store)
         self.result = BuildResult()
         self._on_interrupt = on_interrupt
         self._pending = {n: len(n.deps) for n in plan.order}
         self._ready: deque[BuildDependency] = deque(n for n in plan.order if not n.deps)
-        self._waiting: deque[tuple[BuildAction, Decision]] = deque()
+        self._waiting: list[_Waiting] = []
+        self._arrivals = itertools.count()
+        self._paths: dict[BuildDependency, float] | None = None
         self._running: set[BuildAction] = set()
         self._finished: set[BuildDependency] = set()
         self._pool_use: dict[str, int] = {}
@@ -109,7 +126,7 @@ class Scheduler:
 
     def run(self) -> BuildResult:
         start = time.monotonic()
-        self.reporter.start_graph(set(self.plan.order))
+        self.events.build_started(self.opts.jobs)
         try:
             self._loop()
         except KeyboardInterrupt:
@@ -123,7 +140,7 @@ class Scheduler:
             ]
             self.result.wall_s = time.monotonic() - start
             self.store.flush()
-            self.reporter.end_graph()
+            self.events.build_finished(self.result)
         return self.result
 
     def _loop(self) -> None:
@@ -149,34 +166,46 @@ class Scheduler:
             decision = self.checker.decide(node)
             if decision.up_to_date:
                 self.result.skipped.append(node)
-                self.reporter.skip_dep(node)
+                self.events.up_to_date(node, decision)
                 self._succeed(node)
             elif self.opts.dry_run:
                 self._pretend(node, decision)
             else:
-                self._waiting.append((node, decision))
+                self._wait(node, decision)
+
+    def _wait(self, action: BuildAction, decision: Decision) -> None:
+        """Queue a ready action, first by remaining critical path, then by arrival."""
+        priority = 0.0
+        if self.opts.critical_path:
+            if self._paths is None:  # first needed now: a no-op build never computes it
+                self._paths = remaining_paths(
+                    self.plan, self.events.ids, self.store.durations()
+                )
+            priority = -self._paths[action]
+        heapq.heappush(self._waiting, (priority, next(self._arrivals), action, decision))
 
     def _launch(self) -> None:
         if self._stopping:
             self._waiting.clear()
             return
-        deferred: deque[tuple[BuildAction, Decision]] = deque()
+        deferred: list[_Waiting] = []
         # Up to ``jobs`` more than run are queued for the worker threads, so a thread
         # that finishes starts its next action without waiting for this thread. Only
         # ``jobs`` threads exist, so no more than ``jobs`` actions run; an in-line
         # action starts only when it fits within ``jobs`` with everything queued.
         while self._waiting and len(self._running) < 2 * self.opts.jobs:
-            action, decision = self._waiting.popleft()
+            entry = heapq.heappop(self._waiting)
+            action, decision = entry[2], entry[3]
             inline = action.concurrency is ActionConcurrency.NONE
             if inline and len(self._running) >= self.opts.jobs:
-                deferred.append((action, decision))
+                deferred.append(entry)
                 continue
             if action.pool is not None and not self._take_pool(action):
-                deferred.append((action, decision))
+                deferred.append(entry)
                 continue
             self._start(action, decision)
-        deferred.extend(self._waiting)
-        self._waiting = deferred
+        for entry in deferred:
+            heapq.heappush(self._waiting, entry)
 
     def _take_pool(self, action: BuildAction) -> bool:
         """Take a place in ``action``'s pool if one is free. ``_pool_use[p]`` counts
@@ -235,7 +264,7 @@ class Scheduler:
             self._done.put((action, decision, _CANCELLED, {}))
             return
         action.start_time = action.invoke_time = time.time()
-        self.reporter.start_dep(action)
+        self.events.started(action, decision)
         error: BaseException | None = None
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
         try:
@@ -289,8 +318,10 @@ class Scheduler:
             self._pool_use[action.pool] = 0 if action.exclusive else self._pool_use[action.pool] - 1
         if error is _CANCELLED:
             return  # counted as not run
+        if action.start_time is not None and action.finish_time is not None:
+            self.store.remember_duration(decision.action_id, action.finish_time - action.start_time)
         if error is not None:
-            self._fail(action, error)
+            self._fail(action, decision, error)
             return
         outputs = {}
         for f, (skey, digest) in produced.items():
@@ -300,12 +331,13 @@ class Scheduler:
         record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)
         self.store.record(decision.action_id, record)
         self.result.built.append(action)
-        self.reporter.finish_dep(action)
+        self.events.finished(action, decision, produced)
         self._succeed(action)
 
     def _pretend(self, action: BuildAction, decision: Decision) -> None:
         """Dry run: count the action as run; its outputs' new digests are unknown."""
         self.result.would_run.append((action, decision.reason or ""))
+        self.events.would_run(action, decision)
         if self.opts.explain:
             self.reporter.explain(action, decision.reason or "")
         for f in self.plan.outputs[action]:
@@ -321,12 +353,11 @@ class Scheduler:
             if self._pending[consumer] == 0:
                 self._ready.append(consumer)
 
-    def _fail(self, action: BuildAction, error: BaseException) -> None:
+    def _fail(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
         action.failure = error
         self._finished.add(action)
         self.result.failed.append(action)
-        self.reporter.report_failure(action)
-        self.reporter.finish_dep(action)
+        self.events.failed(action, decision, error)
         if self.opts.fail_fast:
             self._stopping = True
         cascade: deque[BuildDependency] = deque([action])
@@ -338,6 +369,8 @@ class Scheduler:
                 consumer.failure = DependenceException(
                     f"not run: it needs {node_name(cause)}, which failed"
                 )
+                if isinstance(consumer, BuildAction):
+                    self.events.not_run(consumer, str(consumer.failure), root=action)
                 self._finished.add(consumer)
                 cascade.append(consumer)
 

@@ -18,6 +18,14 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     Every output path (relative to the output directory) kiln let an action
     write, recorded before the action starts: what ``kiln clean`` may delete.
     Created on open in a database that lacks it.
+``durations(id TEXT PRIMARY KEY, seconds REAL)``
+    How long each action (by ``id``, as in ``actions``) took the last time it
+    ran, successful or not: the weights of critical-path scheduling
+    (``kiln.priority``). Added to schema 1 compatibly: a schema-1 database
+    without it (written by an older kiln) gets the empty table when opened, and
+    an older kiln ignores it. Durations are written with the action records and
+    at the end of a build; a killed build may lose those of its last actions,
+    which only makes the next build's order less informed.
 
 Each finished action is written in its own transaction, so a build killed at
 any point keeps the records of what it finished and nothing else. An action
@@ -59,6 +67,10 @@ CREATE TABLE IF NOT EXISTS file_metadata(
     path TEXT PRIMARY KEY, data TEXT NOT NULL) WITHOUT ROWID;
 """
 _WRITTEN = "CREATE TABLE IF NOT EXISTS written(path TEXT PRIMARY KEY) WITHOUT ROWID;"
+# Added to schema 1 later: created in databases that lack it (see the docstring).
+_DURATIONS = """
+CREATE TABLE IF NOT EXISTS durations(id TEXT PRIMARY KEY, seconds REAL NOT NULL) WITHOUT ROWID;
+"""
 _META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"
 
 StatKey = tuple[int, int, int, int]
@@ -155,6 +167,8 @@ class StateStore:
         self._files: dict[str, tuple[StatKey, str]] = {}
         self._records: dict[str, ActionRecord] | None = None
         self._dirty_files: dict[str, tuple[StatKey, str]] = {}
+        self._durations: dict[str, float] | None = None
+        self._dirty_durations: dict[str, float] = {}
         try:
             # Tables are WITHOUT ROWID (no separate index b-trees): reading them whole
             # touches every page, so damage shows now rather than at a later write.
@@ -186,7 +200,9 @@ class StateStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             if not tables:
-                db.executescript(f"BEGIN;{_SCHEMA}{_META};COMMIT;")
+                db.executescript(f"BEGIN;{_SCHEMA}{_DURATIONS}{_META};COMMIT;")
+            elif "durations" not in tables:
+                db.executescript(f"BEGIN;{_DURATIONS}COMMIT;")
             if "written" not in tables:
                 db.execute(_WRITTEN)
         except sqlite3.OperationalError as e:
@@ -259,13 +275,37 @@ class StateStore:
             self._dirty_files[path] = (skey, digest)
 
     def flush(self) -> None:
-        """Write pending digest-cache entries."""
+        """Write pending digest-cache entries and durations."""
         with self._lock:
+            if self._dirty_durations:
+                self._write("INSERT OR REPLACE INTO durations VALUES (?,?)",
+                            list(self._dirty_durations.items()))  # fmt: skip
+                self._dirty_durations.clear()
             if not self._dirty_files:
                 return
             rows = [(p, *s, d) for p, (s, d) in self._dirty_files.items()]
             self._dirty_files.clear()
             self._write("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", rows)
+
+    # -- durations -------------------------------------------------------------
+
+    def durations(self) -> dict[str, float]:
+        """Seconds each action took when it last ran, by action id (read once)."""
+        with self._lock:
+            if self._durations is None:
+                try:
+                    rows = self._db.execute("SELECT id, seconds FROM durations").fetchall()
+                except sqlite3.DatabaseError as e:
+                    self._warn(f"warning: cannot read past durations from {self.path}: {e}")
+                    rows = []
+                self._durations = {aid: float(sec) for aid, sec in rows}
+            return self._durations
+
+    def remember_duration(self, action_id: str, seconds: float) -> None:
+        """Note how long an action took; written with the next record or flush."""
+        with self._lock:
+            self.durations()[action_id] = seconds
+            self._dirty_durations[action_id] = seconds
 
     # -- action records ------------------------------------------------------
 
@@ -292,6 +332,9 @@ class StateStore:
             try:
                 self._db.execute("BEGIN")
                 self._db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", rows)
+                self._db.executemany("INSERT OR REPLACE INTO durations VALUES (?,?)",
+                                     list(self._dirty_durations.items()))  # fmt: skip
+                self._dirty_durations.clear()
                 self._db.execute(
                     "INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)",
                     (

@@ -1,0 +1,146 @@
+"""Turning what the scheduler does into events: the one place that knows how an
+action, its decision and its outcome read as a ``BuildEvent``."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from kiln import events as ev
+from kiln.graph import BuildAction, BuildFile
+from kiln.incremental import action_id
+from kiln.plan import Plan, node_name
+from kiln.reporting import error_text
+
+if TYPE_CHECKING:
+    from kiln.incremental import Decision
+    from kiln.scheduler import BuildResult
+    from kiln.state import StatKey
+
+    Produced = dict[BuildFile, tuple[StatKey, str]]
+
+
+class BuildEmitter:
+    """Emits the events of one build on ``stream``.
+
+    Invariants: ``ids[a]`` is the state id of every planned action ``a``; each
+    planned action gets at most one ending event (``events.ENDINGS``), and
+    ``build_finished`` gives the rest a ``not_run``.
+    """
+
+    def __init__(self, stream: ev.EventStream, plan: Plan):
+        self.stream = stream
+        self.plan = plan
+        self.ids = {a: action_id(a, plan.outputs[a]) for a in plan.actions}
+        self._lanes: dict[BuildAction, str] = {}
+        self._ended: set[BuildAction] = set()
+
+    def _action_event(self, kind: str, action: BuildAction, **fields: Any) -> ev.BuildEvent:
+        return ev.BuildEvent(
+            kind,
+            action=self.ids[action],
+            desc=action.desc,
+            type=action.action_type,
+            target=ev.target_of(f.path for f in self.plan.outputs[action]),
+            subject=action,
+            **fields,
+        )
+
+    def build_started(self, jobs: int) -> None:
+        actions = self.plan.actions
+        data = {"schema": ev.SCHEMA, "actions": len(actions), "jobs": jobs, "pid": os.getpid(),
+                "targets": [node_name(t) for t in self.plan.targets]}  # fmt: skip
+        self.stream.emit(ev.BuildEvent(ev.BUILD_STARTED, data=data, subject=set(self.plan.order)))
+        for action in actions:
+            self.stream.emit(self._action_event(ev.PLANNED, action, deps=self._producers(action)))
+
+    def _producers(self, action: BuildAction) -> list[str]:
+        return [
+            self.ids[p]
+            for f in self.plan.inputs[action]
+            for p in f.deps
+            if isinstance(p, BuildAction) and p in self.ids
+        ]
+
+    def started(self, action: BuildAction, decision: Decision) -> None:
+        name = threading.current_thread().name
+        lane = "main" if name == "MainThread" else name
+        self._lanes[action] = lane
+        self.stream.emit(self._action_event(
+            ev.STARTED, action, time=action.start_time or time.time(), lane=lane,
+            key=decision.key, reason=decision.reason))  # fmt: skip
+
+    def up_to_date(self, action: BuildAction, decision: Decision) -> None:
+        self._ended.add(action)
+        self.stream.emit(self._action_event(ev.UP_TO_DATE, action, key=decision.key))
+
+    def cached(
+        self, action: BuildAction, decision: Decision, outputs: Produced, start: float,
+        lane: str = "main",
+    ) -> None:
+        """An action's outputs came from the cache (materialized since ``start``)."""
+        self._ended.add(action)
+        files, size = _describe(outputs)
+        now = time.time()
+        self.stream.emit(self._action_event(
+            ev.CACHED, action, time=now, lane=lane, key=decision.key, reason=decision.reason,
+            start=start, duration=now - start, outputs=files, bytes=size))  # fmt: skip
+
+    def finished(
+        self, action: BuildAction, decision: Decision, produced: Produced
+    ) -> None:
+        self._ended.add(action)
+        files, size = _describe(produced)
+        self.stream.emit(self._action_event(
+            ev.FINISHED, action, time=action.finish_time or time.time(), **self._ran(action),
+            key=decision.key, reason=decision.reason, outputs=files, bytes=size))  # fmt: skip
+
+    def failed(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
+        self._ended.add(action)
+        short, full = error_text(error), error_text(error, verbose=1)
+        self.stream.emit(self._action_event(
+            ev.FAILED, action, time=action.finish_time or time.time(), **self._ran(action),
+            key=decision.key, reason=decision.reason, error=short,
+            traceback=full if full != short else None, root_cause=self.ids[action]))  # fmt: skip
+
+    def not_run(self, action: BuildAction, why: str, root: BuildAction | None = None) -> None:
+        if action in self._ended:
+            return
+        self._ended.add(action)
+        self.stream.emit(self._action_event(
+            ev.NOT_RUN, action, error=why, root_cause=self.ids.get(root) if root else None))
+
+    def would_run(self, action: BuildAction, decision: Decision) -> None:
+        self._ended.add(action)
+        self.stream.emit(self._action_event(
+            ev.WOULD_RUN, action, key=decision.key, reason=decision.reason))
+
+    def build_finished(self, result: BuildResult) -> None:
+        for action in result.not_run:
+            self.not_run(action, "not started: the build stopped")
+        counts = {"built": len(result.built), "up_to_date": len(result.skipped),
+                  "cached": len(getattr(result, "cached", ())), "failed": len(result.failed),
+                  "not_run": len(result.not_run), "would_run": len(result.would_run)}  # fmt: skip
+        data = {"ok": result.ok, "interrupted": result.interrupted,
+                "wall_s": round(result.wall_s, 6), "counts": counts}  # fmt: skip
+        self.stream.emit(ev.BuildEvent(ev.BUILD_FINISHED, data=data))
+
+    def _ran(self, action: BuildAction) -> dict[str, Any]:
+        start = action.start_time
+        end = action.finish_time
+        return {
+            "lane": self._lanes.get(action, "main"),
+            "start": start,
+            "duration": (end - start) if start is not None and end is not None else None,
+            "log": getattr(action, "log_path", None) or None,
+        }
+
+
+def _describe(produced: Produced) -> tuple[list[dict[str, Any]], int]:
+    files = [
+        {"path": f.path, "namespace": f.namespace.value, "sha256": digest, "bytes": skey[0]}
+        for f, (skey, digest) in produced.items()
+    ]
+    return files, sum(skey[0] for skey, _ in produced.values())

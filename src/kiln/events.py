@@ -1,0 +1,127 @@
+"""The build's event stream: one record per fact the scheduler learns.
+
+Every reader of a build (the live display, the plain lines, the JSON-lines log,
+the Chrome trace, the files ``kiln report`` reads) gets the same ``BuildEvent``
+objects from one ``EventStream``, in one order. The JSON form of an event is
+documented in ``docs/events.md``; ``SCHEMA`` names its version.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+SCHEMA = "kiln-events/1"
+
+BUILD_STARTED = "build_started"
+PLANNED = "planned"
+STARTED = "started"
+UP_TO_DATE = "up_to_date"
+CACHED = "cached"
+FINISHED = "finished"
+FAILED = "failed"
+NOT_RUN = "not_run"
+WOULD_RUN = "would_run"
+BUILD_FINISHED = "build_finished"
+KINDS = (
+    BUILD_STARTED, PLANNED, STARTED, UP_TO_DATE, CACHED, FINISHED, FAILED, NOT_RUN,
+    WOULD_RUN, BUILD_FINISHED,
+)  # fmt: skip
+# Kinds that end an action's part in a build: every planned action gets exactly one.
+ENDINGS = (UP_TO_DATE, CACHED, FINISHED, FAILED, NOT_RUN, WOULD_RUN)
+
+
+@dataclass(slots=True)
+class BuildEvent:
+    """One fact about a build. ``kind`` is one of ``KINDS``; ``time`` is the wall
+    clock (seconds since the epoch) when it happened. Action events name their
+    action by ``action`` (its state id); fields that do not apply are None.
+
+    ``subject`` is the graph node (or, for ``build_started``, the set of planned
+    nodes) for in-process readers; it never appears in the JSON form.
+    """
+
+    kind: str
+    time: float = field(default_factory=time.time)
+    seq: int = 0
+    action: str | None = None
+    desc: str | None = None
+    type: str | None = None
+    target: str | None = None
+    lane: str | None = None
+    key: str | None = None
+    reason: str | None = None
+    start: float | None = None
+    duration: float | None = None
+    outputs: list[dict[str, Any]] | None = None
+    bytes: int | None = None
+    error: str | None = None
+    traceback: str | None = None
+    root_cause: str | None = None
+    log: str | None = None
+    deps: list[str] | None = None
+    data: dict[str, Any] | None = None
+    subject: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON object: the fields that apply, ``subject`` left out."""
+        out: dict[str, Any] = {"event": self.kind, "seq": self.seq, "time": round(self.time, 6)}
+        for name in _OPTIONAL:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.kind == CACHED:
+            out["cached"] = True
+        elif self.kind in (FINISHED, FAILED):
+            out["cached"] = False
+        if self.data:
+            out.update(self.data)
+        return out
+
+
+_OPTIONAL = (
+    "action", "desc", "type", "target", "lane", "key", "reason", "start", "duration",
+    "outputs", "bytes", "error", "traceback", "root_cause", "log", "deps",
+)  # fmt: skip
+
+
+class EventReader(Protocol):
+    """Anything that reads the stream. ``handle`` is called once per event, from the
+    thread that emitted it, never from two threads at once."""
+
+    def handle(self, event: BuildEvent) -> None: ...
+
+
+class EventStream:
+    """Hands each event to every reader, in emission order.
+
+    Invariant: ``seq`` numbers the events of one stream 1, 2, 3, ... in the order
+    readers receive them; emission is serialised by a lock, so readers never see
+    two events at once and all see the same order.
+    """
+
+    def __init__(self, readers: Iterable[EventReader] = ()):
+        self.readers: list[EventReader] = list(readers)
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    def add(self, reader: EventReader) -> None:
+        self.readers.append(reader)
+
+    def emit(self, event: BuildEvent) -> None:
+        with self._lock:
+            self._seq += 1
+            event.seq = self._seq
+            for reader in self.readers:
+                reader.handle(event)
+
+
+def target_of(output_paths: Iterable[str]) -> str | None:
+    """The entrypoint an action belongs to: the first component of the graph path
+    of its first output (``mnist/model.vmfb`` -> ``mnist``)."""
+    for path in output_paths:
+        return path.split("/", 1)[0] if "/" in path else ""
+    return None
