@@ -25,43 +25,60 @@ if TYPE_CHECKING:
 class BuildEmitter:
     """Emits the events of one build on ``stream``.
 
-    Invariants: ``ids[a]`` is the state id of every planned action ``a``; each
+    Invariants: ``id_of(a)`` is the state id of planned action ``a``; each
     planned action gets at most one ending event (``events.ENDINGS``), and
-    ``build_finished`` gives the rest a ``not_run``.
+    ``build_finished`` gives the rest a ``not_run``. ``planned`` events are made
+    only when a reader asks for them (``wants_planned``): a no-op build of many
+    actions makes one event per action, not two.
     """
 
     def __init__(self, stream: ev.EventStream, plan: Plan):
         self.stream = stream
         self.plan = plan
-        self.ids = {a: action_id(a, plan.outputs[a]) for a in plan.actions}
+        self._ids: dict[BuildAction, str] = {}
         self._lanes: dict[BuildAction, str] = {}
         self._ended: set[BuildAction] = set()
+        self._info: dict[BuildAction, tuple[str, str | None]] = {}
 
     def _action_event(self, kind: str, action: BuildAction, **fields: Any) -> ev.BuildEvent:
+        info = self._info.get(action)
+        if info is None:
+            target = ev.target_of(f.path for f in self.plan.outputs[action])
+            info = self._info[action] = (action.action_type, target)
         return ev.BuildEvent(
-            kind,
-            action=self.ids[action],
-            desc=action.desc,
-            type=action.action_type,
-            target=ev.target_of(f.path for f in self.plan.outputs[action]),
-            subject=action,
-            **fields,
-        )
+            kind, action=self.id_of(action), desc=action.desc, type=info[0], target=info[1],
+            subject=action, **fields,
+        )  # fmt: skip
 
     def build_started(self, jobs: int) -> None:
         actions = self.plan.actions
         data = {"schema": ev.SCHEMA, "actions": len(actions), "jobs": jobs, "pid": os.getpid(),
                 "targets": [node_name(t) for t in self.plan.targets]}  # fmt: skip
         self.stream.emit(ev.BuildEvent(ev.BUILD_STARTED, data=data, subject=set(self.plan.order)))
-        for action in actions:
-            self.stream.emit(self._action_event(ev.PLANNED, action, deps=self._producers(action)))
+        if any(getattr(r, "wants_planned", False) for r in self.stream.readers):
+            for action in actions:
+                self.stream.emit(
+                    self._action_event(ev.PLANNED, action, deps=self._producers(action))
+                )
+
+    def id_of(self, action: BuildAction) -> str:
+        aid = self._ids.get(action)
+        if aid is None:
+            aid = self._ids[action] = action_id(action, self.plan.outputs[action])
+        return aid
+
+    def all_ids(self) -> dict[BuildAction, str]:
+        for action in self.plan.actions:
+            self.id_of(action)
+        return self._ids
 
     def _producers(self, action: BuildAction) -> list[str]:
+        """The ids of the actions whose outputs ``action`` reads."""
         return [
-            self.ids[p]
+            self.id_of(p)
             for f in self.plan.inputs[action]
             for p in f.deps
-            if isinstance(p, BuildAction) and p in self.ids
+            if isinstance(p, BuildAction) and p in self.plan.outputs
         ]
 
     def started(self, action: BuildAction, decision: Decision) -> None:
@@ -70,7 +87,7 @@ class BuildEmitter:
         self._lanes[action] = lane
         self.stream.emit(self._action_event(
             ev.STARTED, action, time=action.start_time or time.time(), lane=lane,
-            key=decision.key, reason=decision.reason))  # fmt: skip
+            key=decision.key, reason=decision.reason, deps=self._producers(action)))  # fmt: skip
 
     def up_to_date(self, action: BuildAction, decision: Decision) -> None:
         self._ended.add(action)
@@ -86,7 +103,8 @@ class BuildEmitter:
         now = time.time()
         self.stream.emit(self._action_event(
             ev.CACHED, action, time=now, lane=lane, key=decision.key, reason=decision.reason,
-            start=start, duration=now - start, outputs=files, bytes=size))  # fmt: skip
+            start=start, duration=now - start, outputs=files, bytes=size,
+            deps=self._producers(action)))  # fmt: skip
 
     def finished(
         self, action: BuildAction, decision: Decision, produced: Produced
@@ -103,14 +121,14 @@ class BuildEmitter:
         self.stream.emit(self._action_event(
             ev.FAILED, action, time=action.finish_time or time.time(), **self._ran(action),
             key=decision.key, reason=decision.reason, error=short,
-            traceback=full if full != short else None, root_cause=self.ids[action]))  # fmt: skip
+            traceback=full if full != short else None, root_cause=self.id_of(action)))  # fmt: skip
 
     def not_run(self, action: BuildAction, why: str, root: BuildAction | None = None) -> None:
         if action in self._ended:
             return
         self._ended.add(action)
         self.stream.emit(self._action_event(
-            ev.NOT_RUN, action, error=why, root_cause=self.ids.get(root) if root else None))
+            ev.NOT_RUN, action, error=why, root_cause=self.id_of(root) if root else None))
 
     def would_run(self, action: BuildAction, decision: Decision) -> None:
         self._ended.add(action)

@@ -11,7 +11,6 @@ no history at all, which makes the order longest-chain-first.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 
 from kiln.graph import BuildAction, BuildDependency
@@ -23,8 +22,8 @@ def remaining_paths(
 ) -> dict[BuildDependency, float]:
     """For every node of ``plan``, the expected length of the longest path from its
     start to the end of the build. O(nodes + edges)."""
-    known = [durations[i] for i in ids.values() if i in durations]
-    default = statistics.median(known) if known else 1.0
+    known = sorted(durations[i] for i in ids.values() if i in durations)
+    default = known[len(known) // 2] if known else 1.0
     length: dict[BuildDependency, float] = {}
     consumers = plan.consumers
     for node in reversed(plan.order):  # every consumer comes before its dependencies

@@ -179,7 +179,7 @@ class Scheduler:
         if self.opts.critical_path:
             if self._paths is None:  # first needed now: a no-op build never computes it
                 self._paths = remaining_paths(
-                    self.plan, self.events.ids, self.store.durations()
+                    self.plan, self.events.all_ids(), self.store.durations()
                 )
             priority = -self._paths[action]
         heapq.heappush(self._waiting, (priority, next(self._arrivals), action, decision))

@@ -44,6 +44,8 @@ class EventLog:
     least every half second and at the end of the build.
     """
 
+    wants_planned = True
+
     def __init__(self, stream: IO[str], flush_each: bool = True):
         self._stream = stream
         self._flush_each = flush_each
@@ -201,9 +203,12 @@ class TraceFile:
 class LastBuild:
     """Keeps the last build's events and trace in ``.kiln/`` for ``kiln report``.
 
-    The previous build's trace is removed when a build starts, so the two files
-    never describe different builds; a build killed outright keeps its events
-    up to the last flush and no trace.
+    The events file holds the stream without ``planned`` and ``up_to_date``
+    events (those are counted in ``build_finished``; what ran names its deps in
+    its ``started`` event), so a no-op build of many actions writes a few lines.
+    The previous build's trace is removed when a build
+    starts, so the two files never describe different builds; a build killed
+    outright keeps its events up to the last flush and no trace.
     """
 
     def __init__(self, state_dir: Path, warn: Callable[[str], None]):
@@ -220,6 +225,8 @@ class LastBuild:
 
     def handle(self, event: ev.BuildEvent) -> None:
         if self._log is None:
+            return
+        if event.kind == ev.UP_TO_DATE or event.kind == ev.PLANNED:
             return
         self._log.handle(event)
         self.trace.handle(event)
