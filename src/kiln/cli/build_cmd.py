@@ -8,6 +8,21 @@ from kiln.cli.main import Invocation
 from kiln.cli.targets import output_paths, resolve_targets
 from kiln.reporting import format_root_causes, format_summary
 from kiln.scheduler import SchedulerOptions
+from kiln.trace import EventLog, TraceFile
+
+
+def add_event_readers(inv: Invocation) -> EventLog | None:
+    """``--events`` and ``--profile``: readers of this build's events. Returns the
+    event log to close after the build."""
+    ns = inv.ns
+    executor = inv.executor
+    if getattr(ns, "profile", None) is not None:
+        executor.event_readers.append(TraceFile(ns.profile, executor.reporter.message))
+    if getattr(ns, "events", None) is None:
+        return None
+    log = EventLog.open(ns.events)
+    executor.event_readers.append(log)
+    return log
 
 
 def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
@@ -28,15 +43,20 @@ def run(inv: Invocation) -> int:
     options = options_from(inv)
     skipped: list[str] = []
     plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
+    log = add_event_readers(inv)
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
-    with lock:
-        result = executor.run(targets, options, plan)
-        if not options.dry_run:
-            from kiln.manifest import skipped_checks, write_manifest
+    try:
+        with lock:
+            result = executor.run(targets, options, plan)
+            if not options.dry_run:
+                from kiln.manifest import skipped_checks, write_manifest
 
-            write_manifest(executor, result)
-            skipped = skipped_checks(executor)
+                write_manifest(executor, result)
+                skipped = skipped_checks(executor)
+    finally:
+        if log is not None:
+            log.close()
     reporter = executor.reporter
     if result.failed:
         reporter.message(format_root_causes(result, inv.ns.verbose))

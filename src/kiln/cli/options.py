@@ -10,7 +10,7 @@ from pathlib import Path
 from kiln.args import ClArg, check_cl_args
 from kiln.errors import UsageError
 
-COMMANDS = ("build", "list", "explain", "clean", "graph")
+COMMANDS = ("build", "list", "explain", "clean", "graph", "report")
 
 
 class KilnArgumentParser(argparse.ArgumentParser):
@@ -75,6 +75,12 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
         p.add_argument("--explain", action="store_true", help="say why each action runs")
         p.add_argument("--no-wait", action="store_true",
                        help="fail at once if another build holds the output directory")
+        p.add_argument("--events", type=Path, metavar="FILE",
+                       help="write the build's events to FILE as JSON lines, as they happen "
+                       "(format: docs/events.md)")
+        p.add_argument("--profile", type=Path, metavar="FILE",
+                       help="write a Chrome trace of the build to FILE (open it in Perfetto "
+                       "or chrome://tracing)")
     add_action_options(p)
     # fmt: skip
 
