@@ -39,7 +39,7 @@ white-space:pre-wrap;max-height:420px}
 .slice.cached{fill:#adb5bd}.slice.running{fill:#fab005}
 .slice.critical{fill:#f76707;stroke:#862e00;stroke-width:1}
 .slice.failed.critical{fill:#e03131;stroke:#862e00}
-.axis{stroke:#ced4da}.tick{font-size:11px;fill:#868e96}
+.slice-label{font-size:11px;fill:#fff;pointer-events:none}.axis{stroke:#ced4da}.tick{font-size:11px;fill:#868e96}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;
 vertical-align:middle;border-radius:2px}
 #tip{position:fixed;pointer-events:none;background:#1d2330;color:#fff;padding:6px 8px;
@@ -85,7 +85,7 @@ _JS = r"""
   runs.forEach(function (r) {
     var rect = el('rect', {
       x: gutter + r.start * scale, y: top + row * laneIndex[r.lane] + 3,
-      width: Math.max(1, r.duration * scale), height: row - 6, rx: 2,
+      width: Math.max(3, r.duration * scale), height: row - 6, rx: 2,
       'class': 'slice ' + r.status + (r.critical ? ' critical' : ''),
       'data-action': r.id
     });
@@ -99,6 +99,12 @@ _JS = r"""
       tip.style.left = (e.clientX + 12) + 'px'; tip.style.top = (e.clientY + 12) + 'px';
     });
     rect.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
+    var room = Math.floor((r.duration * scale - 8) / 7);
+    if (room >= 6) {
+      var label = r.desc.length > room ? r.desc.slice(0, room - 1) + '\u2026' : r.desc;
+      el('text', {x: gutter + r.start * scale + 4, y: top + row * laneIndex[r.lane] + 16,
+                  'class': 'slice-label'}, label);
+    }
   });
   box.appendChild(svg);
   box.setAttribute('data-rendered', String(runs.length));

@@ -92,6 +92,10 @@ class ChromeTrace:
 
     Invariant: ``_lanes`` gives each lane name one thread id, in order of first
     use; every slice lies within its lane, and a lane runs one action at a time.
+    The running-actions counter is made from the slices' own start and end times
+    when the trace is written: events arrive in the order the scheduler learns
+    of them, and a worker may start its next action before its last one's end is
+    processed.
     """
 
     def __init__(self) -> None:
@@ -99,7 +103,8 @@ class ChromeTrace:
         self._t0: float | None = None
         self._pid = os.getpid()
         self._lanes: dict[str, int] = {}
-        self._running = 0
+        self._spans: list[tuple[float, float]] = []
+        self._open: dict[str | None, float] = {}
         self._sampled = 0.0
         self._other: dict[str, Any] = {"schema": ev.SCHEMA}
 
@@ -120,11 +125,14 @@ class ChromeTrace:
         kind = event.kind
         if kind == ev.STARTED:
             self._tid(event.lane or "main")
-            self._count(event.time, +1)
+            self._open[event.action] = event.time
+            self._memory(event.time)
         elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED):
             self._slice(event)
-            if kind != ev.CACHED:
-                self._count(event.time, -1)
+            start = self._open.pop(event.action, None)
+            if start is not None:
+                self._spans.append((start, start + (event.duration or 0.0)))
+            self._memory(event.time)
         elif kind == ev.BUILD_STARTED:
             self._start(event)
         elif kind == ev.BUILD_FINISHED:
@@ -159,11 +167,19 @@ class ChromeTrace:
             "dur": round((event.duration or 0.0) * 1e6, 1), "args": args,
         })  # fmt: skip
 
-    def _count(self, t: float, delta: int) -> None:
-        self._running += delta
-        self.events.append({"ph": "C", "name": "running actions", "pid": self._pid,
-                            "ts": self._us(t), "args": {"running": self._running}})  # fmt: skip
-        self._memory(t)
+    def _running_counter(self) -> list[dict[str, Any]]:
+        """The running-actions counter, from the start and end of every action
+        (those never ended count as running to the end of the trace)."""
+        points = [(start, 1) for start, _ in self._spans]
+        points += [(end, -1) for _, end in self._spans]
+        points += [(start, 1) for start in self._open.values()]
+        points.sort(key=lambda p: (p[0], p[1]))  # at a tie an end comes first
+        counter, running = [], 0
+        for t, delta in points:
+            running += delta
+            counter.append({"ph": "C", "name": "running actions", "pid": self._pid,
+                            "ts": self._us(t), "args": {"running": running}})  # fmt: skip
+        return counter
 
     def _memory(self, t: float, force: bool = False) -> None:
         now = time.monotonic()
@@ -174,7 +190,8 @@ class ChromeTrace:
                             "args": {"rss_mb": round(rss_bytes() / 2**20, 1)}})  # fmt: skip
 
     def document(self) -> dict[str, Any]:
-        return {"traceEvents": self.events, "displayTimeUnit": "ms", "otherData": self._other}
+        return {"traceEvents": self.events + self._running_counter(), "displayTimeUnit": "ms",
+                "otherData": self._other}  # fmt: skip
 
     def write(self, path: Path) -> None:
         with atomic_output(path) as tmp:

@@ -1,0 +1,143 @@
+"""``kiln report``: a self-contained HTML page of the last build, checked in a
+real headless Chromium (Debian's ``chromium``): the timeline is drawn, the
+critical path marked, the failure shown with its log tail."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+MODULE = """
+from pathlib import Path
+
+from kiln.errors import ActionFailed
+
+
+class LoggedFailure(BuildAction):
+    \"\"\"Writes a long log, then fails, as a compile would.\"\"\"
+
+    def __init__(self, *, out, log, **kwargs):
+        super().__init__(**kwargs)
+        self._out = out
+        self.log_path = log
+
+    def _invoke(self):
+        with open(self.log_path, "w") as f:
+            for i in range(100):
+                f.write(f"compiler pass {i} <ok>\\n")
+            f.write("error: the model does not fit\\n")
+        raise ActionFailed("compile failed; see its log")
+
+
+@entrypoint
+def chain():
+    previous = []
+    for i in range(3):
+        step = run_command(name=f"step{i}.txt", inputs=previous,
+                           command=["sh", "-c", 'sleep 0.3; echo "$0" > "$1"', f"s{i}", "{out}"])
+        previous = [step]
+    return previous
+
+
+@entrypoint
+def wide():
+    return [run_command(name=f"w{i}.txt",
+                        command=["sh", "-c", f"sleep 0.1; echo {i} > $0", "{out}"])
+            for i in range(4)]
+
+
+@entrypoint
+def failing():
+    ctx = BuildContext.current()
+    out = ctx.allocate_file("model.vmfb")
+    action = LoggedFailure(desc="Compiling failing/model.vmfb", executor=ctx.executor, out=out,
+                           log=str(Path.cwd() / "compile.log"))
+    out.deps.add(action)
+    return run_command(name="after.txt", inputs=[out], command=["touch", "{out}"])
+"""
+
+
+@pytest.fixture
+def built(write_module, kiln, tmp_path: Path) -> Path:
+    """A finished build with a failure; returns the report's path."""
+    write_module(MODULE)
+    assert kiln("build", "build.py", "-j", "2").returncode == 1
+    r = kiln("report", "-o", "report.html")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "report.html"
+    return tmp_path / "report.html"
+
+
+def test_report_needs_a_build_first(kiln) -> None:
+    r = kiln("report")
+    assert r.returncode == 2
+    assert "no build recorded in kiln-out" in r.stderr and "kiln build" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_report_is_self_contained_and_complete(built: Path, tmp_path: Path) -> None:
+    page = built.read_text()
+    # Nothing is fetched: no external script, style sheet, image or font.
+    assert not re.search(r"<(link|img|iframe)\b|\bsrc=|@import|url\(", page)
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", page)
+    data = json.loads(re.search(r"id='kiln-data'>(.*?)</script>", page, re.S).group(1))
+    assert len(data["runs"]) == 8  # 3 + 4 built, 1 failed
+    assert set(data["lanes"]) <= {"kiln-0", "kiln-1"}
+    critical = [r["desc"] for r in data["runs"] if r["critical"]]
+    assert critical == [f"Running chain/step{i}.txt" for i in range(3)]
+    section = page[page.index("id='failures'"):page.index("id='artifacts'")]
+    assert "Compiling failing/model.vmfb" in section and "compile failed; see its log" in section
+    assert "error: the model does not fit" in section
+    assert "compiler pass 99 &lt;ok&gt;" in section and "compiler pass 10 " not in section
+    assert (tmp_path / "compile.log").as_uri() in section
+    assert "1 not run because of Compiling failing/model.vmfb" in section
+    step = (tmp_path / "kiln-out" / "genfiles" / "chain" / "step2.txt").read_bytes()
+    assert hashlib.sha256(step).hexdigest() in page
+    assert "genfiles/chain/step2.txt" in page
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; scripts/test installs it (apt chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium); CI runs this test")
+    return found
+
+
+def run_chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--hide-scrollbars", f"--user-data-dir={tmp_path / 'chromium-profile'}", *args]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_report_renders_in_headless_chromium(built: Path, tmp_path: Path) -> None:
+    url = built.absolute().as_uri()
+    dom = run_chromium(["--window-size=1280,1000", "--dump-dom", url], tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    # The timeline was drawn by the page's script: one bar per action run.
+    rendered = re.search(r'id="timeline"[^>]*data-rendered="(\d+)"', html)
+    assert rendered and rendered.group(1) == "8", html[:3000]
+    bars = re.findall(r'<rect [^>]*class="slice ([a-z ]+)"', html)
+    assert len(bars) == 8
+    assert sum("critical" in b for b in bars) == 3
+    assert sum("failed" in b for b in bars) == 1
+    assert re.search(r'<text [^>]*class="lane-label"[^>]*>kiln-0</text>', html)
+    failures = html[html.index('id="failures"'):html.index('id="artifacts"')]
+    assert "error: the model does not fit" in failures
+
+    shot = tmp_path / "report.png"
+    r = run_chromium(["--window-size=1280,1400", f"--screenshot={shot}", url], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    print(f"screenshot: {shot}")
