@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_scheduler import Node, declare
 
 from kiln import events as ev
 from kiln.build_events import BuildEmitter
-from kiln.executor import BuildAction, BuildContext, Executor
+from kiln.executor import BuildAction, BuildContext, Executor, ProgressReporter
 from kiln.incremental import UpToDateChecker
 from kiln.trace import EventLog
 
@@ -231,3 +232,45 @@ def test_event_files_never_follow_a_symlink(write_module, kiln, tmp_path, option
         assert r.returncode == 0, r.stderr
         assert not (tmp_path / "out.json").is_symlink()
         assert json.loads((tmp_path / "out.json").read_text())["traceEvents"]
+
+
+class LegacyReporter(ProgressReporter):
+    """A reporter written against the seed's methods only."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def start_graph(self, all_deps) -> None:
+        self.calls.append(("start_graph", str(len(all_deps))))
+
+    def start_dep(self, dep) -> None:
+        self.calls.append(("start_dep", str(dep)))
+
+    def skip_dep(self, dep) -> None:
+        self.calls.append(("skip_dep", str(dep)))
+
+    def finish_dep(self, dep) -> None:
+        self.calls.append(("finish_dep", str(dep)))
+
+    def report_failure(self, dep) -> None:
+        self.calls.append(("report_failure", str(dep)))
+
+    def end_graph(self) -> None:
+        self.calls.append(("end_graph", ""))
+
+
+def test_reporters_of_the_seed_api_still_get_their_calls(tmp_path: Path) -> None:
+    nodes = {"a": Node(), "b": Node(deps=["a"], fail=True), "c": Node(deps=["b"])}
+    for build in range(2):
+        g = declare(tmp_path / "out", nodes)
+        legacy = LegacyReporter()
+        g.executor.reporter = legacy
+        try:
+            g.run(["c"], jobs=1)
+        finally:
+            g.executor.close()
+        first = [("start_dep", "a"), ("finish_dep", "a")] if build == 0 else [("skip_dep", "a")]
+        assert legacy.calls == [
+            ("start_graph", "6"), *first, ("start_dep", "b"), ("report_failure", "b"),
+            ("finish_dep", "b"), ("end_graph", ""),
+        ]  # fmt: skip

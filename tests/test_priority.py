@@ -7,8 +7,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from test_scheduler import Node, declare
+from hypothesis import given
+from test_scheduler import RANDOM, Node, RandomBuild, closure, declare, random_builds, run_random
 
+from kiln.executor import ActionConcurrency
 from kiln.state import StateStore
 
 # Three independent chains, declared shortest first: c1 (1 action), c2 (2), c3 (3).
@@ -110,3 +112,25 @@ def test_a_database_without_durations_gains_the_table(tmp_path: Path) -> None:
     finally:
         again.executor.close()
     assert result.ok and result.built == [] and len(result.skipped) == 2
+
+
+@RANDOM
+@given(random_builds(max_actions=20))
+def test_random_graph_starts_a_longest_chain_first(spec: RandomBuild) -> None:
+    spec.failing = set()
+    spec.concurrency = [ActionConcurrency.THREAD] * len(spec.deps)
+    spec.jobs = 1
+    g, result = run_random(spec)
+    assert result.ok
+    needed = closure(spec.targets, spec.deps)
+    consumers: dict[int, list[int]] = {i: [] for i in needed}
+    for i in needed:
+        for d in spec.deps[i]:
+            consumers[d].append(i)
+    chain: dict[int, int] = {}  # actions on the longest path from i to the end
+    for i in sorted(needed, reverse=True):  # deps have smaller numbers
+        chain[i] = 1 + max((chain[c] for c in consumers[i]), default=0)
+    roots = [i for i in needed if not spec.deps[i]]
+    first = int(g.rec.started()[0][1:])
+    assert first in roots
+    assert chain[first] == max(chain[r] for r in roots)

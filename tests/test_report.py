@@ -141,3 +141,9 @@ def test_report_renders_in_headless_chromium(built: Path, tmp_path: Path) -> Non
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     print(f"screenshot: {shot}")
+
+
+def test_clean_forgets_the_last_build(built: Path, kiln) -> None:
+    assert kiln("clean").returncode == 0
+    r = kiln("report")
+    assert r.returncode == 2 and "no build recorded" in r.stderr

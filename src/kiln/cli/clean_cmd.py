@@ -55,6 +55,10 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     return 0
 
 
+# The last build's record (kiln report reads it).
+_LAST_BUILD = ("last-events.jsonl", "last-trace.json")
+
+
 def _recorded_outputs(state: StateSnapshot) -> set[str]:
     """The outputs of recorded actions, as paths relative to the output directory."""
     dirs = {ns.value: namespace_dir(ns) for ns in FileNamespace}
@@ -135,7 +139,9 @@ class _Remover:
             self._tree(kiln_dir / sub)
         for entry in list(os.scandir(kiln_dir)):
             name = entry.name
-            ours = name.startswith("state.db") or (name in (MARKER, "lock") and not keep_marker)
+            ours = name.startswith("state.db") or name in _LAST_BUILD or (
+                name in (MARKER, "lock") and not keep_marker
+            )
             if ours and not entry.is_dir(follow_symlinks=False):
                 self._unlink(entry.path)
         if not keep_marker:
