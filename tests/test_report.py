@@ -147,3 +147,23 @@ def test_clean_forgets_the_last_build(built: Path, kiln) -> None:
     assert kiln("clean").returncode == 0
     r = kiln("report")
     assert r.returncode == 2 and "no build recorded" in r.stderr
+
+
+def test_report_of_a_killed_build(write_module, kiln, tmp_path: Path) -> None:
+    write_module(MODULE)
+    assert kiln("build", "build.py", "chain").returncode == 0
+    events = tmp_path / "kiln-out" / ".kiln" / "last-events.jsonl"
+    lines = events.read_text().splitlines()
+    # As a SIGKILL leaves it: the end missing, the last line cut short.
+    cut = [line for line in lines if '"finished"' not in line or "step0" in line]
+    events.write_text("\n".join(cut[:-1]) + "\n" + cut[-1][:20])
+    r = kiln("report", "-o", "killed.html")
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "killed.html").read_text()
+    assert "incomplete: the build did not record its end" in page
+    data = json.loads(re.search(r"id='kiln-data'>(.*?)</script>", page, re.S).group(1))
+    status = {r["desc"]: r["status"] for r in data["runs"]}
+    assert status["Running chain/step0.txt"] == "finished"
+    assert status["Running chain/step1.txt"] == status["Running chain/step2.txt"] == "running"
+    step1 = next(r for r in data["runs"] if r["desc"] == "Running chain/step1.txt")
+    assert step1["duration"] > 0  # running at least until the last event

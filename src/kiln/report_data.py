@@ -135,8 +135,11 @@ def _from_events(records: list[dict[str, Any]]) -> BuildReport:
             report.interrupted = bool(rec.get("interrupted"))
             report.counts = dict(rec.get("counts", {}))
     report.runs = sorted(runs.values(), key=lambda r: r.start)
-    if report.wall_s is None and report.runs:
-        report.wall_s = max(r.start + r.duration for r in report.runs)
+    if report.wall_s is None:  # the build never recorded its end: killed
+        report.wall_s = max(rec.get("time", t0) for rec in records) - t0
+        for run in report.runs:
+            if run.status == "running":  # at least until the last event
+                run.duration = max(0.0, report.wall_s - run.start)
     report.critical = critical_path(report.runs)
     for run in report.runs:
         run.critical = run.id in set(report.critical)
