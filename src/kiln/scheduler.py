@@ -19,6 +19,7 @@ import itertools
 import os
 import queue
 import stat
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -87,7 +88,8 @@ class Scheduler:
     Invariants: ``_pending[n]`` counts the deps of ``n`` not yet finished; a node
     is in ``_finished`` once it succeeded, failed or was cascaded; ``_running``
     holds exactly the launched actions whose completion was not processed;
-    ``_waiting`` is a heap, its first entry the waiting action to start next.
+    ``_waiting`` and ``_dispatch`` are heaps, their first entries the action to
+    start next.
     """
 
     def __init__(
@@ -113,6 +115,10 @@ class Scheduler:
         self._waiting: list[_Waiting] = []
         self._arrivals = itertools.count()
         self._paths: dict[BuildDependency, float] | None = None
+        # Actions handed to the worker threads and not yet taken, best first: one
+        # ``_execute_next`` call is queued per entry.
+        self._dispatch: list[_Waiting] = []
+        self._dispatch_lock = threading.Lock()
         self._running: set[BuildAction] = set()
         self._finished: set[BuildDependency] = set()
         self._pool_use: dict[str, int] = {}
@@ -203,7 +209,7 @@ class Scheduler:
             if action.pool is not None and not self._take_pool(action):
                 deferred.append(entry)
                 continue
-            self._start(action, decision)
+            self._start(action, decision, entry[:2])
         for entry in deferred:
             heapq.heappush(self._waiting, entry)
 
@@ -220,7 +226,9 @@ class Scheduler:
         self._pool_use[pool] = -1 if action.exclusive else use + 1
         return True
 
-    def _start(self, action: BuildAction, decision: Decision) -> None:
+    def _start(
+        self, action: BuildAction, decision: Decision, order: tuple[float, int] = (0.0, 0)
+    ) -> None:
         self.store.forget(decision.action_id)
         self._running.add(action)
         try:
@@ -241,7 +249,16 @@ class Scheduler:
             return
         if self._threads is None:
             self._threads = ThreadWorkers(self.opts.jobs)
-        self._threads.submit(lambda: self._execute(action, decision))
+        # The worker that takes this turn runs the best action queued by then, so one
+        # that became ready later but lies on a longer path overtakes the queue.
+        with self._dispatch_lock:
+            heapq.heappush(self._dispatch, (*order, action, decision))
+        self._threads.submit(self._execute_next)
+
+    def _execute_next(self) -> None:
+        with self._dispatch_lock:
+            _, _, action, decision = heapq.heappop(self._dispatch)
+        self._execute(action, decision)
 
     def _prepare_outputs(self, action: BuildAction) -> None:
         """Record the outputs as kiln's to write, then make their places ready: real
