@@ -16,7 +16,7 @@ import json
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,6 +48,8 @@ class EventLog:
 
     def __init__(self, stream: IO[str], flush_each: bool = True):
         self._stream = stream
+        # One encoder for every line: json.dumps with options makes one per call.
+        self._encode = json.JSONEncoder(default=str, check_circular=False).encode
         self._flush_each = flush_each
         self._flushed = time.monotonic()
         self._failed = False
@@ -64,7 +66,7 @@ class EventLog:
         if self._failed:
             return
         try:
-            self._stream.write(json.dumps(event.to_json(), default=str) + "\n")
+            self._stream.write(self._encode(event.to_json()) + "\n")
             now = time.monotonic()
             end = event.kind == ev.BUILD_FINISHED
             if self._flush_each or end or now - self._flushed >= _FLUSH_EVERY_S:
@@ -92,20 +94,23 @@ class ChromeTrace:
 
     Invariant: ``_lanes`` gives each lane name one thread id, in order of first
     use; every slice lies within its lane, and a lane runs one action at a time.
-    The running-actions counter is made from the slices' own start and end times
-    when the trace is written: events arrive in the order the scheduler learns
-    of them, and a worker may start its next action before its last one's end is
-    processed.
+    Slices are kept as compact tuples and turned into trace events only when
+    written, so a trace of many actions costs little memory while the build
+    runs. The running-actions counter is made from the slices' own start and end
+    times: events arrive in the order the scheduler learns of them, and a worker
+    may start its next action before its last one's end is processed.
     """
 
     def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
         self._t0: float | None = None
         self._pid = os.getpid()
+        self._name = "kiln build"
         self._lanes: dict[str, int] = {}
-        self._spans: list[tuple[float, float]] = []
+        self._slices: list[tuple[Any, ...]] = []
         self._open: dict[str | None, float] = {}
+        self._memory: list[tuple[float, float]] = []
         self._sampled = 0.0
+        self._end: float | None = None
         self._other: dict[str, Any] = {"schema": ev.SCHEMA}
 
     def _us(self, t: float) -> float:
@@ -115,10 +120,6 @@ class ChromeTrace:
         tid = self._lanes.get(lane)
         if tid is None:
             tid = self._lanes[lane] = len(self._lanes) + 1
-            self.events.append({"ph": "M", "name": "thread_name", "pid": self._pid, "tid": tid,
-                                "args": {"name": lane}})  # fmt: skip
-            self.events.append({"ph": "M", "name": "thread_sort_index", "pid": self._pid,
-                                "tid": tid, "args": {"sort_index": tid}})  # fmt: skip
         return tid
 
     def handle(self, event: ev.BuildEvent) -> None:
@@ -126,76 +127,90 @@ class ChromeTrace:
         if kind == ev.STARTED:
             self._tid(event.lane or "main")
             self._open[event.action] = event.time
-            self._memory(event.time)
+            self._sample(event.time)
         elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED):
-            self._slice(event)
-            start = self._open.pop(event.action, None)
-            if start is not None:
-                self._spans.append((start, start + (event.duration or 0.0)))
-            self._memory(event.time)
+            start = event.start if event.start is not None else event.time
+            outputs = tuple(o["path"] for o in event.outputs or ())
+            self._slices.append((
+                event.desc, kind, self._tid(event.lane or "main"), start, event.duration or 0.0,
+                event.action, event.key, event.reason, event.target, event.type, outputs,
+                event.bytes or 0, event.error,
+            ))  # fmt: skip
+            self._open.pop(event.action, None)
+            self._sample(event.time)
         elif kind == ev.BUILD_STARTED:
-            self._start(event)
+            data = event.data or {}
+            self._t0 = event.time
+            self._pid = data.get("pid", self._pid)
+            self._name = f"kiln build {' '.join(data.get('targets', []))}".strip()
+            self._other.update(started=event.time, actions=data.get("actions"),
+                               jobs=data.get("jobs"))  # fmt: skip
+            self._sample(event.time, force=True)
         elif kind == ev.BUILD_FINISHED:
-            self._memory(event.time, force=True)
-            self.events.append({"ph": "i", "s": "g", "name": "build finished", "pid": self._pid,
-                                "tid": 0, "ts": self._us(event.time)})  # fmt: skip
+            self._sample(event.time, force=True)
+            self._end = event.time
             self._other.update(event.data or {})
 
-    def _start(self, event: ev.BuildEvent) -> None:
-        self._t0 = event.time
-        data = event.data or {}
-        self._pid = data.get("pid", self._pid)
-        targets = " ".join(data.get("targets", []))
-        self.events.append({"ph": "M", "name": "process_name", "pid": self._pid, "tid": 0,
-                            "args": {"name": f"kiln build {targets}".strip()}})  # fmt: skip
-        self._other.update(started=event.time, actions=data.get("actions"), jobs=data.get("jobs"))
-        self._memory(event.time, force=True)
+    def _sample(self, t: float, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._sampled >= _RSS_EVERY_S:
+            self._sampled = now
+            self._memory.append((t, round(rss_bytes() / 2**20, 1)))
 
-    def _slice(self, event: ev.BuildEvent) -> None:
-        start = event.start if event.start is not None else event.time
-        args: dict[str, Any] = {
-            "action": event.action, "key": event.key, "reason": event.reason,
-            "cached": event.kind == ev.CACHED, "target": event.target, "type": event.type,
-            "outputs": [o["path"] for o in event.outputs or []], "bytes": event.bytes or 0,
-            "status": event.kind,
-        }  # fmt: skip
-        if event.error:
-            args["error"] = event.error
-        self.events.append({
-            "ph": "X", "name": event.desc, "cat": "cached" if event.kind == ev.CACHED else "action",
-            "pid": self._pid, "tid": self._tid(event.lane or "main"), "ts": self._us(start),
-            "dur": round((event.duration or 0.0) * 1e6, 1), "args": args,
-        })  # fmt: skip
+    def trace_events(self) -> Iterator[dict[str, Any]]:
+        """Every event of the trace, made as it is asked for."""
+        pid = self._pid
+        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+               "args": {"name": self._name}}  # fmt: skip
+        for lane, tid in self._lanes.items():
+            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                   "args": {"name": lane}}  # fmt: skip
+            yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                   "args": {"sort_index": tid}}  # fmt: skip
+        for (desc, kind, tid, start, duration, action, key, reason, target, type_, outputs,
+             size, error) in self._slices:  # fmt: skip
+            args = {"action": action, "key": key, "reason": reason, "cached": kind == ev.CACHED,
+                    "target": target, "type": type_, "outputs": list(outputs), "bytes": size,
+                    "status": kind}  # fmt: skip
+            if error:
+                args["error"] = error
+            yield {"ph": "X", "name": desc, "cat": "cached" if kind == ev.CACHED else "action",
+                   "pid": pid, "tid": tid, "ts": self._us(start), "dur": round(duration * 1e6, 1),
+                   "args": args}  # fmt: skip
+        yield from self._running_counter()
+        for t, mb in self._memory:
+            yield {"ph": "C", "name": "kiln memory", "pid": pid, "ts": self._us(t),
+                   "args": {"rss_mb": mb}}  # fmt: skip
+        if self._end is not None:
+            yield {"ph": "i", "s": "g", "name": "build finished", "pid": pid, "tid": 0,
+                   "ts": self._us(self._end)}  # fmt: skip
 
-    def _running_counter(self) -> list[dict[str, Any]]:
-        """The running-actions counter, from the start and end of every action
-        (those never ended count as running to the end of the trace)."""
-        points = [(start, 1) for start, _ in self._spans]
-        points += [(end, -1) for _, end in self._spans]
+    def _running_counter(self) -> Iterator[dict[str, Any]]:
+        """The running-actions counter, from the start and end of every action that
+        ran (those never ended count as running to the end of the trace)."""
+        points = [(s[3], 1) for s in self._slices if s[1] != ev.CACHED]
+        points += [(s[3] + s[4], -1) for s in self._slices if s[1] != ev.CACHED]
         points += [(start, 1) for start in self._open.values()]
-        points.sort(key=lambda p: (p[0], p[1]))  # at a tie an end comes first
-        counter, running = [], 0
+        points.sort()  # at a tie an end (-1) comes first
+        running = 0
         for t, delta in points:
             running += delta
-            counter.append({"ph": "C", "name": "running actions", "pid": self._pid,
-                            "ts": self._us(t), "args": {"running": running}})  # fmt: skip
-        return counter
-
-    def _memory(self, t: float, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._sampled < _RSS_EVERY_S:
-            return
-        self._sampled = now
-        self.events.append({"ph": "C", "name": "kiln memory", "pid": self._pid, "ts": self._us(t),
-                            "args": {"rss_mb": round(rss_bytes() / 2**20, 1)}})  # fmt: skip
+            yield {"ph": "C", "name": "running actions", "pid": self._pid, "ts": self._us(t),
+                   "args": {"running": running}}  # fmt: skip
 
     def document(self) -> dict[str, Any]:
-        return {"traceEvents": self.events + self._running_counter(), "displayTimeUnit": "ms",
+        return {"traceEvents": list(self.trace_events()), "displayTimeUnit": "ms",
                 "otherData": self._other}  # fmt: skip
 
     def write(self, path: Path) -> None:
-        with atomic_output(path) as tmp:
-            tmp.write_text(json.dumps(self.document(), default=str))
+        """Save the trace, one event at a time (never the whole text in memory)."""
+        encode = json.JSONEncoder(default=str, check_circular=False).encode
+        with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            f.write('{"traceEvents": [\n')
+            for i, event in enumerate(self.trace_events()):
+                f.write((",\n" if i else "") + encode(event))
+            other = json.dumps(self._other, default=str)
+            f.write(f'\n], "displayTimeUnit": "ms", "otherData": {other}}}\n')
 
 
 class TraceFile:
