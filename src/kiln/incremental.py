@@ -79,6 +79,8 @@ class UpToDateChecker:
             reason = _why_key_changed(record, params, inputs)
         else:
             reason = self._outputs_changed(record, outputs)
+        if reason is not None and record is not None and record.damaged:
+            reason = "its record in the build state is damaged"
         return Decision(aid, key, params, inputs, reason)
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
@@ -95,7 +97,7 @@ class UpToDateChecker:
                 return f"output {f.path} was modified: it is {kind}, not a regular file"
             if digest is None:
                 return f"output {f.path} is missing"
-            if record.outputs.get(f.key) != digest:
+            if record.outputs.get(f.key) != digest:  # a damaged record has none
                 return f"output {f.path} was modified"
         for f in outputs:
             self.digests[f] = record.outputs[f.key]

@@ -42,8 +42,16 @@ class OutputLock:
             if current == os.fstat(fd).st_ino:
                 break
             os.close(fd)  # ``kiln clean`` removed the file we waited on: lock the new one
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:  # a full disk, a quota: closing the file drops the lock
+            os.close(fd)
+            raise StateError(
+                f"cannot write the lock file {self.path}: {e.strerror}; "
+                f"free space on the file system of {self.path.parent.parent} or choose "
+                "another with --output-dir"
+            ) from e
         self._fd = fd
         return self
 
@@ -78,6 +86,9 @@ class OutputLock:
         tb: TracebackType | None,
     ) -> None:
         if self._fd is not None:
-            os.ftruncate(self._fd, 0)
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:  # the pid left behind is harmless: the flock is what counts
+                pass
             os.close(self._fd)
             self._fd = None

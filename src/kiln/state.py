@@ -30,11 +30,17 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
 Each finished action is written in its own transaction, so a build killed at
 any point keeps the records of what it finished and nothing else. An action
 that is about to run loses its old record first, so a half-run action is never
-trusted. A database that cannot be trusted (not SQLite, truncated, another
-program's, another schema, a damaged page found while the tables are read, as
-kiln reads them whole) is moved aside to ``state.db.corrupt-<time>``, unchanged,
-and replaced by an empty one. Every table is ``WITHOUT ROWID``: its primary key
-is its only b-tree, so reading a table reads all of its pages.
+trusted. A database that fails the integrity check (not SQLite, truncated, another
+program's, another schema or other tables, a damaged page found while the
+tables are read, as kiln reads them whole) is moved aside to
+``state.db.corrupt-<time>``, unchanged, replacing any earlier such copy (at most
+one is kept), and replaced by an empty one. Any other failure to open it (a
+full disk, an I/O error, a lock held by another program, no permission) is not
+corruption: the state is kept and ``StateError`` names the OS's reason. Every
+table is ``WITHOUT ROWID``: its primary key is its only b-tree, so reading a
+table reads all of its pages. A row of the right tables holding values of the
+wrong types (a key that is not text, fields that are not the JSON objects
+described above) is a damaged record: its action runs again.
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import errno
 import os
+import resource
 import sqlite3
 import stat
 import threading
@@ -73,7 +81,45 @@ CREATE TABLE IF NOT EXISTS durations(id TEXT PRIMARY KEY, seconds REAL NOT NULL)
 """
 _META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"
 
+_COLUMNS = {
+    "meta": ["name", "value"],
+    "files": ["path", "size", "mtime_ns", "ino", "ctime_ns", "sha256"],
+    "actions": ["id", "key", "params", "inputs", "outputs"],
+    "file_metadata": ["path", "data"],
+}
+# SQLite's primary result codes that mean the file itself is damaged or not a
+# database; every other error (full, I/O, busy, permission) leaves it alone.
+_CORRUPTION_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
 StatKey = tuple[int, int, int, int]
+
+
+class _Untrusted(Exception):
+    """The database failed kiln's integrity check; it is moved aside."""
+
+
+def _is_corruption(error: BaseException) -> bool:
+    """Whether ``error`` says the database content is damaged (not the disk, a
+    lock or a permission)."""
+    if isinstance(error, _Untrusted):
+        return True
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in _CORRUPTION_CODES
+
+
+def _os_reason(error: BaseException, directory: Path) -> str:
+    """What SQLite reported, with the operating system's view where it explains it."""
+    text = " ".join(str(error).split())
+    name = getattr(error, "sqlite_errorname", None)
+    hints = [name] if name else []
+    with contextlib.suppress(OSError):
+        st = os.statvfs(directory)
+        if st.f_bavail == 0 or st.f_favail == 0:
+            hints.append(os.strerror(errno.ENOSPC))
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        hints.append(f"file size limit (ulimit -f) is {soft} bytes")
+    return f"{text} ({'; '.join(hints)})" if hints else text
 
 
 def stat_key(st: os.stat_result) -> StatKey:
@@ -81,14 +127,19 @@ def stat_key(st: os.stat_result) -> StatKey:
 
 
 def _check_kiln_database(db: sqlite3.Connection, tables: set[str]) -> None:
-    """Raise DatabaseError unless ``db`` is an intact kiln state database of this schema."""
+    """Raise _Untrusted unless ``db`` is a kiln state database of this schema with
+    exactly the columns kiln reads."""
     if "meta" not in tables:
-        raise sqlite3.DatabaseError("not a kiln state database (no meta table)")
+        raise _Untrusted("not a kiln state database (no meta table)")
     meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
     if meta.get("app") != "kiln" or meta.get("schema") != SCHEMA_VERSION:
-        raise sqlite3.DatabaseError(
+        raise _Untrusted(
             f"foreign state database (app={meta.get('app')!r}, schema={meta.get('schema')!r})"
         )
+    for table, columns in _COLUMNS.items():
+        found = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+        if found != columns:
+            raise _Untrusted(f"table {table} has columns {found}, expected {columns}")
 
 
 def hash_file(path: Path | str, follow: bool = True) -> str:
@@ -101,6 +152,27 @@ def hash_file(path: Path | str, follow: bool = True) -> str:
     return h.hexdigest()
 
 
+_BAD = object()
+
+
+def _decode_field(index: int, text: Any) -> Any:
+    """A record's JSON field (0 params, 1 inputs, 2 outputs), or ``_BAD`` when it is
+    not text, not JSON, or not of its documented shape."""
+    if not isinstance(text, str):
+        return _BAD
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return _BAD
+    if index == 0:
+        return value if value is None or isinstance(value, dict) else _BAD
+    if isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return value
+    return _BAD
+
+
 class ActionRecord:
     """What an action produced the last time it succeeded.
 
@@ -108,22 +180,25 @@ class ActionRecord:
     a no-op build compares keys and output digests only.
     """
 
-    __slots__ = ("key", "_values", "_raw")
+    __slots__ = ("key", "damaged", "_values", "_raw")
 
     # What an undecodable field reads as: its action runs again.
     _DAMAGED: tuple[Any, Any, Any] = (None, {}, {})
 
     def __init__(self, key: str, params: Any, inputs: Any, outputs: Any, raw: bool = False):
-        self.key = key
+        # A key that is not text (a hand-edited row) matches no action's key.
+        self.damaged = not isinstance(key, str)
+        self.key = key if isinstance(key, str) else ""
         self._values: list[Any] = [params, inputs, outputs]
         self._raw = [raw, raw, raw]
 
     def _field(self, index: int) -> Any:
         if self._raw[index]:
-            try:
-                self._values[index] = json.loads(self._values[index])
-            except ValueError:
-                self._values[index] = self._DAMAGED[index]
+            value = _decode_field(index, self._values[index])
+            if value is _BAD:
+                self.damaged = True
+                value = self._DAMAGED[index]
+            self._values[index] = value
             self._raw[index] = False
         return self._values[index]
 
@@ -151,6 +226,15 @@ class ActionRecord:
         return f"ActionRecord({self.key!r}, {self.params!r}, {self.inputs!r}, {self.outputs!r})"
 
 
+def _metadata(text: Any) -> dict[str, Any]:
+    """A stored metadata dict; a damaged one reads as empty."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 class StateStore:
     """The state database of one output directory.
 
@@ -173,11 +257,13 @@ class StateStore:
             # Tables are WITHOUT ROWID (no separate index b-trees): reading them whole
             # touches every page, so damage shows now rather than at a later write.
             for path, size, mtime, ino, ctime, digest in self._db.execute("SELECT * FROM files"):
-                self._files[path] = ((size, mtime, ino, ctime), digest)
+                skey = (size, mtime, ino, ctime)
+                if type(path) is str and type(digest) is str and all(type(n) is int for n in skey):
+                    self._files[path] = (skey, digest)  # a mistyped row is not trusted
             self._db.execute("SELECT count(data) FROM file_metadata").fetchone()
-        except sqlite3.DatabaseError as e:
+        except sqlite3.Error as e:
             self._files.clear()
-            self._db = self._replace_corrupt(e, self._db)
+            self._db = self._recover(e, self._db)
 
     # -- opening -------------------------------------------------------------
 
@@ -187,11 +273,16 @@ class StateStore:
             check_own_file(f"{self.path}{suffix}")
         try:
             return self._connect()
-        except sqlite3.DatabaseError as e:
+        except _Untrusted as e:
             return self._replace_corrupt(e)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        """Open and check the database: raise _Untrusted when its content fails the
+        check, StateError for any other failure (the file is left as it is)."""
+        try:
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as e:
+            raise self._unusable(e) from e
         try:
             # Validate before writing anything: a foreign database is left as it was.
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
@@ -205,32 +296,46 @@ class StateStore:
                 db.executescript(f"BEGIN;{_DURATIONS}COMMIT;")
             if "written" not in tables:
                 db.execute(_WRITTEN)
-        except sqlite3.OperationalError as e:
-            db.close()
-            if "readonly" in str(e) or "unable to open" in str(e):
-                raise StateError(f"cannot write the build state {self.path}: {e}") from e
-            raise sqlite3.DatabaseError(str(e)) from e
-        except sqlite3.DatabaseError:
-            db.close()
-            raise
+        except (sqlite3.Error, _Untrusted) as e:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+            if _is_corruption(e):
+                raise _Untrusted(str(e)) from e
+            raise self._unusable(e) from e
         return db
 
+    def _unusable(self, error: BaseException) -> StateError:
+        return StateError(
+            f"cannot use the build state {self.path}: {_os_reason(error, self.path.parent)}; "
+            "it is kept as it is: fix the cause (free disk space, permissions, the "
+            "program holding it) and build again"
+        )
+
+    def _recover(self, error: BaseException, old: sqlite3.Connection) -> sqlite3.Connection:
+        """After ``error`` reading the open database: move it aside if it is damaged,
+        else keep it and raise StateError."""
+        if _is_corruption(error):
+            return self._replace_corrupt(error, old)
+        with contextlib.suppress(sqlite3.Error):
+            old.close()
+        raise self._unusable(error) from error
+
     def _replace_corrupt(
-        self, error: Exception, old: sqlite3.Connection | None = None
+        self, error: BaseException, old: sqlite3.Connection | None = None
     ) -> sqlite3.Connection:
         """Move the database aside and open a new one. ``old`` is closed first: on
         close SQLite would delete the write-ahead log by name, the new database's."""
         if old is not None:
             with contextlib.suppress(sqlite3.Error):
                 old.close()
-        name = f"state.db.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
-        aside, n = self.path.with_name(name), 1
-        while aside.exists():  # never overwrite an earlier one
-            aside, n = self.path.with_name(f"{name}.{n}"), n + 1
+        aside = self.path.with_name(f"state.db.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
         try:
             os.replace(self.path, aside)
         except OSError as e:
             raise StateError(f"cannot move the unreadable {self.path} aside: {e}") from e
+        for earlier in self.path.parent.glob("state.db.corrupt-*"):
+            if earlier != aside:  # keep one copy: repeated damage never fills the disk
+                earlier.unlink(missing_ok=True)
         for suffix in ("-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         reason = " ".join(str(error).split())  # one line, whatever SQLite said
@@ -240,7 +345,7 @@ class StateStore:
         )
         try:
             return self._connect()
-        except sqlite3.DatabaseError as e:
+        except _Untrusted as e:
             raise StateError(f"cannot create a new build state at {self.path}: {e}") from e
 
     def close(self) -> None:
@@ -316,9 +421,10 @@ class StateStore:
                 self._records = {
                     aid: ActionRecord(key, params, inputs, outputs, raw=True)
                     for aid, key, params, inputs, outputs in rows
+                    if type(aid) is str  # another type names no action
                 }
-            except (sqlite3.DatabaseError, ValueError) as e:
-                self._db = self._replace_corrupt(e, self._db)
+            except sqlite3.Error as e:
+                self._db = self._recover(e, self._db)
                 self._files.clear()
                 self._records = {}
         return self._records
@@ -395,7 +501,7 @@ class StateStore:
         with self._lock:
             row = self._db.execute("SELECT data FROM file_metadata WHERE path = ?", (key,))
             found = row.fetchone()
-            data: dict[str, Any] = json.loads(found[0]) if found else {}
+            data = _metadata(found[0]) if found else {}
             if mutate is not None and mutate(data):
                 self._write("INSERT OR REPLACE INTO file_metadata VALUES (?, ?)",
                             [(key, json.dumps(data, sort_keys=True))])  # fmt: skip
