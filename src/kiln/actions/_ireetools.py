@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln.actions._files import atomic_output, atomic_write
+from kiln._redact import redact_urls
+from kiln.actions._files import atomic_output
+from kiln.actions._logs import open_log, read_tail
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import ToolError, UsageError
 
@@ -163,25 +165,14 @@ def import_onnx(source: str, output: str, opset_version: int | None) -> None:
 
 
 # --- compiling
-def _diagnostic_tail(text: str) -> str:
-    """Keep the last lines of compiler output, where the decisive error usually is."""
-    lines = text.rstrip().splitlines()
-    if not lines:
-        return "(iree-compile printed no diagnostics)"
-    if len(lines) > DIAGNOSTIC_TAIL_LINES:
-        skipped = len(lines) - DIAGNOSTIC_TAIL_LINES
-        lines = [f"... ({skipped} earlier lines in the log)", *lines[-DIAGNOSTIC_TAIL_LINES:]]
-    return "\n".join(lines)
-
-
 def compile_module(
     source: str, output: str, input_type: str, flags: list[str], log_path: str
 ) -> None:
     """Compile MLIR to a .vmfb at `output` by running the iree-compile executable.
 
     A child process isolates kiln from compiler crashes (LLVM aborts the whole
-    process) and lets us capture every diagnostic.  Its output always goes to
-    `log_path`; on failure the tail of it is also the ToolError's message.
+    process).  Its output streams to `log_path` (never held in memory); on
+    failure a bounded tail of it is also the ToolError's message.
     """
     from iree.compiler.tools.binaries import find_tool
 
@@ -192,18 +183,22 @@ def compile_module(
     with atomic_output(output, create=False) as tmp:
         cmd = [exe, source, f"--iree-input-type={input_type}"]
         cmd += ["--mlir-print-op-on-diagnostic=false", *flags, "-o", str(tmp)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-        diagnostics = (proc.stdout + proc.stderr).strip()
-        with atomic_write(log_path, "w") as log:
-            log.write("$ " + subprocess.list2cmdline(cmd) + "\n" + diagnostics + "\n")
-        if proc.returncode != 0:
-            status = f"exit code {proc.returncode}"
-            if proc.returncode < 0:
-                status = f"killed by signal {-proc.returncode}"
+        header = f"$ {redact_urls(subprocess.list2cmdline(cmd))}\n"
+        fd = open_log(log_path, header)
+        try:
+            returncode = subprocess.run(cmd, stdout=fd, stderr=fd).returncode
+        finally:
+            os.close(fd)
+        if returncode != 0:
+            status = f"exit code {returncode}"
+            if returncode < 0:
+                status = f"killed by signal {-returncode}"
+            tail = read_tail(log_path, max_lines=DIAGNOSTIC_TAIL_LINES)
             raise ToolError(
-                f"iree-compile failed on {source} ({status}):\n"
-                f"{_diagnostic_tail(diagnostics)}\n(full log: {log_path})"
+                f"iree-compile failed on {source} ({status}):\n{tail}\n(full log: {log_path})"
             )
+        if not os.path.lexists(tmp):
+            raise ToolError(f"iree-compile finished without writing its output {output}")
 
 
 # --- running and verifying

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 import subprocess
 from collections.abc import Collection
 from pathlib import Path
 
+from kiln._redact import redact_urls
 from kiln.actions._files import atomic_output
+from kiln.actions._logs import log_path, open_log, read_tail
 from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError
 from kiln.graph import (
     ActionConcurrency,
@@ -19,8 +22,6 @@ from kiln.graph import (
     join_namespace,
 )
 from kiln.runners import kill_group
-
-_OUTPUT_TAIL_LINES = 20
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
@@ -47,8 +48,9 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
 
 class CommandAction(BuildAction):
     """Runs ``argv`` (no shell) with ``{out}`` and ``{inputs[i]}`` substituted; the
-    output is renamed into place only when the command exits 0, and a failure shows
-    the tail of what the command printed."""
+    output is renamed into place only when the command exits 0 having written it.
+    What the command prints goes to its log file, never into kiln's memory; a
+    failure shows a tail of the log bounded in bytes."""
 
     def __init__(
         self,
@@ -65,9 +67,14 @@ class CommandAction(BuildAction):
         self.output = output
         self.timeout = timeout
 
+    @property
+    def log_path(self) -> str:
+        return str(log_path(self.executor.output_dir, self.output.path))
+
     def _invoke(self) -> None:
         input_paths = [str(f.get_fs_path()) for f in self.inputs]
-        with atomic_output(self.output.get_fs_path(), create=False) as tmp:
+        final = self.output.get_fs_path()
+        with atomic_output(final, create=False) as tmp:
             try:
                 argv = [a.format(out=str(tmp), inputs=input_paths) for a in self.argv]
             except (IndexError, KeyError, ValueError) as e:
@@ -76,32 +83,35 @@ class CommandAction(BuildAction):
                     "use {out} and {inputs[i]}, and {{ and }} for literal braces"
                 ) from None
             self._run(argv)
+            if not os.path.lexists(tmp):
+                raise ActionFailed(f"'{self.desc}' finished without writing its output {final}")
 
     def _run(self, argv: list[str]) -> None:
+        shown = redact_urls(subprocess.list2cmdline(argv))
+        log = self.log_path
+        fd = open_log(log, header=f"$ {shown}\n")
         try:
-            # One pipe for both streams: the tail shows a failure's last words in
-            # order, and without a timeout ``communicate`` then simply reads it.
-            proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            # Both streams straight into the log, in order: kiln holds none of it.
+            proc = subprocess.Popen(argv, stdout=fd, stderr=fd, start_new_session=True)
         except OSError as e:
             raise ActionFailed(f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}") from e
+        finally:
+            os.close(fd)
         self.executor.track(proc, running=True)
         try:
-            output, _ = proc.communicate(timeout=self.timeout)
+            proc.wait(timeout=self.timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc.pid)
-            proc.communicate()
+            proc.wait()
             raise ActionTimeout(
                 f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
             ) from None
         finally:
             self.executor.track(proc, running=False)
         if proc.returncode != 0:
-            tail = "\n".join(output.decode(errors="replace").splitlines()[-_OUTPUT_TAIL_LINES:])
             raise ActionFailed(
-                f"'{self.desc}': command exited with status {proc.returncode}: "
-                f"{subprocess.list2cmdline(argv)}\n{tail}".rstrip()
+                f"'{self.desc}': command exited with status {proc.returncode}: {shown}\n"
+                f"{read_tail(log)}".rstrip()
             )
 
 
