@@ -21,6 +21,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO
 
+from kiln._redact import redact_url
+from kiln.actions._http import Watchdog, make_request, opener
 from kiln.errors import ToolError
 from kiln.outputs import atomic_write
 
@@ -48,47 +50,74 @@ def download(
     dest: str | os.PathLike[str],
     *,
     sha256: str | None = None,
-    timeout: float = 30.0,
+    timeout: float | None = None,
+    stall_timeout: float = 60.0,
     retries: int = 3,
     backoff: float = 0.5,
     progress: Progress | None = None,
 ) -> str:
     """Fetch ``url`` (http, https or file) into ``dest`` and return its SHA-256 hex digest.
 
-    ``timeout`` bounds the connect and every single read.  Transient failures
-    (refused or reset connections, timeouts, truncated bodies, HTTP 5xx and 429)
-    are retried up to ``retries`` more times, sleeping ``backoff * 2**attempt``
-    seconds (at most 10) in between.  ``progress(done, total)`` is called as
-    chunks arrive; ``total`` is None when the size is unknown, and ``done``
-    restarts from 0 on a retry.  Raises :class:`ToolError` on failure, leaving
-    ``dest`` as it was.
+    ``timeout`` (seconds, None for no limit) bounds the whole download, retries
+    and their waits included; ``stall_timeout`` bounds a stall: connecting, or
+    any stretch of that many seconds bringing less than 1 KiB.  Transient
+    failures (refused or reset connections, stalls, truncated bodies, HTTP 5xx
+    and 429) are retried up to ``retries`` more times, sleeping ``backoff *
+    2**attempt`` seconds (at most 10) in between.  ``progress(done, total)`` is
+    called as chunks arrive; ``total`` is None when the size is unknown, and
+    ``done`` restarts from 0 on a retry.  Raises :class:`ToolError` on failure,
+    leaving ``dest`` as it was.
     """
-    if retries < 0 or timeout <= 0 or backoff < 0:
-        raise ValueError("retries and backoff must be >= 0 and timeout > 0")
+    if retries < 0 or backoff < 0 or stall_timeout <= 0 or (timeout is not None and timeout <= 0):
+        raise ValueError("retries and backoff must be >= 0, timeouts > 0")
     dest_path = os.fspath(dest)
-    expected = _normalize_digest(url, sha256)
+    shown = redact_url(url)
+    expected = _normalize_digest(shown, sha256)
+    limit = _Limit(timeout)
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme == "file":
-        path = _file_url_path(url)
+        path = _file_url_path(url, shown)
 
         def read_local(out: IO[bytes]) -> str:
-            return _read_file(url, path, out, progress)
+            return _read_file(shown, path, out, progress, limit)
 
-        return _write_atomically(url, dest_path, expected, read_local)
+        return _write_atomically(shown, dest_path, expected, read_local)
     if scheme not in ("http", "https"):
-        shown = scheme or "(none)"
-        raise ToolError(f"unsupported URL scheme {shown!r} in {url}: use http, https or file")
+        named = scheme or "(none)"
+        raise ToolError(f"unsupported URL scheme {named!r} in {shown}: use http, https or file")
 
     def fetch(out: IO[bytes]) -> str:
-        return _fetch_http(url, out, timeout, progress)
+        return _fetch_http(url, shown, out, stall_timeout, limit, progress)
 
     return _with_retries(
-        url, lambda: _write_atomically(url, dest_path, expected, fetch), retries, backoff
-    )
+        shown, lambda: _write_atomically(shown, dest_path, expected, fetch), retries, backoff,
+        limit,
+    )  # fmt: skip
 
 
-def _with_retries(url: str, attempt: Callable[[], str], retries: int, backoff: float) -> str:
-    """Run ``attempt`` until it succeeds, retrying transient failures with backoff."""
+class _Limit:
+    """The whole download's time limit: ``deadline`` in monotonic seconds, or None."""
+
+    def __init__(self, timeout: float | None):
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def error(self, shown: str, received: int, last: str | None = None) -> ToolError:
+        detail = f"; last error: {last}" if last else ""
+        return ToolError(
+            f"download of {shown} did not finish within its timeout of {self.timeout:g} s "
+            f"({received} bytes received){detail}"
+        )
+
+
+def _with_retries(
+    shown: str, attempt: Callable[[], str], retries: int, backoff: float, limit: _Limit
+) -> str:
+    """Run ``attempt`` until it succeeds, retrying transient failures with backoff
+    while the time limit allows."""
     attempts = retries + 1
     for number in range(attempts):
         try:
@@ -99,10 +128,13 @@ def _with_retries(url: str, attempt: Callable[[], str], retries: int, backoff: f
                 delay = min(backoff * 2**number, _MAX_BACKOFF)
                 if exc.retry_after is not None:
                     delay = max(delay, min(exc.retry_after, _MAX_BACKOFF))
+                left = limit.left()
+                if left is not None and delay >= left:
+                    raise limit.error(shown, 0, exc.reason) from exc
                 time.sleep(delay)
     plural = "attempt" if attempts == 1 else "attempts"
     raise ToolError(
-        f"download of {url} failed after {attempts} {plural}; last error: {last.reason}"
+        f"download of {shown} failed after {attempts} {plural}; last error: {last.reason}"
     ) from last.__cause__
 
 
@@ -141,16 +173,25 @@ def _write_atomically(
 
 
 def _copy(
-    url: str, read: Reader, out: IO[bytes], total: int | None, progress: Progress | None
+    url: str,
+    read: Reader,
+    out: IO[bytes],
+    total: int | None,
+    progress: Progress | None,
+    limit: _Limit,
 ) -> str:
     """Copy chunks from ``read`` to ``out`` until EOF, hashing them; return the hex digest.
 
     Read errors propagate unchanged so the caller can classify them; write
-    errors become a ToolError at once (a full disk is not worth retrying).
+    errors become a ToolError at once (a full disk is not worth retrying), and
+    so does passing the time limit.
     """
     hasher = hashlib.sha256()
     done = 0
     while chunk := read(_CHUNK_SIZE):
+        left = limit.left()
+        if left is not None and left <= 0:
+            raise limit.error(url, done)
         try:
             out.write(chunk)
         except OSError as exc:
@@ -164,21 +205,23 @@ def _copy(
     return hasher.hexdigest()
 
 
-def _file_url_path(url: str) -> str:
+def _file_url_path(url: str, shown: str) -> str:
     """Return the local path a ``file:`` URL names; remote hosts are refused."""
     parts = urllib.parse.urlsplit(url)
     if parts.netloc not in ("", "localhost"):
-        raise ToolError(f"cannot download {url}: file URLs must name a local path")
+        raise ToolError(f"cannot download {shown}: file URLs must name a local path")
     return urllib.request.url2pathname(parts.path)
 
 
-def _read_file(url: str, path: str, out: IO[bytes], progress: Progress | None) -> str:
+def _read_file(
+    url: str, path: str, out: IO[bytes], progress: Progress | None, limit: _Limit
+) -> str:
     """Copy the local file ``path`` into ``out``; return its digest."""
     try:
         with open(path, "rb") as src:
             info = os.fstat(src.fileno())
             size = info.st_size if stat.S_ISREG(info.st_mode) else None
-            return _copy(url, src.read, out, size, progress)
+            return _copy(url, src.read, out, size, progress, limit)
     except _TransientError as exc:
         raise ToolError(f"cannot download {url}: {path} {exc.reason} while reading") from exc
     except FileNotFoundError as exc:
@@ -187,28 +230,68 @@ def _read_file(url: str, path: str, out: IO[bytes], progress: Progress | None) -
         raise ToolError(f"cannot download {url}: cannot read {path}: {exc}") from exc
 
 
-def _fetch_http(url: str, out: IO[bytes], timeout: float, progress: Progress | None) -> str:
+def _fetch_http(
+    url: str,
+    shown: str,
+    out: IO[bytes],
+    stall_s: float,
+    limit: _Limit,
+    progress: Progress | None,
+) -> str:
     """Make one HTTP(S) request for ``url`` and stream its body into ``out``.
 
-    Raises _TransientError for failures worth retrying and ToolError otherwise.
+    Raises _TransientError for failures worth retrying and ToolError otherwise
+    (passing the time limit included).
     """
-    request = urllib.request.Request(
-        url, headers={"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
+    left = limit.left()
+    if left is not None and left <= 0:
+        raise limit.error(shown, 0)
+    request = make_request(url, {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"})
+    # One second past the watchdog's limits, so that the watchdog (which names the
+    # cause) cuts first; the socket's own timeout still ends a connect that hangs.
+    socket_timeout = stall_s + 1.0 if left is None else min(stall_s, left) + 1.0
+    with Watchdog(stall_s, limit.deadline) as watchdog:
+        try:
+            with opener(watchdog).open(request, timeout=socket_timeout) as response:
+                total = _content_length(response)
+
+                def read(size: int) -> bytes:
+                    chunk = response.read1(size)
+                    watchdog.note(len(chunk))
+                    return chunk
+
+                digest = _copy(shown, read, out, total, progress, limit)
+        except Exception as exc:
+            if watchdog.reason is not None:  # the watchdog cut the connection
+                raise _cut_error(shown, watchdog, limit) from exc
+            raise _classify(shown, exc, socket_timeout) from exc
+        if watchdog.reason is not None:  # the cut looked like the end of the body
+            raise _cut_error(shown, watchdog, limit)
+    return digest
+
+
+def _cut_error(shown: str, watchdog: Watchdog, limit: _Limit) -> Exception:
+    if watchdog.reason == "deadline":
+        return limit.error(shown, watchdog.received)
+    return _TransientError(
+        f"stalled: less than 1 KiB arrived in {watchdog.stall_s:g} s fetching {shown}"
     )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            total = _content_length(response)
-            return _copy(url, response.read1, out, total, progress)
-    except urllib.error.HTTPError as exc:
+
+
+def _classify(shown: str, exc: Exception, timeout: float) -> Exception:
+    """The error to raise for ``exc``, a failure of one request."""
+    if isinstance(exc, ToolError | _TransientError):
+        return exc
+    if isinstance(exc, urllib.error.HTTPError):
         exc.close()
-        raise _http_status_error(url, exc) from exc
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, OSError):
-            raise _network_error(url, reason, timeout) from reason
-        raise ToolError(f"cannot download {url}: {reason}") from exc
-    except (OSError, http.client.HTTPException) as exc:
-        raise _network_error(url, exc, timeout) from exc
+        return _http_status_error(shown, exc)
+    if isinstance(exc, urllib.error.URLError):
+        if isinstance(exc.reason, OSError):
+            return _network_error(shown, exc.reason, timeout)
+        return ToolError(f"cannot download {shown}: {exc.reason}")
+    if isinstance(exc, OSError | http.client.HTTPException):
+        return _network_error(shown, exc, timeout)
+    return ToolError(f"cannot download {shown}: {exc!r}")
 
 
 def _content_length(response: http.client.HTTPResponse) -> int | None:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import Any
 
+from kiln._redact import redact_url, url_digest
 from kiln.actions._download import download
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, FileNamespace
+
+__all__ = ["FetchHttpAction", "fetch_http", "redact_url"]  # redact_url: kiln._redact's
 
 
 class FetchHttpAction(BuildAction):
     """Streams ``url`` to the output through a temporary file, retrying transient
     failures and checking ``sha256`` when given. Keyed by URL and checksum only, so
-    an intact earlier download is never fetched again."""
+    an intact earlier download is never fetched again.
+
+    The URL's secrets never leave this object: the description, the parameters
+    stored in the build state and every message carry its redacted form; the key
+    gets the whole URL as a digest."""
 
     def __init__(
         self,
@@ -20,49 +26,41 @@ class FetchHttpAction(BuildAction):
         url: str,
         output_file: BuildFile,
         sha256: str | None = None,
-        timeout_s: float = 60.0,
+        timeout_s: float | None = None,
+        stall_timeout_s: float = 60.0,
         retries: int = 3,
         **kwargs: Any,
     ):
         super().__init__(concurrency=ActionConcurrency.THREAD, **kwargs)
-        self.url = url
+        self._url = url
         self.output_file = output_file
         self.sha256 = sha256
         self.timeout_s = timeout_s
+        self.stall_timeout_s = stall_timeout_s
         self.retries = retries
 
+    @property
+    def url(self) -> str:
+        """The URL as shown: its user information and query values masked."""
+        return redact_url(self._url)
+
     def params(self) -> dict[str, Any]:
-        return {"url": self.url, "sha256": self.sha256}
+        return {"url": self.url, "url_sha256": url_digest(self._url), "sha256": self.sha256}
 
     def _invoke(self) -> None:
         reporter = self.executor.reporter
         path = self.output_file.get_fs_path()
         # iree.build's line, which scripts look for; only when a download happens.
-        self.executor.write_status(f"Fetching URL: {redact_url(self.url)} -> {path}")
+        self.executor.write_status(f"Fetching URL: {self.url} -> {path}")
         download(
-            self.url,
+            self._url,
             path,
             sha256=self.sha256,
             timeout=self.timeout_s,
+            stall_timeout=self.stall_timeout_s,
             retries=self.retries,
             progress=lambda done, total: reporter.progress(self, done, total),
         )
-
-
-def redact_url(url: str) -> str:
-    """``url`` fit to print: its user name, password, query and fragment (where
-    tokens and signatures travel) replaced by ``***``."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "***"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((
-        parts.scheme, netloc, parts.path,
-        "***" if parts.query else "", "***" if parts.fragment else "",
-    ))  # fmt: skip
 
 
 def fetch_http(
@@ -70,11 +68,18 @@ def fetch_http(
     name: str,
     url: str,
     sha256: str | None = None,
-    timeout: float = 60.0,
+    timeout: float | None = None,
+    stall_timeout: float = 60.0,
     retries: int = 3,
     namespace: FileNamespace = FileNamespace.GEN,
 ) -> BuildFile:
-    """Declare a download of ``url`` into the file ``name``; returns that file."""
+    """Declare a download of ``url`` into the file ``name``; returns that file.
+
+    ``timeout`` (seconds) bounds the whole download, retries included (None: no
+    bound); ``stall_timeout`` fails an attempt that brings less than 1 KiB in
+    that many seconds. Credentials in the URL (``user:password@``) are sent as
+    HTTP Basic authentication; they and query values are masked wherever the
+    URL is shown or stored."""
     context = BuildContext.current()
     output = context.allocate_file(name, namespace)
     action = FetchHttpAction(
@@ -82,8 +87,9 @@ def fetch_http(
         output_file=output,
         sha256=sha256,
         timeout_s=timeout,
+        stall_timeout_s=stall_timeout,
         retries=retries,
-        desc=f"Fetching {url}",
+        desc=f"Fetching {redact_url(url)}",
         executor=context.executor,
     )
     output.deps.add(action)
