@@ -1,7 +1,7 @@
 """Where actions run: worker threads, worker processes, or in-line.
 
-``ActionRunner`` owns a fixed set of daemon threads (``-j`` of them); each runs
-one action at a time. A PROCESS action's thread hands the action's thunk to a
+``ThreadWorkers`` starts daemon threads as actions arrive, at most ``-j`` of
+them; each runs one action at a time. A PROCESS action's thread hands the action's thunk to a
 ``ProcessPool`` and waits. Workers of the process pool run one thunk at a time,
 so when one dies only the action it was running fails, and a fresh worker
 replaces it.
@@ -165,30 +165,57 @@ Task = Callable[[], None]
 
 
 class ThreadWorkers:
-    """``count`` daemon threads running submitted callables in FIFO order.
+    """Up to ``count`` daemon threads running submitted callables in FIFO order.
 
-    Daemon threads let an interrupted build exit without waiting for Python code
-    that cannot be cancelled.
+    Threads start as work arrives: a submitted task that finds no idle thread
+    starts one more, so a large ``-j`` costs only the threads the build keeps
+    busy. Invariant: ``_idle`` counts the threads waiting for a task that no
+    submitted task has claimed yet. Daemon threads let an interrupted build exit
+    without waiting for Python code that cannot be cancelled.
     """
 
     def __init__(self, count: int):
+        self._count = count
         self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"kiln-{i}", daemon=True) for i in range(count)
-        ]
-        for t in self._threads:
-            t.start()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    @property
+    def started(self) -> int:
+        """How many threads were started."""
+        return len(self._threads)
 
     def _loop(self) -> None:
         while (task := self._queue.get()) is not None:
             task()
+            with self._lock:
+                self._idle += 1
 
     def submit(self, task: Task) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            elif len(self._threads) < self._count:
+                self._start_thread()
         self._queue.put(task)
 
+    def _start_thread(self) -> None:
+        thread = threading.Thread(target=self._loop, name=f"kiln-{len(self._threads)}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as e:  # the system's thread limit: make do with those running
+            if not self._threads:
+                raise ActionFailed(f"cannot start a worker thread: {e}") from e
+            self._count = len(self._threads)
+            return
+        self._threads.append(thread)
+
     def shutdown(self, wait_s: float) -> None:
-        for _ in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
             self._queue.put(None)
         deadline = time.monotonic() + wait_s
-        for t in self._threads:
+        for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))

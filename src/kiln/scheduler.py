@@ -45,6 +45,9 @@ from kiln.runners import ProcessPool, ThreadWorkers
 from kiln.state import ActionRecord, StateStore, StatKey, hash_file, stat_key
 
 _INTERRUPT_WAIT_S = 5.0
+# The most actions that run at once, whatever -j says: more threads (or worker
+# processes) than this only cost memory and scheduling.
+MAX_JOBS = 1024
 # The "error" of a queued action that the build stopped before it started.
 _CANCELLED = ActionFailed("not started: the build stopped")
 
@@ -129,9 +132,23 @@ class Scheduler:
         self._sweeper = TemporarySweeper()
         self._outputs = outputs
         self._written: set[str] | None = None
+        self._jobs = min(options.jobs, max(1, len(plan.actions)), MAX_JOBS)
+
+    def _state_cap(self) -> None:
+        """Say so when ``-j`` asked for more than the build can use (a -j above the
+        default, the number of CPUs, is the user's own choice)."""
+        asked = self.opts.jobs
+        if self._jobs < asked and asked > (os.cpu_count() or 1):
+            why = (
+                "kiln's limit on actions running at once"
+                if self._jobs == MAX_JOBS
+                else "the number of actions in this build"
+            )
+            self.reporter.message(f"kiln: -j {asked} capped to {self._jobs} ({why})")
 
     def run(self) -> BuildResult:
         start = time.monotonic()
+        self._state_cap()
         self.events.build_started(self.opts.jobs)
         try:
             self._loop()
@@ -199,11 +216,11 @@ class Scheduler:
         # that finishes starts its next action without waiting for this thread. Only
         # ``jobs`` threads exist, so no more than ``jobs`` actions run; an in-line
         # action starts only when it fits within ``jobs`` with everything queued.
-        while self._waiting and len(self._running) < 2 * self.opts.jobs:
+        while self._waiting and len(self._running) < 2 * self._jobs:
             entry = heapq.heappop(self._waiting)
             action, decision = entry[2], entry[3]
             inline = action.concurrency is ActionConcurrency.NONE
-            if inline and len(self._running) >= self.opts.jobs:
+            if inline and len(self._running) >= self._jobs:
                 deferred.append(entry)
                 continue
             if action.pool is not None and not self._take_pool(action):
@@ -248,7 +265,7 @@ class Scheduler:
             self._execute(action, decision)
             return
         if self._threads is None:
-            self._threads = ThreadWorkers(self.opts.jobs)
+            self._threads = ThreadWorkers(self._jobs)
         # The worker that takes this turn runs the best action queued by then, so one
         # that became ready later but lies on a longer path overtakes the queue.
         with self._dispatch_lock:
