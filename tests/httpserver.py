@@ -46,7 +46,8 @@ class Route:
     (announcing the full length) and that many body bytes, then stalls until
     the server closes; ``drop_after`` does the same but closes the connection
     instead.  ``content_length=False`` omits the header and ends the body by
-    closing the connection.
+    closing the connection.  ``drip_s`` sends the body one byte every
+    ``drip_s`` seconds (``drip_headers`` drips the status line and headers too).
     """
 
     body: bytes = b""
@@ -57,6 +58,8 @@ class Route:
     stall_after: int | None = None
     drop_after: int | None = None
     content_length: bool = True
+    drip_s: float | None = None
+    drip_headers: bool = False
 
 
 class _Server(ThreadingHTTPServer):
@@ -69,6 +72,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.routes: dict[str, Route] = {}
         self.counts: Counter[str] = Counter()
+        self.auth: list[str | None] = []  # the Authorization header of each request
         self.lock = threading.Lock()
         self.stopping = threading.Event()
 
@@ -101,10 +105,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, *, send_body: bool) -> None:
         path = urlsplit(self.path).path
         route, number = self.server.take(path)
+        with self.server.lock:
+            self.server.auth.append(self.headers.get("Authorization"))
         if route is None:
             self._send(404, b"no such route\n", {}, send_body=send_body)
         elif number <= route.fail_times:
             self._send(route.fail_status, b"", {}, send_body=send_body)
+        elif route.drip_s is not None:
+            self._drip(route)
         elif route.stall_after is not None or route.drop_after is not None:
             self._send_partial(route)
         else:
@@ -144,6 +152,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         if route.stall_after is not None:
             self.server.stopping.wait(_STALL_LIMIT)
+        self.close_connection = True
+
+    def _drip(self, route: Route) -> None:
+        """Send the response a byte at a time, ``route.drip_s`` seconds apart."""
+        assert route.drip_s is not None
+        head = (
+            f"HTTP/1.0 {route.status} OK\r\nContent-Length: {len(route.body)}\r\n\r\n"
+        ).encode()
+        if not route.drip_headers:
+            self.wfile.write(head)
+            head = b""
+        for i in range(len(head + route.body)):
+            self.wfile.write((head + route.body)[i : i + 1])
+            self.wfile.flush()
+            if self.server.stopping.wait(route.drip_s):
+                break
         self.close_connection = True
 
     def log_message(self, format: str, *args: object) -> None:
@@ -202,6 +226,16 @@ class HTTPTestServer:
     def drop(self, path: str, body: bytes, sent: int = 0) -> str:
         """Send the headers and ``sent`` bytes of ``body``, then close the connection."""
         return self.route(path, Route(body=body, drop_after=sent))
+
+    def drip(self, path: str, body: bytes, every_s: float, *, headers: bool = False) -> str:
+        """Send ``body`` one byte every ``every_s`` seconds (the headers too with
+        ``headers``)."""
+        return self.route(path, Route(body=body, drip_s=every_s, drip_headers=headers))
+
+    def authorization(self) -> list[str | None]:
+        """The Authorization header each request carried, in order (None: none)."""
+        with self._server.lock:
+            return list(self._server.auth)
 
     def count(self, path: str) -> int:
         """Return how many requests ``path`` has received."""

@@ -79,6 +79,8 @@ class UpToDateChecker:
             reason = _why_key_changed(record, params, inputs)
         else:
             reason = self._outputs_changed(record, outputs)
+            if reason is None and not record.looks_intact():
+                reason = "its record in the build state is damaged"
         if reason is not None and record is not None and record.damaged:
             reason = "its record in the build state is damaged"
         return Decision(aid, key, params, inputs, reason)

@@ -186,8 +186,8 @@ class ActionRecord:
     _DAMAGED: tuple[Any, Any, Any] = (None, {}, {})
 
     def __init__(self, key: str, params: Any, inputs: Any, outputs: Any, raw: bool = False):
-        # A key that is not text (a hand-edited row) matches no action's key.
-        self.damaged = not isinstance(key, str)
+        # A key that is not a SHA-256 digest (a hand-edited row) matches no action's key.
+        self.damaged = raw and not (isinstance(key, str) and len(key) == 64)
         self.key = key if isinstance(key, str) else ""
         self._values: list[Any] = [params, inputs, outputs]
         self._raw = [raw, raw, raw]
@@ -201,6 +201,17 @@ class ActionRecord:
             self._values[index] = value
             self._raw[index] = False
         return self._values[index]
+
+    def looks_intact(self) -> bool:
+        """Cheaply, without decoding params and inputs: whether every field has its
+        type (outputs are decoded, as an up-to-date check reads them anyway)."""
+        self._field(2)
+        for index in (0, 1):
+            value = self._values[index]
+            is_object = type(value) is str and (value[:1], value[-1:]) == ("{", "}")
+            if self._raw[index] and not (is_object or (index == 0 and value == "null")):
+                self.damaged = True
+        return not self.damaged
 
     def _fields(self) -> tuple[Any, Any, Any]:
         return (self._field(0), self._field(1), self._field(2))
