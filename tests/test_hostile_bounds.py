@@ -263,7 +263,9 @@ def test_dripping_body_fails_within_the_timeout(write_module, kiln, server: HTTP
     assert "SECRET123" not in r.stderr + r.stdout
     no_traceback(r.stderr)
 
-def test_dripping_headers_fail_within_the_timeout(write_module, kiln, server: HTTPTestServer) -> None:
+def test_dripping_headers_fail_within_the_timeout(
+    write_module, kiln, server: HTTPTestServer
+) -> None:
     url = server.drip("/h.bin", b"x" * 100, every_s=0.2, headers=True)
     fetch_module(write_module, url, timeout=1.5, retries=0)
     r, took = timed_build(kiln)
@@ -272,7 +274,9 @@ def test_dripping_headers_fail_within_the_timeout(write_module, kiln, server: HT
     assert "did not finish within its timeout of 1.5 s" in r.stderr, r.stderr
 
 
-def test_a_slow_drip_is_a_stall_without_a_timeout(write_module, kiln, server: HTTPTestServer) -> None:
+def test_a_slow_drip_is_a_stall_without_a_timeout(
+    write_module, kiln, server: HTTPTestServer
+) -> None:
     url = server.drip("/s.bin", os.urandom(4000), every_s=0.1)
     fetch_module(write_module, url, stall_timeout=1.0, retries=1)
     r, took = timed_build(kiln)

@@ -384,7 +384,15 @@ def truncate(db: Path, size: int) -> None:
         f.truncate(size)
 
 
+def rename_column(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE files RENAME COLUMN ino TO inode")
+    conn.commit()
+    conn.close()
+
+
 CORRUPTIONS = {
+    "other-columns": rename_column,
     "garbage": lambda db: db.write_bytes(os.urandom(3000) + b"\x00" * 5000),
     "text": lambda db: db.write_text("this is not a database\n"),
     "truncated-header": lambda db: truncate(db, 60),
@@ -485,3 +493,19 @@ def test_a_second_corruption_replaces_the_first_moved_copy(out: Path, tmp_path: 
     (moved,) = db.parent.glob("state.db.corrupt-*")
     assert moved.read_bytes() == b"second garbage" * 300
     assert str(moved) in warnings[1]
+
+
+@pytest.mark.parametrize("stored", ["'not json'", "'[1, 2]'", "42", "x'00'"])
+def test_mistyped_metadata_reads_as_empty(stored: str, out: Path, tmp_path: Path) -> None:
+    db = good_database(out, tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute(f"UPDATE file_metadata SET data = {stored}")
+    conn.commit()
+    conn.close()
+    warnings = Warnings()
+    store = open_store(out, warnings)
+    assert store.file_metadata("gen/b", None) == {}
+    store.file_metadata("gen/b", lambda m: m.update(z=3) or True)
+    assert store.file_metadata("gen/b", None) == {"z": 3}
+    store.close()
+    assert warnings == []

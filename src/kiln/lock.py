@@ -9,6 +9,7 @@ and a lock taken on a file that ``kiln clean`` removed meanwhile is taken again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Callable
@@ -86,9 +87,7 @@ class OutputLock:
         tb: TracebackType | None,
     ) -> None:
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):  # a pid left behind is harmless
                 os.ftruncate(self._fd, 0)
-            except OSError:  # the pid left behind is harmless: the flock is what counts
-                pass
             os.close(self._fd)
             self._fd = None

@@ -48,9 +48,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import errno
 import os
-import resource
 import sqlite3
 import stat
 import threading
@@ -59,6 +57,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kiln._statecheck import (
+    BAD,
+    Untrusted,
+    check_kiln_database,
+    decode_field,
+    is_corruption,
+    metadata_dict,
+    os_reason,
+)
 from kiln.errors import NotRegularFile, StateError
 from kiln.outputs import check_own_file, claim_output_dir, file_kind, open_regular
 
@@ -81,65 +88,11 @@ CREATE TABLE IF NOT EXISTS durations(id TEXT PRIMARY KEY, seconds REAL NOT NULL)
 """
 _META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"
 
-_COLUMNS = {
-    "meta": ["name", "value"],
-    "files": ["path", "size", "mtime_ns", "ino", "ctime_ns", "sha256"],
-    "actions": ["id", "key", "params", "inputs", "outputs"],
-    "file_metadata": ["path", "data"],
-}
-# SQLite's primary result codes that mean the file itself is damaged or not a
-# database; every other error (full, I/O, busy, permission) leaves it alone.
-_CORRUPTION_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
-
 StatKey = tuple[int, int, int, int]
-
-
-class _Untrusted(Exception):
-    """The database failed kiln's integrity check; it is moved aside."""
-
-
-def _is_corruption(error: BaseException) -> bool:
-    """Whether ``error`` says the database content is damaged (not the disk, a
-    lock or a permission)."""
-    if isinstance(error, _Untrusted):
-        return True
-    code = getattr(error, "sqlite_errorcode", None)
-    return code is not None and (code & 0xFF) in _CORRUPTION_CODES
-
-
-def _os_reason(error: BaseException, directory: Path) -> str:
-    """What SQLite reported, with the operating system's view where it explains it."""
-    text = " ".join(str(error).split())
-    name = getattr(error, "sqlite_errorname", None)
-    hints = [name] if name else []
-    with contextlib.suppress(OSError):
-        st = os.statvfs(directory)
-        if st.f_bavail == 0 or st.f_favail == 0:
-            hints.append(os.strerror(errno.ENOSPC))
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if soft != resource.RLIM_INFINITY:
-        hints.append(f"file size limit (ulimit -f) is {soft} bytes")
-    return f"{text} ({'; '.join(hints)})" if hints else text
 
 
 def stat_key(st: os.stat_result) -> StatKey:
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-
-
-def _check_kiln_database(db: sqlite3.Connection, tables: set[str]) -> None:
-    """Raise _Untrusted unless ``db`` is a kiln state database of this schema with
-    exactly the columns kiln reads."""
-    if "meta" not in tables:
-        raise _Untrusted("not a kiln state database (no meta table)")
-    meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
-    if meta.get("app") != "kiln" or meta.get("schema") != SCHEMA_VERSION:
-        raise _Untrusted(
-            f"foreign state database (app={meta.get('app')!r}, schema={meta.get('schema')!r})"
-        )
-    for table, columns in _COLUMNS.items():
-        found = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
-        if found != columns:
-            raise _Untrusted(f"table {table} has columns {found}, expected {columns}")
 
 
 def hash_file(path: Path | str, follow: bool = True) -> str:
@@ -150,27 +103,6 @@ def hash_file(path: Path | str, follow: bool = True) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
-
-
-_BAD = object()
-
-
-def _decode_field(index: int, text: Any) -> Any:
-    """A record's JSON field (0 params, 1 inputs, 2 outputs), or ``_BAD`` when it is
-    not text, not JSON, or not of its documented shape."""
-    if not isinstance(text, str):
-        return _BAD
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return _BAD
-    if index == 0:
-        return value if value is None or isinstance(value, dict) else _BAD
-    if isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        return value
-    return _BAD
 
 
 class ActionRecord:
@@ -194,8 +126,8 @@ class ActionRecord:
 
     def _field(self, index: int) -> Any:
         if self._raw[index]:
-            value = _decode_field(index, self._values[index])
-            if value is _BAD:
+            value = decode_field(index, self._values[index])
+            if value is BAD:
                 self.damaged = True
                 value = self._DAMAGED[index]
             self._values[index] = value
@@ -237,15 +169,6 @@ class ActionRecord:
         return f"ActionRecord({self.key!r}, {self.params!r}, {self.inputs!r}, {self.outputs!r})"
 
 
-def _metadata(text: Any) -> dict[str, Any]:
-    """A stored metadata dict; a damaged one reads as empty."""
-    try:
-        value = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 class StateStore:
     """The state database of one output directory.
 
@@ -284,11 +207,11 @@ class StateStore:
             check_own_file(f"{self.path}{suffix}")
         try:
             return self._connect()
-        except _Untrusted as e:
+        except Untrusted as e:
             return self._replace_corrupt(e)
 
     def _connect(self) -> sqlite3.Connection:
-        """Open and check the database: raise _Untrusted when its content fails the
+        """Open and check the database: raise Untrusted when its content fails the
         check, StateError for any other failure (the file is left as it is)."""
         try:
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -298,7 +221,7 @@ class StateStore:
             # Validate before writing anything: a foreign database is left as it was.
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
             if tables:
-                _check_kiln_database(db, tables)
+                check_kiln_database(db, tables, SCHEMA_VERSION)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             if not tables:
@@ -307,17 +230,17 @@ class StateStore:
                 db.executescript(f"BEGIN;{_DURATIONS}COMMIT;")
             if "written" not in tables:
                 db.execute(_WRITTEN)
-        except (sqlite3.Error, _Untrusted) as e:
+        except (sqlite3.Error, Untrusted) as e:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
-            if _is_corruption(e):
-                raise _Untrusted(str(e)) from e
+            if is_corruption(e):
+                raise Untrusted(str(e)) from e
             raise self._unusable(e) from e
         return db
 
     def _unusable(self, error: BaseException) -> StateError:
         return StateError(
-            f"cannot use the build state {self.path}: {_os_reason(error, self.path.parent)}; "
+            f"cannot use the build state {self.path}: {os_reason(error, self.path.parent)}; "
             "it is kept as it is: fix the cause (free disk space, permissions, the "
             "program holding it) and build again"
         )
@@ -325,7 +248,7 @@ class StateStore:
     def _recover(self, error: BaseException, old: sqlite3.Connection) -> sqlite3.Connection:
         """After ``error`` reading the open database: move it aside if it is damaged,
         else keep it and raise StateError."""
-        if _is_corruption(error):
+        if is_corruption(error):
             return self._replace_corrupt(error, old)
         with contextlib.suppress(sqlite3.Error):
             old.close()
@@ -356,7 +279,7 @@ class StateStore:
         )
         try:
             return self._connect()
-        except _Untrusted as e:
+        except Untrusted as e:
             raise StateError(f"cannot create a new build state at {self.path}: {e}") from e
 
     def close(self) -> None:
@@ -512,7 +435,7 @@ class StateStore:
         with self._lock:
             row = self._db.execute("SELECT data FROM file_metadata WHERE path = ?", (key,))
             found = row.fetchone()
-            data = _metadata(found[0]) if found else {}
+            data = metadata_dict(found[0]) if found else {}
             if mutate is not None and mutate(data):
                 self._write("INSERT OR REPLACE INTO file_metadata VALUES (?, ?)",
                             [(key, json.dumps(data, sort_keys=True))])  # fmt: skip

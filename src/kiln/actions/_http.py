@@ -11,6 +11,7 @@ blocked read then returns at once and the caller asks the watchdog why.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import http.client
 import socket
@@ -94,10 +95,8 @@ class Watchdog:
 
 def _shut(sock: socket.socket) -> None:
     """Shut the TCP connection down (under TLS too) so a blocked read returns."""
-    try:
+    with contextlib.suppress(OSError):
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 class _WatchedHTTPConnection(http.client.HTTPConnection):
@@ -127,7 +126,7 @@ class _HTTPHandler(urllib.request.HTTPHandler):
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         factory = functools.partial(_WatchedHTTPConnection, watchdog=self._watchdog)
-        return self.do_open(factory, req)  # type: ignore[arg-type]
+        return self.do_open(factory, req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
@@ -137,7 +136,7 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         factory = functools.partial(_WatchedHTTPSConnection, watchdog=self._watchdog)
-        return self.do_open(factory, req)  # type: ignore[arg-type]
+        return self.do_open(factory, req)
 
 
 def opener(watchdog: Watchdog) -> urllib.request.OpenerDirector:
