@@ -43,17 +43,20 @@ def is_corruption(error: BaseException) -> bool:
 
 
 def os_reason(error: BaseException, directory: Path) -> str:
-    """What SQLite reported, with the operating system's view where it explains it."""
+    """What SQLite reported, with the operating system's view where it explains a
+    failed write (no free space, a file size limit)."""
     text = " ".join(str(error).split())
     name = getattr(error, "sqlite_errorname", None)
     hints = [name] if name else []
-    with contextlib.suppress(OSError):
-        st = os.statvfs(directory)
-        if st.f_bavail == 0 or st.f_favail == 0:
-            hints.append(os.strerror(errno.ENOSPC))
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if soft != resource.RLIM_INFINITY:
-        hints.append(f"file size limit (ulimit -f) is {soft} bytes")
+    code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
+    if code in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL):
+        with contextlib.suppress(OSError):
+            st = os.statvfs(directory)
+            if st.f_bavail == 0 or st.f_favail == 0:
+                hints.append(os.strerror(errno.ENOSPC))
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY:
+            hints.append(f"file size limit (ulimit -f) is {soft} bytes")
     return f"{text} ({'; '.join(hints)})" if hints else text
 
 
