@@ -437,3 +437,50 @@ def test_failing_download_and_command_lines_are_redacted(
     for secret in ("HIDDEN1", "HIDDEN2", "HIDDEN3"):
         assert secret not in everything
     no_traceback(r.stderr)
+
+
+def test_thread_workers_start_only_the_threads_kept_busy() -> None:
+    import threading
+
+    from kiln.runners import ThreadWorkers
+
+    workers = ThreadWorkers(100_000)
+    release = threading.Event()
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def task() -> None:
+        release.wait(10)
+        with lock:
+            done.append(1)
+
+    for _ in range(3):
+        workers.submit(task)
+    assert workers.started == 3
+    release.set()
+    deadline = time.monotonic() + 10
+    while len(done) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # let the threads return to the queue
+    for _ in range(3):  # idle threads take these: no new ones
+        workers.submit(task)
+    workers.shutdown(wait_s=5)
+    assert workers.started == 3 and len(done) == 6
+
+
+def test_a_symlink_planted_at_the_log_is_not_followed(write_module, kiln, tmp_path: Path) -> None:
+    write_module("""
+        @entrypoint
+        def c():
+            return run_command(name="c.txt", command=["sh", "-c", "echo LOGGED; echo x > {out}"])
+        """)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    log = tmp_path / "kiln-out" / ".kiln" / "logs" / "c" / "c.txt.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(victim)
+    r = kiln("build", "build.py")
+    assert r.returncode == 1, r.stderr
+    assert f"cannot write the log {log}: it is a symbolic link" in r.stderr
+    no_traceback(r.stderr)
+    assert victim.read_text() == "precious\n" and log.is_symlink()
