@@ -135,14 +135,19 @@ class ActionRecord:
         return self._values[index]
 
     def looks_intact(self) -> bool:
-        """Cheaply, without decoding params and inputs: whether every field has its
-        type (outputs are decoded, as an up-to-date check reads them anyway)."""
-        self._field(2)
-        for index in (0, 1):
-            value = self._values[index]
-            is_object = type(value) is str and (value[:1], value[-1:]) == ("{", "}")
-            if self._raw[index] and not (is_object or (index == 0 and value == "null")):
-                self.damaged = True
+        """Cheaply, without decoding params and inputs: whether each field has its
+        type (outputs are decoded already: an up-to-date check reads them)."""
+        raw, values = self._raw, self._values
+        params, inputs = values[0], values[1]
+        if raw[0] and not (
+            type(params) is str
+            and (params == "null" or (params.startswith("{") and params.endswith("}")))
+        ):
+            self.damaged = True
+        if raw[1] and not (
+            type(inputs) is str and inputs.startswith("{") and inputs.endswith("}")
+        ):
+            self.damaged = True
         return not self.damaged
 
     def _fields(self) -> tuple[Any, Any, Any]:
