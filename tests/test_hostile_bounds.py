@@ -484,3 +484,26 @@ def test_a_symlink_planted_at_the_log_is_not_followed(write_module, kiln, tmp_pa
     assert f"cannot write the log {log}: it is a symbolic link" in r.stderr
     no_traceback(r.stderr)
     assert victim.read_text() == "precious\n" and log.is_symlink()
+
+
+def test_manifest_that_cannot_be_written_is_a_message(write_module, tmp_path: Path) -> None:
+    """A 100 KB manifest under a 64 KiB file size limit (the state stays smaller):
+    writing it fails with EFBIG; the old manifest stays whole."""
+    write_module("""
+        from kiln.manifest import ManifestMeta
+
+        @entrypoint
+        def a():
+            out = run_command(name="x.txt", command=["sh", "-c", "echo hi > {out}"])
+            ManifestMeta.get(out).fields["note"] = "n" * 100_000
+            return out
+        """)
+    manifest = tmp_path / "kiln-out" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text('{"format": "kiln-manifest/1", "entrypoints": {}}\n')
+    r = run_with_file_size_limit(["build", "build.py"], tmp_path, 64 << 10)
+    assert r.returncode == 2, r.stderr
+    assert f"cannot write the manifest {manifest}: File too large" in r.stderr
+    no_traceback(r.stderr)
+    assert manifest.read_text() == '{"format": "kiln-manifest/1", "entrypoints": {}}\n'
+    assert [p.name for p in manifest.parent.iterdir() if "kiln-tmp" in p.name] == []

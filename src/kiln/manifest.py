@@ -38,7 +38,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from kiln.errors import NotRegularFile
+from kiln.errors import NotRegularFile, StateError
 from kiln.graph import BuildAction, BuildFile, BuildMeta
 from kiln.outputs import atomic_write, clear_for_own_file, read_regular
 
@@ -164,5 +164,8 @@ def write_manifest(executor: Executor, result: BuildResult | None = None) -> Non
     }
     path = executor.output_dir / "manifest.json"
     clear_for_own_file(path)
-    with atomic_write(path, "w") as f:
-        f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    try:
+        with atomic_write(path, "w") as f:
+            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    except OSError as e:  # a full disk: the old manifest stays, whole
+        raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
