@@ -15,10 +15,10 @@ from kiln._redact import redact_url, redact_urls, url_digest
         ("file:///tmp/x.bin", "file:///tmp/x.bin"),
         ("https://ada:pw@host/x", "https://***@host/x"),
         ("https://TOKEN@github.com/o/r", "https://***@github.com/o/r"),
-        ("https://h/x?token=abc&v=1", "https://h/x?token=***&v=***"),
-        ("https://h/x?abc", "https://h/x?abc=***"),
+        ("https://h/x?token=abc&v=1", "https://h/x?***"),
+        ("https://h/x?abc", "https://h/x?***"),
         ("https://h/x#secret", "https://h/x#***"),
-        ("http://u:p@[::1]:81/x?s=1", "http://***@[::1]:81/x?s=***"),
+        ("http://u:p@[::1]:81/x?s=1", "http://***@[::1]:81/x?***"),
         ("https://a@b@host/x", "https://***@host/x"),
     ],
 )
@@ -34,7 +34,7 @@ def test_urls_in_a_command_line() -> None:
     line = "curl -o out 'https://u:SECRET@h/x?k=SECRET2' http://plain/y"
     shown = redact_urls(line)
     assert "SECRET" not in shown
-    assert "https://***@h/x?k=***" in shown and "http://plain/y" in shown
+    assert "https://***@h/x?***" in shown and "http://plain/y" in shown
 
 
 def test_digest_sees_the_whole_url() -> None:

@@ -1,7 +1,8 @@
 """Hiding the secrets URLs carry, wherever kiln shows or stores a URL.
 
 A URL's user information (``user:password@``, a token as user name), its query
-values (``?token=...``) and its fragment may be credentials. Progress lines,
+(``?token=...``, signatures) and its fragment may be credentials: each is
+replaced whole by ``***``. Progress lines,
 messages, logs, the manifest and the build state get ``redact_url``'s form;
 only an action's key sees the whole URL, through ``url_digest``.
 """
@@ -18,8 +19,8 @@ _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its user information, query values and fragment masked; a URL
-    with none of them is returned unchanged."""
+    """``url`` with its user information, query and fragment masked; a URL with
+    none of them is returned unchanged."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:  # not parseable as a URL: show nothing of it
@@ -27,10 +28,7 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = f"{MASK}@{netloc.rpartition('@')[2]}"
-    query = parts.query
-    if query:
-        names = [field.partition("=")[0] for field in query.split("&")]
-        query = "&".join(f"{name}={MASK}" if name else MASK for name in names)
+    query = MASK if parts.query else ""
     fragment = MASK if parts.fragment else ""
     if (netloc, query, fragment) == (parts.netloc, parts.query, parts.fragment):
         return url

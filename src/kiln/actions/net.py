@@ -41,7 +41,7 @@ class FetchHttpAction(BuildAction):
 
     @property
     def url(self) -> str:
-        """The URL as shown: its user information and query values masked."""
+        """The URL as shown: its user information, query and fragment masked."""
         return redact_url(self._url)
 
     def params(self) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def fetch_http(
     ``timeout`` (seconds) bounds the whole download, retries included (None: no
     bound); ``stall_timeout`` fails an attempt that brings less than 1 KiB in
     that many seconds. Credentials in the URL (``user:password@``) are sent as
-    HTTP Basic authentication; they and query values are masked wherever the
+    HTTP Basic authentication; they and the query are masked wherever the
     URL is shown or stored."""
     context = BuildContext.current()
     output = context.allocate_file(name, namespace)
