@@ -326,11 +326,10 @@ def test_huge_output_is_streamed_to_the_log(
     assert len(r.stderr.encode()) < 24 << 10  # the tail is bounded in bytes
     log = tmp_path / "kiln-out" / ".kiln" / "logs" / "loud" / "o.txt.log"
     assert log.stat().st_size > 20_000_000  # everything went to the log
-    # The failure is shown as it happens and again in the summary: the cut is
-    # stated once in each.
-    first, _, summary = r.stderr.partition("root causes:")
-    assert first.count("earlier bytes not shown") == 1, first[:2000]
-    assert summary.count("earlier bytes not shown") == 1, summary[:2000]
+    # The failure may be shown twice (as it happens, and in the summary): the cut
+    # is stated once in each showing.
+    shown = r.stderr.count("command exited with status 3")
+    assert shown >= 1 and r.stderr.count("earlier bytes not shown") == shown, r.stderr[:2000]
     assert str(log) in r.stderr
     no_traceback(r.stderr)
 
