@@ -29,11 +29,13 @@ from typing import Any
 
 from kiln.actions import _devices
 from kiln.actions._files import atomic_output
+from kiln.actions._logs import read_tail
 from kiln.errors import BuildDefinitionError, ToolError
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 from kiln.manifest import ManifestMeta
 
 _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+_MAX_RESULTS = 64 << 20  # bytes of JSON results read back; more is not results
 
 
 @dataclass
@@ -73,12 +75,18 @@ def _measure(bench: Bench, function: str, input_dir: str, count: int) -> list[di
         f"--benchmark_repetitions={bench.repetitions}", "--benchmark_format=json",
         f"--benchmark_min_time={bench.min_time_s:g}s", *bench.flags,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
+    # Both streams go to files, not memory: the module may print without bound.
+    out_path, err_path = os.path.join(input_dir, "out.json"), os.path.join(input_dir, "err.txt")
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        returncode = subprocess.run(cmd, stdout=out, stderr=err).returncode
+    if returncode != 0:
+        tail = read_tail(err_path if os.path.getsize(err_path) else out_path, max_lines=12)
         raise ToolError(f"iree-benchmark-module failed on {bench.module}:\n{tail}")
     try:
-        runs = json.loads(proc.stdout)["benchmarks"]
+        if os.path.getsize(out_path) > _MAX_RESULTS:
+            raise ValueError("too large")
+        with open(out_path, encoding="utf-8", errors="replace") as f:
+            runs = json.load(f)["benchmarks"]
     except (ValueError, KeyError) as e:
         raise ToolError(f"iree-benchmark-module printed no JSON results for {bench.module}") from e
     return [r for r in runs if r.get("run_type") == "iteration"]
