@@ -70,8 +70,9 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def fill(directory: Path) -> Path:
-    """Write a file until the file system holding ``directory`` is full."""
+def fill(directory: Path, leave_pages: int = 0) -> Path:
+    """Write a file until the file system holding ``directory`` is full, then give
+    back ``leave_pages`` pages of 4 KiB."""
     filler = directory / "filler"
     with open(filler, "wb", buffering=0) as f:
         for size in (1 << 16, 1 << 12, 1):
@@ -80,6 +81,9 @@ def fill(directory: Path) -> Path:
                     f.write(b"\0" * size)
             except OSError as e:
                 assert e.errno == 28, e  # ENOSPC
+    if leave_pages:
+        size = filler.stat().st_size
+        os.truncate(filler, size - size % 4096 - 4096 * leave_pages)
     return filler
 
 
@@ -109,26 +113,35 @@ def test_full_disk_at_the_lock_is_a_message(write_module, kiln, small_fs: Path) 
     assert_state_kept(db, before)
 
 
-def test_full_disk_while_opening_the_state_keeps_it(
-    write_module, kiln, small_fs: Path, tmp_path: Path
-) -> None:
-    """``explain`` opens the state without taking the lock: on a full disk, SQLite
-    cannot create the write-ahead index; that is no reason to call it corrupt."""
+def test_full_disk_while_opening_the_state_keeps_it(write_module, kiln, small_fs: Path) -> None:
+    """One page left: the lock takes it, then SQLite cannot size its write-ahead
+    index (SQLITE_IOERR_SHMSIZE). That is no reason to call the state corrupt."""
     out = small_fs / "out"
     db = built_once(write_module, kiln, out)
     before = db.read_bytes()
-    filler = fill(small_fs)
-    r = kiln("explain", "build.py", "--output-dir", str(out))
+    filler = fill(small_fs, leave_pages=1)
+    r = kiln("build", "build.py", "--output-dir", str(out))
     assert r.returncode == 2, r.stderr
     assert f"cannot use the build state {db}" in r.stderr
-    assert "database or disk is full" in r.stderr or "No space left on device" in r.stderr
-    assert "it is kept" in r.stderr
+    assert "No space left on device" in r.stderr and "it is kept" in r.stderr
     no_traceback(r.stderr)
     assert_state_kept(db, before)
     filler.unlink()  # space again: the kept state still knows what was built
-    r = kiln("build", "build.py", "--output-dir", str(out), "-v")
+    r = kiln("build", "build.py", "--output-dir", str(out))
     assert r.returncode == 0, r.stderr
     assert "1 up to date" in r.stderr and "0 built" in r.stderr
+
+
+def test_full_disk_explain_reads_the_state_and_writes_nothing(
+    write_module, kiln, small_fs: Path
+) -> None:
+    out = small_fs / "out"
+    db = built_once(write_module, kiln, out)
+    before = sorted(p.name for p in db.parent.iterdir()), db.read_bytes()
+    fill(small_fs)
+    r = kiln("explain", "build.py", "--output-dir", str(out))
+    assert r.returncode == 0 and "everything is up to date" in r.stdout, r.stderr
+    assert (sorted(p.name for p in db.parent.iterdir()), db.read_bytes()) == before
 
 
 def run_with_file_size_limit(args: list[str], cwd: Path, limit: int) -> subprocess.CompletedProcess:
@@ -480,7 +493,7 @@ def test_a_symlink_planted_at_the_log_is_not_followed(write_module, kiln, tmp_pa
     log.symlink_to(victim)
     r = kiln("build", "build.py")
     assert r.returncode == 1, r.stderr
-    assert f"cannot write the log {log}: it is a symbolic link" in r.stderr
+    assert f"cannot write the log {log}: " in r.stderr and "link" in r.stderr
     no_traceback(r.stderr)
     assert victim.read_text() == "precious\n" and log.is_symlink()
 
@@ -498,11 +511,14 @@ def test_manifest_that_cannot_be_written_is_a_message(write_module, tmp_path: Pa
             return out
         """)
     manifest = tmp_path / "kiln-out" / "manifest.json"
-    manifest.parent.mkdir()
-    manifest.write_text('{"format": "kiln-manifest/1", "entrypoints": {}}\n')
+    first = run_with_file_size_limit(["build", "build.py"], tmp_path, 1 << 30)
+    assert first.returncode == 0, first.stderr
+    old = manifest.read_text()
+    module = tmp_path / "build.py"
+    module.write_text(module.read_text().replace("echo hi", "echo hello"))
     r = run_with_file_size_limit(["build", "build.py"], tmp_path, 64 << 10)
     assert r.returncode == 2, r.stderr
     assert f"cannot write the manifest {manifest}: File too large" in r.stderr
     no_traceback(r.stderr)
-    assert manifest.read_text() == '{"format": "kiln-manifest/1", "entrypoints": {}}\n'
+    assert manifest.read_text() == old
     assert [p.name for p in manifest.parent.iterdir() if "kiln-tmp" in p.name] == []

@@ -44,12 +44,12 @@ def is_corruption(error: BaseException) -> bool:
 
 def os_reason(error: BaseException, directory: Path) -> str:
     """What SQLite reported, with the operating system's view where it explains a
-    failed write (no free space, a file size limit)."""
+    failed write or create (no free space or inodes, a file size limit)."""
     text = " ".join(str(error).split())
     name = getattr(error, "sqlite_errorname", None)
     hints = [name] if name else []
     code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
-    if code in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL):
+    if code in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN):
         with contextlib.suppress(OSError):
             st = os.statvfs(directory)
             if st.f_bavail == 0 or st.f_favail == 0:

@@ -15,9 +15,10 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from kiln._statecheck import Untrusted, check_kiln_database, is_corruption
 from kiln.errors import NotRegularFile, StateError
 from kiln.outputs import KILN_DIR, check_own_file, open_regular, output_dir_state
-from kiln.state import _META, _SCHEMA, _WRITTEN, StateStore, _check_kiln_database
+from kiln.state import _META, _SCHEMA, _WRITTEN, SCHEMA_VERSION, StateStore
 
 
 def _empty() -> sqlite3.Connection:
@@ -57,23 +58,25 @@ class StateSnapshot(StateStore):
                 disk = sqlite3.connect(copy, isolation_level=None)
                 try:
                     tables = {r[0] for r in disk.execute("SELECT name FROM sqlite_master")}
-                    _check_kiln_database(disk, tables)
+                    check_kiln_database(disk, tables, SCHEMA_VERSION)
                     memory = sqlite3.connect(":memory:", check_same_thread=False,
                                              isolation_level=None)  # fmt: skip
                     disk.backup(memory)
                 finally:
                     disk.close()
-            except (sqlite3.DatabaseError, NotRegularFile, OSError) as e:
+            except (sqlite3.Error, Untrusted, NotRegularFile, OSError) as e:
                 return self._replace_corrupt(e)
         memory.execute(_WRITTEN)
         return memory
 
     def _replace_corrupt(
-        self, error: Exception, old: sqlite3.Connection | None = None
+        self, error: BaseException, old: sqlite3.Connection | None = None
     ) -> sqlite3.Connection:
         """Trust nothing, change nothing: the next build moves the database aside."""
         if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):
             raise StateError(f"cannot read the build state {self.path}: {error}") from error
+        if isinstance(error, sqlite3.Error) and not is_corruption(error):
+            raise self._unusable(error) from error  # a full disk, I/O: not damage
         reason = " ".join(str(error).split())
         self._warn(
             f"warning: build state {self.path} is unreadable ({reason}); treating every "

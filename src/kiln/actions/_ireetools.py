@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kiln._redact import redact_urls
-from kiln.actions._files import atomic_output
+from kiln.actions._files import atomic_output, atomic_write
 from kiln.actions._logs import open_log, read_tail
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import ToolError, UsageError

@@ -1,55 +1,40 @@
 """Action logs: what a subprocess prints goes straight to a file, never through
 kiln's memory, and a failure shows a tail of it bounded in bytes and lines.
 
-Logs live in ``OUTPUT_DIR/.kiln/logs/<output path>.log`` (one per action, named
-after its first output, replaced each time the action runs).
+Logs live in ``OUTPUT_DIR/.kiln/logs/<output path>.log`` (``Executor.log_path``:
+one per action, named after its output, replaced each time the action runs).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import stat
 from pathlib import Path
 
-from kiln.errors import ActionFailed
+from kiln.errors import ActionFailed, StateError
+from kiln.outputs import open_own_file
 
 TAIL_BYTES = 8 << 10
 TAIL_LINES = 20
 
 
-def log_path(output_dir: Path, graph_path: str) -> Path:
-    """Where the log of the action producing ``graph_path`` goes."""
-    return output_dir / ".kiln" / "logs" / f"{graph_path}.log"
-
-
 def open_log(path: Path | str, header: str = "") -> int:
     """Create or empty the log at ``path``, write ``header``, and return a descriptor
-    open for writing.
-
-    The one place kiln opens a log: it never follows a symlink at ``path``
-    (``O_NOFOLLOW``), never blocks on a FIFO, and writes only to a regular file.
+    open for writing. Its directory must exist (``Executor.log_path`` makes it,
+    never through a link); the file is opened as kiln's own file
+    (``kiln.outputs.open_own_file``: no link followed, never a FIFO, regular only).
     """
     target = Path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, flags, 0o644)
-    except OSError as e:
-        reason = "it is a symbolic link" if os.path.islink(target) else e.strerror
+        fd = open_own_file(target, os.O_WRONLY | os.O_CREAT)
+    except (OSError, StateError) as e:
+        reason = e.strerror if isinstance(e, OSError) else str(e)
         raise ActionFailed(f"cannot write the log {target}: {reason}") from e
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ActionFailed(f"cannot write the log {target}: it is not a regular file")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         os.ftruncate(fd, 0)
         os.write(fd, header.encode())
     except OSError as e:
         os.close(fd)
         raise ActionFailed(f"cannot write the log {target}: {e.strerror}") from e
-    except BaseException:
-        os.close(fd)
-        raise
     return fd
 
 

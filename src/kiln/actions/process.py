@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kiln._redact import redact_urls
 from kiln.actions._files import atomic_output
-from kiln.actions._logs import log_path, open_log, read_tail
+from kiln.actions._logs import open_log, read_tail
 from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError
 from kiln.graph import (
     ActionConcurrency,
@@ -69,7 +69,7 @@ class CommandAction(BuildAction):
 
     @property
     def log_path(self) -> str:
-        return str(log_path(self.executor.output_dir, self.output.path))
+        return self.executor.log_path(self.output)
 
     def _invoke(self) -> None:
         input_paths = [str(f.get_fs_path()) for f in self.inputs]
