@@ -30,7 +30,10 @@ STAGES = (
     "import", *(f"compile {t}" for t in TARGETS), *(f"verify {t}" for t in TARGETS),
     *(f"ort {t}" for t in TARGETS), *(f"bench {t}" for t in TARGETS),
 )  # fmt: skip
-MARKS = {"built": "ok", "failed": "FAILED", "not run": "-", "not built": "?", "skipped": "skipped"}
+MARKS = {
+    "built": "ok", "failed": "FAILED", "not run": "-", "not built": "?", "stale": "?",
+    "skipped": "skipped",
+}
 
 
 def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
@@ -112,7 +115,7 @@ def print_table(output_dir: Path) -> None:
     manifest = json.loads((output_dir / "manifest.json").read_text())
     rows = {ep: _row(v["outputs"]) for ep, v in sorted(manifest["entrypoints"].items())}
     # Models not asked for this time (targets on the command line) stay out.
-    rows = {ep: r for ep, r in rows.items() if set(r[0].values()) != {"not built"}}
+    rows = {ep: r for ep, r in rows.items() if not set(r[0].values()) <= {"not built", "stale"}}
     counts = {s: sum(1 for st, _, _ in rows.values() if st[s] == "built") for s in STAGES}
     if sys.stdout.isatty():
         from rich.console import Console

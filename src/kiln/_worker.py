@@ -55,6 +55,8 @@ def worker_main(conn: Connection) -> None:
     _guard_group()
     # kiln decides when a worker stops; a terminal's Ctrl-C must not reach it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # kiln's stdout carries only the paths it built: what actions print goes to stderr.
+    os.dup2(2, 1)
     import cloudpickle
 
     while True:

@@ -19,8 +19,10 @@ Library code raises these; only the command line turns them into exit codes.
     │                              own files) cannot be used
     └── NotRegularFile             a file kiln would read is not a regular file
 
-``BuildInterrupted`` (SIGINT or SIGTERM) derives from ``KeyboardInterrupt``, so
-code that stops on Ctrl-C stops on it too.
+``BuildInterrupted`` (SIGHUP, SIGINT, SIGPIPE or SIGTERM) derives from
+``KeyboardInterrupt``, so code that stops on Ctrl-C stops on it too; a
+``KeyboardInterrupt`` that is not a ``BuildInterrupted`` was raised by code, not
+by a signal.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class NotRegularFile(KilnError):
 
 
 class BuildInterrupted(KeyboardInterrupt):
-    """The build was stopped by a signal (SIGINT or SIGTERM); ``signum`` says which."""
+    """The build was stopped by a signal; ``signum`` says which."""
 
     def __init__(self, signum: int):
         super().__init__(f"interrupted by signal {signum}")

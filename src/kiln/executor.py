@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kiln._gc import gc_paused
+from kiln._reaper import BuildReaper
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
@@ -229,7 +230,11 @@ class Executor:
             outputs=None if options.dry_run else self.outputs, readers=readers,
         )  # fmt: skip
         try:
-            result = scheduler.run()
+            if options.dry_run:
+                result = scheduler.run()
+            else:
+                with BuildReaper(self.reporter.message):
+                    result = scheduler.run()
         finally:
             self.failed_deps.update(n for n in plan.order if n.failure is not None)
             if last is not None:

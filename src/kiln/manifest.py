@@ -1,9 +1,9 @@
 """``OUTPUT_DIR/manifest.json``: what each entrypoint produced, for serving tools.
 
-Format (``"format": "kiln-manifest/1"``)::
+Format (``"format": "kiln-manifest/2"``)::
 
     {
-      "format": "kiln-manifest/1",
+      "format": "kiln-manifest/2",
       "entrypoints": {
         "<entrypoint path>": {
           "outputs": [
@@ -14,22 +14,37 @@ Format (``"format": "kiln-manifest/1"``)::
              ... plus what the action attached with ``ManifestMeta``: for a
              compiled module "target", "flags", "compiler_version" and
              "verification": [{"passed" (true, false, or null when skipped),
-             "status" ("built", "failed", "not run", "not built", "skipped"),
-             "reason" (when skipped: "no cuda device here"), "target", "inputs",
-             "references": {"shipped" | "onnxruntime": {"passed", "summary",
-             "outputs"}}, "outputs", "error" (when failed)}] (one per verify)
-             and "benchmark": [{"status" ("measured", "skipped", "failed",
-             ...), "reason", "device", "median", "mean", "stddev", "min", "max",
-             "time_unit" ("us"), "repetitions", "machine", "devices"}]}
+             "status" ("built", "failed", "not run", "not built", "stale",
+             "skipped"), "reason" (when skipped: "no cuda device here"),
+             "target", "inputs", "references": {"shipped" | "onnxruntime":
+             {"passed", "summary", "outputs"}}, "outputs", "error" (when
+             failed)}] (one per verify) and "benchmark": [{"status"
+             ("measured", "skipped", "failed", ...), "reason", "device",
+             "median", "mean", "stddev", "min", "max", "time_unit" ("us"),
+             "repetitions", "machine", "devices"}]}
           ]
         }
       }
     }
 
-Every output has ``"status"``: ``built``, ``failed`` (its action failed), ``not
-run`` (something it needs failed) or ``not built`` (not requested this time),
-and ``"built"`` (a boolean); only built outputs have a digest and size. The
-file is replaced atomically after each build.
+Every output has ``"status"``, decided from the build's result (never from what
+happens to lie on disk):
+
+- ``built``: this build produced it or found it up to date (a source file: it
+  exists); only these have ``"built": true``, a ``sha256`` and a ``size``;
+- ``failed``: its action failed in this build;
+- ``not run``: something it needs failed, or the build stopped first;
+- ``stale``: not requested this time, and the copy an earlier build left no
+  longer matches that build's record (its inputs, parameters or content changed,
+  or may have: decided from the stat cache, reading no file);
+- ``not built``: not requested this time, and no copy is known to be stale (none
+  was built, or it was removed, or it still matches its record).
+
+A check or benchmark reports what its result file says only when this build
+built it (or found it up to date); otherwise its status is the action's.
+Format 1 called an output ``built`` (with its digest) whenever a file was there,
+even when a build that did not request it left it stale. The file is replaced
+atomically after each build.
 """
 
 from __future__ import annotations
@@ -40,13 +55,17 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.errors import NotRegularFile, StateError
 from kiln.graph import BuildAction, BuildFile, BuildMeta
+from kiln.incremental import UpToDateChecker
 from kiln.outputs import atomic_write, clear_for_own_file, read_regular
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
     from kiln.scheduler import BuildResult
+    from kiln.state import StateStore
 
-FORMAT = "kiln-manifest/1"
+FORMAT = "kiln-manifest/2"
+# Stands for the digest of an output whose copy is stale, so its consumers are too.
+_STALE = "<stale>"
 
 
 class ManifestMeta(BuildMeta):
@@ -63,21 +82,73 @@ class ManifestMeta(BuildMeta):
         self.benchmarks: list[tuple[BuildAction, BuildFile]] = []
 
 
-def _status(f: BuildFile, exists: bool) -> str:
-    if f.failure is None:
-        return "built" if exists else "not built"
-    return "not run" if f.is_dependence_failure else "failed"
+class _StatCacheOnly:
+    """The state store as the up-to-date check reads it, but answering a digest
+    only from the stat cache: a changed file counts as changed, unread."""
+
+    def __init__(self, store: StateStore):
+        self._store = store
+
+    def digest(self, path: str, output: bool = False) -> str | None:
+        return self._store.cached_digest(path, output)
+
+    def records(self) -> dict[str, Any]:
+        return self._store.records()
 
 
-def _read_result(action: BuildAction, result: BuildFile) -> dict[str, Any]:
-    """The JSON result of a check or benchmark, or why there is none: the action's
-    failure (with the result it carried, if any: a verification that ran and
-    mismatched), or "not built"."""
-    if action.failure is not None:
-        status = "not run" if action.is_dependence_failure else "failed"
-        carried = getattr(action.failure, "result", None)
+class Statuses:
+    """Each action's status for the manifest: from ``result`` for the actions of
+    this build, from the state's records for the others."""
+
+    def __init__(self, executor: Executor, result: BuildResult, unrequested: bool = True):
+        self.result = result
+        self.of: dict[BuildAction, str] = {}
+        for status, actions in (("built", result.built), ("built", result.skipped),
+                                ("failed", result.failed), ("not run", result.not_run)):
+            self.of.update((a, status) for a in actions)  # fmt: skip
+        self.digests = dict(result.digests)
+        if unrequested:
+            self._judge_unrequested(executor)
+
+    def _judge_unrequested(self, executor: Executor) -> None:
+        plan = executor.plan(executor.entrypoints)
+        checker = UpToDateChecker(plan, _StatCacheOnly(executor.store()))  # type: ignore[arg-type]
+        checker.digests.update(self.digests)
+        for action in plan.actions:
+            if action in self.of:
+                continue
+            outputs = plan.outputs[action]
+            decision = checker.decide(action)
+            exists = all(os.path.lexists(f.fs_str) for f in outputs)
+            if decision.up_to_date or decision.reason == "never built" or not exists:
+                self.of[action] = "not built"
+            else:
+                self.of[action] = "stale"
+            if not decision.up_to_date:
+                checker.digests.update((f, _STALE) for f in outputs)
+
+    def action(self, action: BuildAction) -> str:
+        return self.of.get(action, "not built")
+
+    def file(self, f: BuildFile) -> str:
+        producers = [d for d in f.deps if isinstance(d, BuildAction)]
+        if producers:
+            return self.action(producers[0])
+        return "built" if f.source is not None else "not built"
+
+
+def _read_result(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    """The JSON result of a check or benchmark that this build ran (or found up to
+    date), or why there is none: the action's failure (with the result it carried,
+    if any: a verification that ran and mismatched), or its status."""
+    status = statuses.action(action)
+    if status in ("failed", "not run"):
+        error = statuses.result.errors.get(action)
+        carried = getattr(error, "result", None)
         data = dict(carried) if isinstance(carried, dict) else {}
-        return {**data, "status": status, "error": str(action.failure)}
+        return {**data, "status": status, "error": str(error)}
+    if status != "built":
+        return {"status": status}
     try:
         if result.executor.outputs.dir_problem(os.path.dirname(result.fs_str)) is not None:
             raise NotRegularFile(result.fs_str)
@@ -87,8 +158,8 @@ def _read_result(action: BuildAction, result: BuildFile) -> dict[str, Any]:
     return loaded
 
 
-def _verification(action: BuildAction, result: BuildFile) -> dict[str, Any]:
-    data = _read_result(action, result)
+def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    data = _read_result(statuses, action, result)
     status = data.get("status")
     if status == "skipped":
         return {"passed": None, "status": "skipped", "reason": data.get("reason")}
@@ -111,26 +182,27 @@ _BENCH_FIELDS = (
 )
 
 
-def _benchmark(action: BuildAction, result: BuildFile) -> dict[str, Any]:
-    data = _read_result(action, result)
+def _benchmark(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    data = _read_result(statuses, action, result)
     return {k: data[k] for k in _BENCH_FIELDS if k in data}
 
 
-def skipped_checks(executor: Executor) -> list[str]:
+def skipped_checks(executor: Executor, result: BuildResult) -> list[str]:
     """One line per check or benchmark of an entrypoint's output that was skipped
     (its device is not on this machine), for the build's summary."""
+    statuses = Statuses(executor, result, unrequested=False)
     lines = []
     for ep in executor.entrypoints:
         for f in ep.outputs:
             meta = ManifestMeta.get(f)
-            for action, result in [*meta.verifications, *meta.benchmarks]:
-                data = _read_result(action, result)
+            for action, res in [*meta.verifications, *meta.benchmarks]:
+                data = _read_result(statuses, action, res)
                 if data.get("status") == "skipped":
                     lines.append(f"{action.desc}: skipped: {data.get('reason')}")
     return lines
 
 
-def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
+def describe_output(executor: Executor, statuses: Statuses, f: BuildFile) -> dict[str, Any]:
     path = f.fs_path
     entry: dict[str, Any] = {
         "namespace": f.namespace.value,
@@ -139,26 +211,32 @@ def describe_output(executor: Executor, f: BuildFile) -> dict[str, Any]:
     producers = [d for d in f.deps if isinstance(d, BuildAction)]
     if producers:
         entry["action"] = str(producers[0])
-    digest = executor.output_digest(f) if f.failure is None else None
-    entry["status"] = _status(f, digest is not None)
-    entry["built"] = digest is not None
+    status = statuses.file(f)
+    digest = None
+    if status == "built":
+        digest = statuses.digests.get(f)
+        if digest is None:  # a source file outside the build's plan
+            digest = executor.store().digest(f.fs_str)
+            status = "built" if digest is not None else "not built"
+    entry.update(status=status, built=digest is not None)
     if digest is not None:
         entry.update(sha256=digest, size=os.lstat(path).st_size)
     meta = ManifestMeta.get(f)
     entry.update(meta.fields)
     if meta.verifications:
-        entry["verification"] = [_verification(a, r) for a, r in meta.verifications]
+        entry["verification"] = [_verification(statuses, a, r) for a, r in meta.verifications]
     if meta.benchmarks:
-        entry["benchmark"] = [_benchmark(a, r) for a, r in meta.benchmarks]
+        entry["benchmark"] = [_benchmark(statuses, a, r) for a, r in meta.benchmarks]
     return entry
 
 
-def write_manifest(executor: Executor, result: BuildResult | None = None) -> None:
-    """Rewrite the manifest for every entrypoint of the graph."""
+def write_manifest(executor: Executor, result: BuildResult) -> None:
+    """Rewrite the manifest for every entrypoint of the graph, from ``result``."""
+    statuses = Statuses(executor, result)
     data = {
         "format": FORMAT,
         "entrypoints": {
-            ep.path: {"outputs": [describe_output(executor, f) for f in ep.outputs]}
+            ep.path: {"outputs": [describe_output(executor, statuses, f) for f in ep.outputs]}
             for ep in executor.entrypoints
         },
     }

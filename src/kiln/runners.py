@@ -22,6 +22,7 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from kiln._reaper import reap_group
 from kiln.errors import ActionFailed, ActionTimeout, WorkerCrashed
 
 
@@ -64,6 +65,8 @@ class _Worker:
         if self.process.pid is not None:
             kill_group(self.process.pid)
         self.process.join(5)
+        if self.process.pid is not None:
+            reap_group(self.process.pid)  # its group's members kiln, a subreaper, adopted
         self.conn.close()
 
 

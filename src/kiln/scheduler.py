@@ -63,6 +63,11 @@ class BuildResult:
     would_run: list[tuple[BuildAction, str]] = field(default_factory=list)  # dry runs
     interrupted: bool = False
     wall_s: float = 0.0
+    # The current digest of every file of the plan that is built (now or before):
+    # outputs of built and skipped actions, and source files.
+    digests: dict[BuildFile, str] = field(default_factory=dict)
+    # Why each failed action failed, and why each cascaded one did not run.
+    errors: dict[BuildAction, BaseException] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -162,6 +167,10 @@ class Scheduler:
                 a for a in self.plan.actions if a not in self._finished or a.is_dependence_failure
             ]
             self.result.wall_s = time.monotonic() - start
+            self.result.digests = {
+                f: d for f, d in self.checker.digests.items()
+                if d is not None and not d.startswith(REBUILT_DIGEST)
+            }
             self.store.flush()
             self.events.build_finished(self.result)
         return self.result
@@ -391,6 +400,7 @@ class Scheduler:
         action.failure = error
         self._finished.add(action)
         self.result.failed.append(action)
+        self.result.errors[action] = error
         self.events.failed(action, decision, error)
         if self.opts.fail_fast:
             self._stopping = True
@@ -404,6 +414,7 @@ class Scheduler:
                     f"not run: it needs {node_name(cause)}, which failed"
                 )
                 if isinstance(consumer, BuildAction):
+                    self.result.errors[consumer] = consumer.failure
                     self.events.not_run(consumer, str(consumer.failure), root=action)
                 self._finished.add(consumer)
                 cascade.append(consumer)

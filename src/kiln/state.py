@@ -313,6 +313,21 @@ class StateStore:
         self.remember_digest(spath, skey, digest)
         return digest
 
+    def cached_digest(self, path: Path | str, output: bool = False) -> str | None:
+        """The digest cached for ``path`` if the file is unchanged since (same stat;
+        an ``output``'s own, a link not followed); None when it is missing, changed
+        or not a regular file. Never reads the file."""
+        spath = str(path)
+        try:
+            st = os.lstat(spath) if output else os.stat(spath)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        skey = stat_key(st)
+        cached = self._files.get(spath)
+        return cached[1] if cached is not None and cached[0] == skey else None
+
     def remember_digest(self, path: str, skey: StatKey, digest: str) -> None:
         with self._lock:
             self._files[path] = (skey, digest)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import posixpath
 import subprocess
+import uuid
 from collections.abc import Collection
 from pathlib import Path
 
+from kiln._reaper import kill_leftovers
 from kiln._redact import redact_urls
 from kiln.actions._files import atomic_output
 from kiln.actions._logs import open_log, read_tail
@@ -22,6 +24,9 @@ from kiln.graph import (
     join_namespace,
 )
 from kiln.runners import kill_group
+
+# The environment variable that marks every process of one command.
+_COMMAND_TAG = "KILN_COMMAND_ID"
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
@@ -90,9 +95,15 @@ class CommandAction(BuildAction):
         shown = redact_urls(subprocess.list2cmdline(argv))
         log = self.log_path
         fd = open_log(log, header=f"$ {shown}\n")
+        # Every process the command starts carries this in its environment, even
+        # one that daemonizes, so that what it leaves running can be found.
+        run_id = uuid.uuid4().hex
         try:
             # Both streams straight into the log, in order: kiln holds none of it.
-            proc = subprocess.Popen(argv, stdout=fd, stderr=fd, start_new_session=True)
+            proc = subprocess.Popen(
+                argv, stdout=fd, stderr=fd, start_new_session=True,
+                env={**os.environ, _COMMAND_TAG: run_id},
+            )  # fmt: skip
         except OSError as e:
             raise ActionFailed(f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}") from e
         finally:
@@ -103,15 +114,23 @@ class CommandAction(BuildAction):
         except subprocess.TimeoutExpired:
             kill_group(proc.pid)
             proc.wait()
+            kill_leftovers(f"{_COMMAND_TAG}={run_id}")
             raise ActionTimeout(
                 f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
             ) from None
         finally:
             self.executor.track(proc, running=False)
+        # The command is over: so is everything it started.
+        left = kill_leftovers(f"{_COMMAND_TAG}={run_id}")
         if proc.returncode != 0:
             raise ActionFailed(
                 f"'{self.desc}': command exited with status {proc.returncode}: {shown}\n"
                 f"{read_tail(log)}".rstrip()
+            )
+        if left:
+            self.executor.write_status(
+                f"warning: '{self.desc}' left {len(left)} process(es) running after its "
+                f"command ended; killed: {', '.join(left)}"
             )
 
 

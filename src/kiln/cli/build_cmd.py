@@ -48,12 +48,14 @@ def run(inv: Invocation) -> int:
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
     try:
         with lock:
-            result = executor.run(targets, options, plan)
+            # What actions print goes to stderr: stdout carries only the paths printed below.
+            with contextlib.redirect_stdout(inv.stderr):
+                result = executor.run(targets, options, plan)
             if not options.dry_run:
                 from kiln.manifest import skipped_checks, write_manifest
 
                 write_manifest(executor, result)
-                skipped = skipped_checks(executor)
+                skipped = skipped_checks(executor, result)
     finally:
         if log is not None:
             log.close()

@@ -7,10 +7,17 @@
 from __future__ import annotations
 
 from kiln.cli.main import Invocation
+from kiln.errors import UsageError
 from kiln.graph import BuildAction, BuildFile
 
 
 def run(inv: Invocation) -> int:
+    if inv.ns.targets:
+        words = " ".join(repr(t) for t in inv.ns.targets)
+        raise UsageError(
+            f"kiln list takes no TARGET (got {words}): it lists every entrypoint; to see "
+            "what a target builds, use 'kiln explain MODULE TARGET' or 'kiln graph MODULE TARGET'"
+        )
     executor = inv.executor
     if inv.ns.bare:
         paths = [ep.path for ep in executor.entrypoints] if not inv.ns.all else executor.all

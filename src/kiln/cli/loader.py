@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from types import ModuleType
 from typing import TypeVar
 
 from kiln.entrypoints import Entrypoint
-from kiln.errors import BuildDefinitionError, UsageError
+from kiln.errors import BuildDefinitionError, BuildInterrupted, UsageError
 
 _T = TypeVar("_T")
 # kiln's own package directory: frames below it are not the user's.
@@ -67,20 +68,42 @@ def guarded(where: str, load: Callable[[], _T], doing: str = "loading build modu
             f"{e.filename}:{e.lineno}: syntax error in build module: {e.msg}"
             + (f"\n    {text.strip()}" if text else "")
         ) from e
-    except BuildDefinitionError:
-        raise
-    except Exception as e:
-        frames = traceback.extract_tb(e.__traceback__)
-        user = [
-            f for f in frames
-            if not f.filename.startswith(_KILN_DIR) and "importlib" not in f.filename
-        ]
-        # The build module's own line, rather than one deep in a library it called.
-        user = [f for f in user if f.filename == where] or user
-        at = f"{user[-1].filename}:{user[-1].lineno}" if user else where
+    except (BuildDefinitionError, BuildInterrupted):
+        raise  # kiln's own: a definition error already says where; a signal stops the build
+    except SystemExit as e:
+        # An exit, even ``sys.exit(0)``, would end kiln with nothing built and a
+        # status borrowed from the user's code.
         raise BuildDefinitionError(
-            f"{at}: error while {doing} {where}: {type(e).__name__}: {e}"
+            f"{user_line(e, where)}: the build module called sys.exit({e.code!r}) while "
+            f"{doing} {where}; a build module must not exit: raise an exception instead"
         ) from e
+    except KeyboardInterrupt as e:
+        # Raised by the user's code: kiln's handler raises BuildInterrupted for a real signal.
+        raise BuildDefinitionError(
+            f"{user_line(e, where)}: the build module raised KeyboardInterrupt while "
+            f"{doing} {where}; raise an ordinary exception instead"
+        ) from e
+    except Exception as e:
+        raise BuildDefinitionError(
+            f"{user_line(e, where)}: error while {doing} {where}: {type(e).__name__}: {e}"
+        ) from e
+
+
+def user_line(e: BaseException, where: str) -> str:
+    """``file:line`` of the user's code that raised ``e``: the build module's own
+    line rather than one deep in a library it called; ``where`` if none is known."""
+    frames = traceback.extract_tb(e.__traceback__)
+    user = [
+        f for f in frames
+        if not f.filename.startswith((_KILN_DIR, "<")) and "importlib" not in f.filename
+    ]
+    stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+    user = (
+        [f for f in user if f.filename == where]
+        or [f for f in user if not f.filename.startswith(stdlib)]
+        or user
+    )
+    return f"{user[-1].filename}:{user[-1].lineno}" if user else where
 
 
 def collect_entrypoints(module: ModuleType) -> dict[str, Entrypoint]:

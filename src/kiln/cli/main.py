@@ -1,7 +1,9 @@
 """``kiln COMMAND MODULE [TARGET ...] [OPTIONS]``: parse, load, dispatch, exit.
 
 Exit status: 0 built, 1 an action failed, 2 a usage or build-definition error,
-128 + N when stopped by signal N (130 for Ctrl-C, 143 for SIGTERM).
+128 + N when stopped by signal N (SIGHUP 129, Ctrl-C 130, SIGPIPE 141, SIGTERM
+143). A reader of kiln's output that goes away (``kiln graph m.py | head``)
+ends kiln quietly with 141, as SIGPIPE ends other command-line tools.
 """
 
 from __future__ import annotations
@@ -9,15 +11,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
+import os
+import select
 import signal
 import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from kiln.args import argument_namespace_context
+from kiln.cli.loader import user_line
+from kiln.cli.options import ParserExit
 from kiln.errors import (
     BuildDefinitionError,
     BuildInterrupted,
@@ -84,27 +91,99 @@ def run_cli(
     stderr: IO[str] | None = None,
 ) -> int:
     out = stdout if stdout is not None else sys.stdout
-    err = stderr if stderr is not None else sys.stderr
+    err = cast(IO[str], _Unbreakable(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
     try:
-        with _signals_interrupt():
-            return _dispatch(argv, module, out, err)
+        with _signals_interrupt(out, err):
+            code = _dispatch(argv, module, out, err)
+            out.flush()  # here, where a closed pipe is recognised, not at exit
+            return code
+    except BrokenPipeError:
+        _discard_broken(out, err)
+        return 128 + signal.SIGPIPE
     except BuildInterrupted as e:
-        print(f"kiln: interrupted by {signal.Signals(e.signum).name}", file=err)
+        _say(err, f"kiln: interrupted by {signal.Signals(e.signum).name}")
         return 128 + e.signum
     except KeyboardInterrupt:
-        print("kiln: interrupted", file=err)
+        _say(err, "kiln: interrupted")
         return 130
+    except ParserExit as e:
+        return e.status
+    except SystemExit as e:
+        # Only user code exits (a cl_arg's type function, say): never borrow its status.
+        _say(err, f"kiln: error: {user_line(e, '<build module>')}: the build module's code "
+             f"called sys.exit({e.code!r}); a build module must not exit")
+        return 2
     except (BuildDefinitionError, OutputDirLocked, StateError) as e:
-        if verbose:
-            traceback.print_exc(file=err)
-        print(f"kiln: error: {e}", file=err)
+        _say(err, f"kiln: error: {e}", e if verbose else None)
         return 2
     except KilnError as e:
-        if verbose:
-            traceback.print_exc(file=err)
-        print(f"kiln: error: {e}", file=err)
+        _say(err, f"kiln: error: {e}", e if verbose else None)
         return 1
+
+
+class _Unbreakable(io.TextIOBase):
+    """kiln's stderr, whose writes never raise once its reader has gone: a progress
+    line must not break the thread that prints it. The SIGPIPE that such a write
+    raises stops the build instead (see ``_signals_interrupt``)."""
+
+    def __init__(self, stream: IO[str]):
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _say(err: IO[str], text: str, error: BaseException | None = None) -> None:
+    """Print ``text`` (after ``error``'s traceback) on ``err``, unless ``err`` is gone."""
+    try:
+        if error is not None:
+            traceback.print_exception(error, file=err)
+        print(text, file=err)
+        err.flush()
+    except (OSError, ValueError):
+        _discard_broken(err)
+
+
+def _discard_broken(*streams: IO[str]) -> None:
+    """Point each stream whose reader went away at /dev/null, so that Python's
+    final flush neither fails nor prints a traceback."""
+    for stream in streams:
+        if _is_broken_pipe(stream):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+
+
+def _is_broken_pipe(stream: IO[str]) -> bool:
+    """True when ``stream`` is a pipe or socket whose reader has gone."""
+    try:
+        fd = stream.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False
 
 
 def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[str]) -> int:
@@ -153,14 +232,25 @@ _IREE_COMMAND_FLAGS = MappingProxyType({
 })
 
 
+# The signals that end a build: clean-up, then exit 128 + N.
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGTERM)
+
+
 @contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """Turn SIGINT and SIGTERM into BuildInterrupted in the main thread."""
+def _signals_interrupt(out: IO[str], err: IO[str]) -> Iterator[None]:
+    """Turn SIGHUP, SIGINT, SIGPIPE and SIGTERM into BuildInterrupted in the main thread.
+
+    A SIGPIPE that kiln's own write to a closed stdout caused is not an
+    interruption: that write raises BrokenPipeError, which ends kiln quietly. A
+    closed stderr (nobody follows the build any more) stops the build.
+    """
     def handler(signum: int, frame: object) -> None:
+        if signum == signal.SIGPIPE and _is_broken_pipe(out) and not _is_broken_pipe(err):
+            return
         raise BuildInterrupted(signum)
 
     try:
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from kiln.args import ClArg, check_cl_args
@@ -13,11 +14,25 @@ from kiln.errors import UsageError
 COMMANDS = ("build", "list", "explain", "clean", "graph", "report")
 
 
+class ParserExit(Exception):
+    """``--help`` was answered: the command ends with ``status``."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
 class KilnArgumentParser(argparse.ArgumentParser):
-    """Raises UsageError instead of exiting, so kiln_main can be called as a library."""
+    """Raises UsageError or ParserExit instead of exiting, so kiln_main can be called
+    as a library and any other SystemExit is known to come from the user's code."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        if message:
+            self._print_message(message, sys.stderr)
+        raise ParserExit(status)
 
 
 def positive_int(text: str) -> int:
@@ -115,18 +130,41 @@ def add_action_options(p: argparse.ArgumentParser) -> None:
     # fmt: skip
 
 
-def reserved_flags(command: str) -> dict[str, str]:
-    probe = KilnArgumentParser(add_help=True)
-    add_common_options(probe, command)
-    return {
-        flag: action.help or action.dest
-        for action in probe._actions
-        for flag in action.option_strings
-    }
+def command_parser(command: str, prog: str, description: str | None) -> KilnArgumentParser:
+    """The parser of ``kiln COMMAND`` with kiln's own arguments (not yet the module's)."""
+    parser = KilnArgumentParser(prog=prog, description=description)
+    parser.add_argument("targets", nargs="*", metavar="TARGET",
+                        help="entrypoint names or file paths (default: every entrypoint)")
+    if command == "list":
+        parser.add_argument("--all", action="store_true", help="list every file and action")
+        parser.add_argument("--bare", action="store_true",
+                            help="graph paths only, one a line (what --list and --list-all print)")
+    add_common_options(parser, command)
+    return parser
+    # fmt: skip
+
+
+def reserved_options() -> tuple[dict[str, str], dict[str, str]]:
+    """kiln's own option flags and destinations, over every command, each mapped
+    to how it reads on the command line: a build module's option must clash with
+    none of them, whichever command runs."""
+    flags: dict[str, str] = {}
+    dests: dict[str, str] = {}
+    for command in COMMANDS:
+        if command == "clean":
+            continue
+        for action in command_parser(command, "kiln", None)._actions:
+            shown = "/".join(action.option_strings) or (action.metavar or action.dest)
+            what = action.help or action.dest
+            for flag in action.option_strings:
+                flags[flag] = what
+            if action.dest != argparse.SUPPRESS:
+                dests[action.dest] = f"{shown} ({what})"
+    return flags, dests
 
 
 def add_cl_args(p: argparse.ArgumentParser, defs: list[ClArg], command: str) -> None:
-    unique = check_cl_args(defs, reserved_flags(command))
+    unique = check_cl_args(defs, *reserved_options())
     if unique:
         group = p.add_argument_group("options of the build module")
         for d in unique:

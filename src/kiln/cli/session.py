@@ -14,7 +14,7 @@ from typing import IO
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import collect_entrypoints, guarded, load_build_module
 from kiln.cli.main import Invocation
-from kiln.cli.options import KilnArgumentParser, add_cl_args, add_common_options
+from kiln.cli.options import add_cl_args, command_parser
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, UsageError
 from kiln.executor import Executor
@@ -26,18 +26,12 @@ def open_session(
     command: str, argv: list[str], module: ModuleType | None, out: IO[str], err: IO[str]
 ) -> Iterator[Invocation]:
     if module is None:
-        module, argv, prog = _load_from_argv(command, argv)
+        with contextlib.redirect_stdout(err):  # the module's prints: not kiln's output
+            module, argv, prog = _load_from_argv(command, argv)
     else:
         prog = f"{os.path.basename(getattr(module, '__file__', None) or 'build')} {command}"
     entrypoints = collect_entrypoints(module)
-    parser = KilnArgumentParser(prog=prog, description=(module.__doc__ or "").strip() or None)
-    parser.add_argument("targets", nargs="*", metavar="TARGET",
-                        help="entrypoint names or file paths (default: every entrypoint)")
-    if command == "list":
-        parser.add_argument("--all", action="store_true", help="list every file and action")
-        parser.add_argument("--bare", action="store_true",
-                            help="graph paths only, one a line (what --list and --list-all print)")
-    add_common_options(parser, command)
+    parser = command_parser(command, prog, (module.__doc__ or "").strip() or None)
     add_cl_args(parser, [d for ep in entrypoints.values() for d in ep.cl_arg_defs], command)
     ns = parser.parse_args(argv)
     reporter = make_reporter(ns, err)
@@ -46,7 +40,7 @@ def open_session(
     executor.read_only = command in ("list", "graph", "explain") or bool(
         getattr(ns, "dry_run", False))
     where = getattr(module, "__file__", None) or module.__name__
-    with argument_namespace_context(ns):
+    with argument_namespace_context(ns), contextlib.redirect_stdout(err):
         broken = _analyse(executor, where, entrypoints)
     _check_requested(broken, ns.targets, reporter)
     # The graph lives as long as this process: later collections need not walk it.

@@ -15,6 +15,11 @@ def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependenc
         return [ep for ep in executor.entrypoints if "/" not in ep.path]
     found: list[BuildDependency] = []
     for name in names:
+        if not name.strip().strip("/"):
+            raise UsageError(
+                f"empty target {name!r}: give an entrypoint name or a file path "
+                "(see 'kiln list --all')"
+            )
         node = executor.all.get(name.strip("/"))
         if node is None:
             known = [p for p in executor.all if p]
