@@ -244,7 +244,7 @@ def test_manifest_of_the_wrong_kind_is_replaced(kiln, project: Path, kind: str) 
     r = kiln("build", "build.py", timeout=FIFO_TIMEOUT)
     assert r.returncode == 0, r.stderr
     assert stat.S_ISREG(os.lstat(manifest).st_mode)
-    assert '"format": "kiln-manifest/1"' in manifest.read_text()
+    assert '"format": "kiln-manifest/2"' in manifest.read_text()
     assert victim.read_text() == "precious\n"
 
 

@@ -121,12 +121,17 @@ def describe(pid: int) -> str:
     return f"{pid} ({argv[:120] or '?'})"
 
 
-def _has_env(pid: int, entry: bytes) -> bool:
+def _has_env(pid: int, entry: bytes) -> bool | None:
+    """Whether ``pid``'s environment holds ``entry``; None when it cannot be told yet
+    (a live process mid-``exec`` shows an empty environment for a moment)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return entry in f.read().split(b"\0")
+            env = f.read()
     except OSError:
-        return False
+        env = b""
+    if env:
+        return entry in env.split(b"\0")
+    return False if is_zombie(pid) else None
 
 
 def is_zombie(pid: int) -> bool:
@@ -176,18 +181,30 @@ def kill_leftovers(env_entry: str) -> list[str]:
     and with it the group's number, may already belong to another command.
     """
     entry = env_entry.encode()
-    me = os.getpid()
     found: list[str] = []
     for _ in range(5):  # a process can move under kiln while its parent exits
-        # The command's own process is gone, so what it left hangs under kiln: the
-        # top of each such subtree is kiln's child (cheaper than walking them all).
-        roots = [pid for pid in _children_of(me) or descendants(me) if _has_env(pid, entry)]
+        roots = _tagged_children(entry)
         stray = roots + [pid for root in roots for pid in descendants(root)]
         if not stray:
             break
         found += [describe(pid) for pid in stray if not is_zombie(pid)]
         kill_and_reap(stray)
     return found
+
+
+def _tagged_children(entry: bytes) -> list[int]:
+    """kiln's children that carry ``entry``: the command's own process is gone, so
+    what it left hangs under kiln, and the top of each such subtree is kiln's child
+    (cheaper than walking every descendant). Two listings, since one can miss a
+    child while the list changes; a child caught mid-``exec`` is looked at again."""
+    me = os.getpid()
+    deadline = time.monotonic() + _REAP_WAIT_S
+    while True:
+        children = set(_children_of(me) or descendants(me)) | set(_children_of(me) or [])
+        seen = {pid: _has_env(pid, entry) for pid in children}
+        if None not in seen.values() or time.monotonic() > deadline:
+            return [pid for pid, tagged in seen.items() if tagged]
+        time.sleep(0.005)
 
 
 def _own_helpers() -> set[int]:
