@@ -5,6 +5,7 @@
                                  #       20 zoo models; medians of 5 runs
     benchmarks/run.py --quick    # 1,000 actions + 10,000-action no-op, 5 zoo
                                  #       models; 3 runs; under two minutes
+Both also time 200 trivial out-of-process actions (``process_actions.py``).
 
 Every measurement is a whole process started from the command line, Python
 start-up included: wall time, CPU time (user + sys of the process and its
@@ -39,6 +40,7 @@ from _synthetic import (
     iree_build,
 )
 from _zoo import ZooResult, bench_zoo
+from process_actions import ProcessResult, bench_process
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -70,6 +72,7 @@ def main(argv: list[str]) -> int:
     analysis: list[AnalysisResult] = []
     probe: list[tuple[str, str, str]] = []
     zoos: list[ZooResult] = []
+    processes: list[ProcessResult] = []
     errors: list[str] = []
 
     def stage(name: str, run: Callable[[], None]) -> None:
@@ -98,6 +101,8 @@ def main(argv: list[str]) -> int:
             stage(f"analysis {huge.label}", lambda: analysis.append(
                 bench_analysis(huge, work=work, runs=runs)))
             stage("iree.build scaling", lambda: probe.extend(_iree_probe(work)))
+        stage("process actions", lambda: processes.append(bench_process(
+            200, work=work, runs=runs)))
         if not args.no_zoo:
             stage("model zoo", lambda: zoos.append(bench_zoo(
                 5 if args.quick else 20, work=work, runs=runs)))
@@ -106,7 +111,8 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(work, ignore_errors=True)
     took = time.perf_counter() - started
     zoo = zoos[0] if zoos else None
-    text = _markdown(mode, runs, took, machine, graphs, analysis, probe, zoo, errors)
+    process = processes[0] if processes else None
+    text = _markdown(mode, runs, took, machine, graphs, analysis, probe, zoo, process, errors)
     print("\n" + text)
     results = HERE / "results"
     results.mkdir(exist_ok=True)
@@ -141,6 +147,7 @@ def _markdown(
     analysis: list[AnalysisResult],
     probe: list[tuple[str, str, str]],
     zoo: ZooResult | None,
+    process: ProcessResult | None,
     errors: list[str],
 ) -> str:
     command = "benchmarks/run.py" + (" --quick" if mode == "quick" else "")
@@ -177,6 +184,13 @@ def _markdown(
                 "check, topological order); nothing runs. 'definition + plan' excludes "
                 "interpreter start-up and `import kiln`; bytecode of the module is cached.",
                 "", *_report.analysis_table(analysis)]  # fmt: skip
+    if process is not None:
+        out += ["", "## Out-of-process actions (kiln)", "",
+                "`benchmarks/process_actions.py`: a clean build of 200 independent trivial "
+                "actions (each writes one small file), `-j 2`, as THREAD and as PROCESS "
+                "actions. Every PROCESS action runs in a fresh worker forked from a clean "
+                "template (hermetic actions); the difference is what that costs.",
+                "", *process.table()]  # fmt: skip
     if zoo is not None:
         out += ["", "## Model zoo: ONNX import + compile (host CPU)", "",
                 "kiln: `kiln build benchmarks/zoo_kiln.py MODEL... -j 2`; iree.build: "

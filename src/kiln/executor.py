@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from kiln._gc import gc_paused
 from kiln._reaper import BuildReaper
+from kiln.actionkey import KeyMaker
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
@@ -96,6 +97,7 @@ class Executor:
         # Extra readers of every build's events (``--events``, ``--profile``).
         self.event_readers: list[EventReader] = []
         self._store: StateStore | None = None
+        self._keyed: tuple[Plan, KeyMaker] | None = None  # the last plan checked, keyed
         self._metadata_lock = threading.RLock()
         self._subprocesses: set[subprocess.Popen[bytes]] = set()
         self._subprocess_lock = threading.Lock()
@@ -202,7 +204,16 @@ class Executor:
         plan = self.plan(targets)
         for action in plan.actions:
             action.check_runnable()
+        self._keys_for(plan)  # an action kiln cannot key stops the build here
         return plan
+
+    def _keys_for(self, plan: Plan) -> KeyMaker:
+        """The keyed parameters of every action of ``plan``, made once per plan."""
+        if self._keyed is None or self._keyed[0] is not plan:
+            keys = KeyMaker()
+            keys.all(plan.actions)
+            self._keyed = (plan, keys)
+        return self._keyed[1]
 
     def run(
         self,
@@ -212,6 +223,7 @@ class Executor:
     ) -> BuildResult:
         """Build ``targets`` (``plan``: their ``checked_plan``, when already made)."""
         plan = plan if plan is not None else self.checked_plan(targets)
+        keys = self._keys_for(plan)
         if options.dry_run and self._store is None:
             self.read_only = True  # a dry run writes nothing, the state included
         if options.dry_run or self.read_only:
@@ -226,7 +238,7 @@ class Executor:
         if last is not None:
             readers.append(last)
         scheduler = Scheduler(
-            plan, store, self.reporter, options, on_interrupt=self.kill_subprocesses,
+            plan, store, self.reporter, options, keys, on_interrupt=self.kill_subprocesses,
             outputs=None if options.dry_run else self.outputs, readers=readers,
         )  # fmt: skip
         try:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from kiln.executor import Executor
 
 _CURRENT_CONTEXT: ContextVar[BuildContext | None] = ContextVar("kiln_context", default=None)
+# True while kiln makes thunks only to key them: paths are computed, nothing is created.
+KEYING_ONLY: ContextVar[bool] = ContextVar("kiln_keying_only", default=False)
 _KILN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -212,7 +214,7 @@ class BuildFile(BuildDependency):
     def get_fs_path(self) -> Path:
         """Where the file lives on disk, its parent directory created for writing."""
         path = self.fs_path
-        if not self._parent_made and self.source is None:
+        if not self._parent_made and self.source is None and not KEYING_ONLY.get():
             self.executor.ensure_dir(path.parent)
             self._parent_made = True
         return path
@@ -253,12 +255,15 @@ class BuildAction(BuildDependency):
     ``_remotable_thunk`` (returns a picklable no-argument callable run in a worker).
 
     Class attributes a subclass may set: ``VERSION`` (bump to invalidate old
-    results), ``always_run`` (never skipped), ``timeout`` (seconds), ``pool``
-    (name of a resource pool bounding how many run at once: ``--pool NAME=N``),
+    results), ``key_exclude`` (names of attributes kept out of the key),
+    ``always_run`` (never skipped), ``timeout`` (seconds), ``pool`` (name of a
+    resource pool bounding how many run at once: ``--pool NAME=N``),
     ``exclusive`` (with a pool: run alone in it, never beside another member).
     """
 
     VERSION: ClassVar[int] = 1
+    # Attributes left out of the default params(): what cannot change the outputs.
+    key_exclude: ClassVar[tuple[str, ...]] = ()
     always_run: bool = False
     timeout: float | None = None
     pool: str | None = None
@@ -289,20 +294,22 @@ class BuildAction(BuildDependency):
         return f"{cls.__module__}.{cls.__qualname__}"
 
     def params(self) -> dict[str, Any] | None:
-        """The parameters that, with the inputs' contents, decide the outputs.
+        """The parameters that, with the inputs' contents and the action's code,
+        decide the outputs. Return None to always run.
 
-        The default takes the instance's own plain-valued attributes (strings,
-        numbers, lists, dicts, files by path). Return None to always run.
+        The default takes every attribute the instance holds, except kiln's own,
+        those named with a leading underscore and those the class lists in
+        ``key_exclude``. Each value is put in canonical form (``kiln.canonical``);
+        one that has none is a build-definition error, never silently left out.
         """
         if self.always_run:
             return None
+        exclude = self.key_exclude
         out: dict[str, Any] = {"desc": self.desc}
         for name, value in vars(self).items():
-            if name in _BASE_ATTRS or name[0] == "_":
+            if name in _BASE_ATTRS or name[0] == "_" or name in exclude:
                 continue
-            plain = _plain(value)
-            if plain is not _NOT_PLAIN:
-                out[name] = plain
+            out[name] = value
         return out
 
     def check_runnable(self) -> None:
@@ -315,38 +322,6 @@ class BuildAction(BuildDependency):
     def _remotable_thunk(self) -> Callable[[], None]:
         """A picklable no-argument callable that performs the action out of process."""
         raise NotImplementedError(f"Action '{self}' does not implement remotable invocation")
-
-
-_NOT_PLAIN = object()
-_SCALAR_TYPES = (str, int, float, bool)
-_SCALARS = frozenset(_SCALAR_TYPES)
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as JSON-able data, or ``_NOT_PLAIN``. (On every no-op build's path,
-    so the common types are tested first and by exact type.)"""
-    kind = type(value)
-    if kind in _SCALARS or value is None:
-        return value
-    if kind is BuildFile:
-        return value._key
-    if kind is list or kind is tuple:
-        items = [v._key if type(v) is BuildFile else _plain(v) for v in value]
-        return _NOT_PLAIN if _NOT_PLAIN in items else items
-    if isinstance(value, _SCALAR_TYPES):  # subclasses (IntEnum, str-derived)
-        return value.value if isinstance(value, enum.Enum) else value
-    if isinstance(value, enum.Enum):
-        return str(value.value)
-    if isinstance(value, BuildFile):
-        return value.key
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, list | tuple):
-        return _plain(list(value))
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        mapped = {k: _plain(v) for k, v in value.items()}
-        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in mapped.values()) else mapped
-    return _NOT_PLAIN
 
 
 class BuildContext(BuildDependency):

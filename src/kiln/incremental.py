@@ -1,6 +1,7 @@
 """Deciding whether an action must run, and saying why.
 
-An action's key is the SHA-256 of its type, version, parameters and the digests
+An action's key is the SHA-256 of its type, version, keyed parameters (in
+canonical form, with the digest of its code: ``kiln.actionkey``) and the digests
 of its input files. It is skipped when its last record has the same key and its
 outputs still have the recorded digests.
 """
@@ -13,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.actionkey import CODE_PARAM, THUNK_PARAM, KeyMaker, complete_params
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.outputs import file_kind
@@ -22,6 +24,8 @@ from kiln.state import ActionRecord, StateStore
 _MAX_CHANGES_SHOWN = 3
 # A dry run's stand-in digest for the outputs of an action that would run.
 REBUILT_DIGEST = "<rebuilt by "
+# The key of an action that could not be keyed: it runs, and its record never matches.
+UNKEYED = "<unkeyed>"
 
 
 @dataclass
@@ -47,11 +51,13 @@ def action_id(action: BuildAction, outputs: list[BuildFile]) -> str:
 
 class UpToDateChecker:
     """Decides actions in plan order. ``digests`` holds the digest of every file
-    known this build (source files lazily, outputs as their producers finish)."""
+    known this build (source files lazily, outputs as their producers finish);
+    ``keys`` holds every action's keyed parameters, made when the build was planned."""
 
-    def __init__(self, plan: Plan, store: StateStore):
+    def __init__(self, plan: Plan, store: StateStore, keys: KeyMaker):
         self.plan = plan
         self.store = store
+        self.keys = keys
         self.digests: dict[BuildFile, str | None] = {}
 
     def file_digest(self, f: BuildFile) -> str | None:
@@ -64,17 +70,20 @@ class UpToDateChecker:
     def decide(self, action: BuildAction) -> Decision:
         outputs = self.plan.outputs[action]
         aid = action_id(action, outputs)
-        params = action.params()
+        params = self.keys.params_of[action]
         inputs = {f.key: self.file_digest(f) or "missing" for f in self.plan.inputs[action]}
-        blob = json.dumps(
-            [action.action_type, action.VERSION, params, inputs], sort_keys=True, default=str
-        )
-        key = hashlib.sha256(blob.encode()).hexdigest()
+        unkeyed = None
+        if params is not None and action in self.keys.deferred:
+            params, unkeyed = complete_params(self.keys, action, params)
+        blob = json.dumps([action.action_type, action.VERSION, params, inputs], sort_keys=True)
+        key = UNKEYED if unkeyed else hashlib.sha256(blob.encode()).hexdigest()
         record = self.store.records().get(aid)
         if params is None:
             reason: str | None = "marked always-run"
         elif record is None:
             reason = "never built"
+        elif unkeyed is not None:
+            reason = unkeyed
         elif record.key != key:
             reason = _why_key_changed(record, params, inputs)
         else:
@@ -109,7 +118,18 @@ class UpToDateChecker:
 def _why_key_changed(
     record: ActionRecord, params: dict[str, Any], inputs: dict[str, str]
 ) -> str:
-    changes = _param_changes("", record.params or {}, params)
+    old = record.params or {}
+    changes = []
+    if old.get(CODE_PARAM) != params.get(CODE_PARAM):
+        changes.append("the action's code changed")
+    if old.get(THUNK_PARAM) != params.get(THUNK_PARAM):
+        changes.append("the code or closure values of its _remotable_thunk changed")
+    mine = (CODE_PARAM, THUNK_PARAM)
+    changes += _param_changes(
+        "",
+        {k: v for k, v in old.items() if k not in mine},
+        {k: v for k, v in params.items() if k not in mine},
+    )
     for name in sorted(set(record.inputs) | set(inputs)):
         if name not in record.inputs:
             changes.append(f"input {_file_name(name)} was added")
@@ -128,15 +148,15 @@ def _why_key_changed(
 
 def _param_changes(name: str, old: Any, new: Any) -> list[str]:
     """What differs between two parameter values, down to the changed leaves of
-    dicts and equal-length lists, so that a long argv shows the flag that changed."""
-    if isinstance(old, dict) and isinstance(new, dict):
+    dicts, records and equal-length lists, so that a long argv shows the flag that
+    changed. Canonical forms (``kiln.canonical``) are shown as Python spells them."""
+    if isinstance(old, dict) and isinstance(new, dict) and _record_like(old, new):
         return [
             change
             for key in sorted(set(old) | set(new))
             if old.get(key) != new.get(key)
-            for change in _param_changes(f"{name}.{key}" if name else key, old.get(key),
-                                         new.get(key))
-        ]  # fmt: skip
+            for change in _param_changes(_join(name, key), old.get(key), new.get(key))
+        ]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [
             change
@@ -145,6 +165,22 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
             for change in _param_changes(f"{name}[{i}]", a, b)
         ]
     return [f"parameter {name} changed from {_short(old)} to {_short(new)}"]
+
+
+def _record_like(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether to compare two canonical dicts field by field: plain dicts, or
+    records (dataclasses, named tuples) of the same type; not other tagged values."""
+    tag_old = next((k for k in old if k[:1] == "!"), None)
+    tag_new = next((k for k in new if k[:1] == "!"), None)
+    return tag_old == tag_new and (tag_old is None or
+                                   (tag_old == "!type" and old[tag_old] == new[tag_old]))
+
+
+def _join(name: str, key: str) -> str:
+    if key[:1] == "=":  # a key that is not a string, as JSON
+        return f"{name}[{key[1:]}]"
+    key = key[1:] if key[:1] == "\\" else key
+    return f"{name}.{key}" if name else key
 
 
 def _file_name(key: str) -> str:
@@ -158,5 +194,22 @@ def _file_name(key: str) -> str:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
+    text = _spelled(value) if isinstance(value, dict) else None
+    if text is None:
+        text = json.dumps(value, sort_keys=True)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _spelled(value: dict[str, Any]) -> str | None:
+    """A tagged canonical value as Python spells it, e.g. ``Path('/opt')``."""
+    if "!path" in value:
+        return f"Path({value['!path']!r})"
+    if "!enum" in value:
+        return str(value["!enum"]).rsplit(".", 2)[-2] + "." + str(value["!enum"]).rsplit(".", 1)[-1]
+    if "!callable" in value:
+        return f"code {str(value['!callable'])[:12]}"
+    if "!bytes" in value:
+        return f"bytes {value['!bytes']}"
+    if "!ndarray" in value:
+        return f"array {value['!ndarray']} {value['shape']} {value.get('data', '(objects)')}"
+    return None

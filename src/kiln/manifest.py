@@ -53,7 +53,8 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from kiln.errors import NotRegularFile, StateError
+from kiln.actionkey import KeyMaker
+from kiln.errors import BuildDefinitionError, NotRegularFile, StateError
 from kiln.graph import BuildAction, BuildFile, BuildMeta
 from kiln.incremental import UpToDateChecker
 from kiln.outputs import atomic_write, clear_for_own_file, read_regular
@@ -112,7 +113,16 @@ class Statuses:
 
     def _judge_unrequested(self, executor: Executor) -> None:
         plan = executor.plan(executor.entrypoints)
-        checker = UpToDateChecker(plan, _StatCacheOnly(executor.store()))  # type: ignore[arg-type]
+        keys = KeyMaker()
+        for action in plan.actions:
+            if action not in self.of:
+                try:
+                    keys.params_of[action] = keys.params(action)
+                except BuildDefinitionError:  # cannot be keyed: never judged up to date
+                    keys.params_of[action] = None
+        checker = UpToDateChecker(
+            plan, _StatCacheOnly(executor.store()), keys  # type: ignore[arg-type]
+        )
         checker.digests.update(self.digests)
         for action in plan.actions:
             if action in self.of:

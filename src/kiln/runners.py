@@ -1,10 +1,12 @@
 """Where actions run: worker threads, worker processes, or in-line.
 
 ``ThreadWorkers`` starts daemon threads as actions arrive, at most ``-j`` of
-them; each runs one action at a time. A PROCESS action's thread hands the action's thunk to a
-``ProcessPool`` and waits. Workers of the process pool run one thunk at a time,
-so when one dies only the action it was running fails, and a fresh worker
-replaces it.
+them; each runs one action at a time. A PROCESS action's thread hands the
+action's thunk to a ``ProcessPool`` and waits. Each PROCESS action runs in a
+worker of its own, forked from a clean template process (``kiln._template``), so
+no action sees what an earlier one did to its process (environment, working
+directory, module globals, monkey-patches), and when a worker dies only its
+action fails.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing import get_context
-from multiprocessing.connection import wait
+from multiprocessing.connection import Pipe, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -53,35 +54,52 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 
 
 class _Worker:
-    def __init__(self, ctx: Any):
+    def __init__(self, env: dict[str, str], cwd: str):
+        from kiln._template import TemplateProcess
         from kiln._worker import worker_main
 
-        self.conn, child = ctx.Pipe()
-        self.process: BaseProcess = ctx.Process(target=worker_main, args=(child,), daemon=True)
+        self.conn, child = Pipe()
+        self.process: BaseProcess = TemplateProcess(
+            target=worker_main, args=(child, env, cwd), daemon=True
+        )
         self.process.start()
         child.close()
 
-    def kill(self) -> None:
+    def stop(self) -> None:
+        """Kill the worker and its process group; ``reaped`` then tells when it is gone."""
         if self.process.pid is not None:
             kill_group(self.process.pid)
-        self.process.join(5)
+        self.conn.close()
+
+    def reaped(self, wait_s: float = 0) -> bool:
+        self.process.join(wait_s)
+        if self.process.exitcode is None:
+            return False
         if self.process.pid is not None:
             reap_group(self.process.pid)  # its group's members kiln, a subreaper, adopted
-        self.conn.close()
+        return True
+
+    def kill(self) -> None:
+        self.stop()
+        self.reaped(5)
 
 
 class ProcessPool:
-    """Spawned worker processes running one pickled thunk at a time.
+    """One fresh worker process per thunk, forked from a clean template.
 
-    Invariant: a worker is either idle (in ``_idle``) or owned by exactly one
-    running action; a worker whose action crashed or timed out is discarded.
+    Invariants: a live worker is owned by exactly one running action (in
+    ``_busy``); it is killed with its process group when that action ends, and
+    joined later (``_dying``), so that the action's thread need not wait. Every
+    worker starts with ``env`` and ``cwd``: the build's environment and working
+    directory, taken when the build started.
     """
 
-    def __init__(self) -> None:
-        self._ctx = get_context("spawn")
+    def __init__(self, env: dict[str, str], cwd: str) -> None:
+        self._env = env
+        self._cwd = cwd
         self._lock = threading.Lock()
-        self._idle: list[_Worker] = []
         self._busy: set[_Worker] = set()
+        self._dying: list[_Worker] = []
         self._closed = False
 
     def run(self, thunk: Callable[[], Any], desc: str, timeout: float | None) -> None:
@@ -93,13 +111,11 @@ class ProcessPool:
         except Exception as e:
             raise ActionFailed(f"cannot send '{desc}' to a worker process: {e}") from e
         worker = self._acquire()
-        healthy = False
         try:
             worker.conn.send_bytes(payload)
             reply = self._await(worker, desc, timeout)
-            healthy = True
         finally:
-            self._release(worker, healthy)
+            self._release(worker)
         if reply[0] != "ok":
             _, type_name, message, tb, blob = reply
             raise _rebuild_exception(type_name, message, tb, blob)
@@ -121,35 +137,34 @@ class ProcessPool:
         with self._lock:
             if self._closed:
                 raise ActionFailed("the build is stopping")
-            if self._idle:
-                worker = self._idle.pop()
-                self._busy.add(worker)
-                return worker
-        worker = _Worker(self._ctx)  # outside the lock: workers start in parallel
+            self._dying = [w for w in self._dying if not w.reaped()]
+        worker = _Worker(self._env, self._cwd)  # outside the lock: in parallel
         with self._lock:
             self._busy.add(worker)
             closed = self._closed
         if closed:
-            self._release(worker, healthy=False)
+            self._release(worker)
             raise ActionFailed("the build is stopping")
         return worker
 
-    def _release(self, worker: _Worker, healthy: bool) -> None:
+    def _release(self, worker: _Worker) -> None:
+        """End ``worker`` and whatever it started: a worker runs one action only."""
+        worker.stop()
         with self._lock:
             self._busy.discard(worker)
-            if healthy and not self._closed:
-                self._idle.append(worker)
-                return
-        worker.kill()
+            self._dying.append(worker)
 
     def shutdown(self) -> None:
         """Stop every worker, killing busy ones with their children."""
         with self._lock:
             self._closed = True
-            workers = self._idle + list(self._busy)
-            self._idle.clear()
+            workers = [*self._busy, *self._dying]
+            self._dying.clear()
         for w in workers:
-            w.kill()
+            w.stop()
+        deadline = time.monotonic() + 5
+        for w in workers:
+            w.reaped(max(0.0, deadline - time.monotonic()))
 
 
 def _rebuild_exception(type_name: str, message: str, tb: str, blob: bytes | None) -> BaseException:

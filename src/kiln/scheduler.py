@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kiln import events as ev
+from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
 from kiln.errors import (
     ActionFailed,
@@ -106,6 +107,7 @@ class Scheduler:
         store: StateStore,
         reporter: ProgressReporter,
         options: SchedulerOptions,
+        keys: KeyMaker,
         on_interrupt: Callable[[], None] = lambda: None,
         outputs: OutputTree | None = None,
         readers: list[ev.EventReader] | None = None,
@@ -115,7 +117,7 @@ class Scheduler:
         self.reporter = reporter
         self.events = BuildEmitter(ev.EventStream([reporter, *(readers or [])]), plan)
         self.opts = options
-        self.checker = UpToDateChecker(plan, store)
+        self.checker = UpToDateChecker(plan, store, keys)
         self.result = BuildResult()
         self._on_interrupt = on_interrupt
         self._pending = {n: len(n.deps) for n in plan.order}
@@ -138,6 +140,9 @@ class Scheduler:
         self._outputs = outputs
         self._written: set[str] | None = None
         self._jobs = min(options.jobs, max(1, len(plan.actions)), MAX_JOBS)
+        # What every PROCESS action starts with, whatever ran before it.
+        self._environment = (dict(os.environ), os.getcwd())
+        self._pool_lock = threading.Lock()
 
     def _state_cap(self) -> None:
         """Say so when ``-j`` asked for more than the build can use (a -j above the
@@ -329,9 +334,10 @@ class Scheduler:
         self._done.put((action, decision, error, produced))
 
     def _process_pool(self) -> ProcessPool:
-        if self._processes is None:
-            self._processes = ProcessPool()
-        return self._processes
+        with self._pool_lock:  # worker threads ask for it concurrently
+            if self._processes is None:
+                self._processes = ProcessPool(*self._environment)
+            return self._processes
 
     def _hash_outputs(self, action: BuildAction) -> dict[BuildFile, tuple[StatKey, str]]:
         produced = {}

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
+import marshal
 import os
 import sys
 import sysconfig
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import TypeVar
 
 from kiln.entrypoints import Entrypoint
@@ -43,7 +46,9 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
     # A stable name: action types (part of action keys) include the module name.
     tag = hashlib.sha256(str(path).encode()).hexdigest()[:12]
     name = f"kiln_build_{tag}_{path.stem.replace('-', '_')}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
+    module_spec = importlib.util.spec_from_file_location(
+        name, path, loader=_SourceCheckedLoader(name, str(path))
+    )
     if module_spec is None or module_spec.loader is None:
         raise UsageError(f"cannot load {spec} as a Python module")
     module = importlib.util.module_from_spec(module_spec)
@@ -55,6 +60,37 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
 
     cloudpickle.register_pickle_by_value(module)
     return module
+
+
+class _SourceCheckedLoader(importlib.machinery.SourceFileLoader):
+    """Loads a build module through bytecode cached by the hash of its source.
+
+    Python's default cache trusts a ``.pyc`` whose source has the same size and
+    mtime second as when it was written, so an edit that keeps both (a flag
+    changed from ``bang`` to ``fail`` within a second) would build the old
+    definition. A checked hash-based ``.pyc`` (PEP 552) is read only when the
+    source's hash matches; Python's own imports accept it too.
+    """
+
+    def get_code(self, fullname: str) -> CodeType:
+        source = self.get_data(self.path)
+        source_hash = importlib.util.source_hash(source)
+        cache = importlib.util.cache_from_source(self.path)
+        header = importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little") + source_hash
+        try:
+            cached = self.get_data(cache)
+        except OSError:
+            cached = b""
+        if cached[:16] == header:
+            with contextlib.suppress(ValueError, EOFError, TypeError):
+                code = marshal.loads(cached[16:])
+                if isinstance(code, CodeType):
+                    return code
+        code = self.source_to_code(source, self.path)
+        if not sys.dont_write_bytecode:
+            with contextlib.suppress(OSError):
+                self.set_data(cache, header + marshal.dumps(code))
+        return code
 
 
 def guarded(where: str, load: Callable[[], _T], doing: str = "loading build module") -> _T:

@@ -1,0 +1,213 @@
+"""The keyed parameters of every action of a plan, made before anything runs.
+
+An action's keyed parameters are what its ``params()`` returns, each value in
+canonical form (``kiln.canonical``), plus two entries of kiln's own:
+
+- ``!code``: the digest of the action's code: for each class of its MRO that is
+  the user's, the digest of what the class defines (``kiln.codekey``); kiln's own
+  classes count as kiln's version; another installed package's as its name and
+  version.
+- ``!thunk``: for an action that runs its ``_remotable_thunk`` (a PROCESS action,
+  or one that keeps the default ``_invoke``) when that method is the user's, the
+  digest of the callable it returns: the function's code, its closure values or
+  a partial's arguments, and the globals it names.
+
+A value that cannot be keyed is a ``BuildDefinitionError`` naming the action,
+the attribute, the value's type and the fix, raised when the build is planned,
+so a build either keys every action or runs none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from kiln._gc import gc_paused
+from kiln.canonical import Unkeyable, canonical, file_ref_for, qualname
+from kiln.codekey import CodeDigests
+from kiln.errors import BuildDefinitionError
+from kiln.graph import KEYING_ONLY, ActionConcurrency, BuildAction
+
+_ESCAPED = ("!", "=", "\\")
+_SELF_REFERENCE = "value that contains itself (or is nested too deeply)"
+CODE_PARAM = "!code"
+THUNK_PARAM = "!thunk"
+# Class attributes of BuildAction that are in the key otherwise (VERSION) or that
+# do not change what an action produces.
+_NOT_CODE = frozenset({"VERSION", "key_exclude", "always_run", "timeout", "pool", "exclusive"})
+_TYPES_KEYED = (
+    "str, numbers, None, lists, tuples, dicts, sets, dataclasses, named tuples, enums, "
+    "paths, bytes, numpy arrays, functions and classes, and the action's input and "
+    "output files"
+)
+
+
+class KeyMaker:
+    """Keys the actions of one build; class digests are computed once per class.
+
+    Invariant: after ``all``, ``params`` holds the keyed parameters of every
+    action given, and ``deferred`` the actions whose thunk could not be made while
+    planning (it raised: it may need its inputs); ``thunk_digest`` completes their
+    keys once their inputs exist.
+    """
+
+    def __init__(self) -> None:
+        self.code = CodeDigests()
+        self.params_of: dict[BuildAction, dict[str, Any] | None] = {}
+        self.deferred: set[BuildAction] = set()
+        # class -> (its code digest, whether its _remotable_thunk is the user's)
+        self._classes: dict[type, tuple[str, bool]] = {}
+        self._code_ref = self.code_ref  # one bound method, not one per action
+
+    def code_ref(self, value: Any) -> str:
+        """The digest of a function, method, partial or class held in a parameter."""
+        return hashlib.sha256(self.code.of_value(value, strict=True).encode()).hexdigest()
+
+    def all(self, actions: Iterable[BuildAction]) -> dict[BuildAction, dict[str, Any] | None]:
+        """Key ``actions`` (into ``params_of``); an action kiln cannot key raises."""
+        with gc_paused():  # many small objects, none of them garbage
+            self.params_of.update((a, self.params(a)) for a in actions)
+        return self.params_of
+
+    def params(self, action: BuildAction) -> dict[str, Any] | None:
+        """``action``'s keyed parameters, or None when it always runs."""
+        raw = action.params()
+        if raw is None:
+            return None
+        if type(raw) is not dict:
+            raise BuildDefinitionError(
+                f"{_describe(action)}: params() returned a {qualname(type(raw))}; "
+                "return a dict of parameter names to values, or None to always run"
+            )
+        file_ref = file_ref_for(action)
+        out: dict[str, Any] = {}
+        code_ref = self._code_ref
+        for name, value in raw.items():
+            key = name
+            if type(name) is not str or name[:1] in _ESCAPED:
+                key = _param_name(name)
+            try:
+                out[key] = canonical(value, file_ref, code_ref)
+            except Unkeyable as e:
+                raise _unkeyable(action, name, e) from None
+            except RecursionError:
+                hint = (
+                    f"it holds a {_SELF_REFERENCE}, which kiln cannot put in the action's "
+                    "key; override params(), or leave it out of the key with key_exclude"
+                )
+                raise _unkeyable(action, name, Unkeyable("", hint=hint)) from None
+        kind = type(action)
+        info = self._classes.get(kind)
+        if info is None:
+            info = self._classes[kind] = (self.class_digest(kind), self._user_thunk(kind))
+        out[CODE_PARAM] = info[0]
+        if info[1] and (
+            action.concurrency is ActionConcurrency.PROCESS
+            or kind._invoke is BuildAction._invoke  # the default _invoke calls the thunk
+        ):
+            try:
+                out[THUNK_PARAM] = self.thunk_digest(action)
+            except _ThunkNotMade:
+                self.deferred.add(action)  # keyed when its inputs exist
+        return out
+
+    def class_digest(self, kind: type) -> str:
+        """The digest of the code of ``kind`` and its bases (see the module docstring)."""
+        import kiln
+
+        skip = _NOT_CODE.union(getattr(kind, "key_exclude", ()))
+        parts = []
+        for klass in kind.__mro__:
+            if klass is object:
+                continue
+            if klass.__module__.split(".", 1)[0] == "kiln":
+                parts.append(f"{qualname(klass)} kiln {kiln.__version__}")
+            elif self.code.is_user(klass):
+                parts.append(self.code.of_class(klass, skip))
+            else:
+                package = __import__(klass.__module__.split(".", 1)[0])
+                parts.append(f"{qualname(klass)} {getattr(package, '__version__', '?')}")
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def _user_thunk(self, kind: type[BuildAction]) -> bool:
+        """Whether ``kind._remotable_thunk`` is the user's (kiln's own is covered by
+        kiln's version and the action's parameters)."""
+        return self.code.is_user(kind._remotable_thunk)
+
+    def thunk_digest(self, action: BuildAction) -> str:
+        """The digest of the callable ``action._remotable_thunk()`` returns, made
+        without creating anything on disk. Raises ``_ThunkNotMade`` when making it
+        raised, ``BuildDefinitionError`` when it holds a value kiln cannot key."""
+        token = KEYING_ONLY.set(True)
+        try:
+            thunk = action._remotable_thunk()
+        except Exception as e:  # noqa: BLE001 - the user's code: said in the reason
+            raise _ThunkNotMade(f"{type(e).__name__}: {e}") from e
+        finally:
+            KEYING_ONLY.reset(token)
+        try:
+            return hashlib.sha256(self.code.of_value(thunk, strict=True).encode()).hexdigest()
+        except RecursionError:
+            raise BuildDefinitionError(
+                f"{_describe(action)}: the callable its _remotable_thunk() returns holds "
+                f"a {_SELF_REFERENCE}; give the thunk plain data"
+            ) from None
+        except Unkeyable as e:
+            raise BuildDefinitionError(
+                f"{_describe(action)}: the callable its _remotable_thunk() returns holds "
+                f"{e.where}a value of type {e.type_name}, which kiln cannot put in the "
+                f"action's key; give the thunk only {_TYPES_KEYED}"
+            ) from None
+
+
+class _ThunkNotMade(Exception):
+    """Making an action's thunk raised (the message says what)."""
+
+
+def complete_params(
+    keys: KeyMaker, action: BuildAction, params: dict[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """``params`` with the thunk digest of a deferred action, now that its inputs
+    exist; or, when the thunk still cannot be made or keyed, ``params`` and why
+    (the action then runs, under a key that matches no other)."""
+    try:
+        return {**params, THUNK_PARAM: keys.thunk_digest(action)}, None
+    except (_ThunkNotMade, BuildDefinitionError) as e:
+        return params, f"its _remotable_thunk() could not be made to key it ({e})"
+
+
+def _param_name(name: Any) -> str:
+    """A parameter's name as a key of the keyed parameters (see ``kiln.canonical``)."""
+    if type(name) is not str:
+        raise BuildDefinitionError(
+            f"params() returned the parameter name {name!r}; parameter names must be strings"
+        )
+    return "\\" + name if name[:1] in _ESCAPED else name
+
+
+def _describe(action: BuildAction) -> str:
+    site = getattr(action, "def_site", None)
+    where = f", defined at {site}" if site is not None else ""
+    return f"action {type(action).__qualname__} ('{action.desc}'{where})"
+
+
+def _unkeyable(action: BuildAction, name: str, e: Unkeyable) -> BuildDefinitionError:
+    """The error for a parameter with no canonical form, naming the fix."""
+    default = type(action).params is BuildAction.params
+    what = f"attribute '{name}'" if default else f"params()[{name!r}]"
+    inner = f" (at {name}{e.where})" if e.where else ""
+    if e.hint:
+        return BuildDefinitionError(f"{_describe(action)}: {what}{inner}: {e.hint}")
+    if default:
+        fix = (
+            f"override params() to return what the outputs depend on, or leave the "
+            f"attribute out of the key: key_exclude = ({name!r},) on the class, or a name "
+            f"with a leading underscore (_{name})"
+        )
+    else:
+        fix = f"return only {_TYPES_KEYED} from params()"
+    return BuildDefinitionError(
+        f"{_describe(action)}: {what}{inner} holds a value of type {e.type_name}, which "
+        f"kiln cannot put in the action's key; {fix}"
+    )
