@@ -54,9 +54,12 @@ class UpToDateChecker:
     known this build (source files lazily, outputs as their producers finish);
     ``keys`` holds every action's keyed parameters, made when the build was planned."""
 
-    def __init__(self, plan: Plan, store: StateStore, keys: KeyMaker):
+    def __init__(self, plan: Plan, store: StateStore, keys: KeyMaker | None = None):
         self.plan = plan
         self.store = store
+        if keys is None:  # not keyed when the build was planned: key it now
+            keys = KeyMaker()
+            keys.all(plan.actions)
         self.keys = keys
         self.digests: dict[BuildFile, str | None] = {}
 
