@@ -208,10 +208,16 @@ def _tagged_children(entry: bytes) -> list[int]:
 
 
 def _own_helpers() -> set[int]:
-    """kiln's own long-lived helper processes (multiprocessing's resource tracker)."""
+    """kiln's own long-lived helper processes: multiprocessing's resource tracker,
+    and its fork server, the clean template kiln's process workers fork from
+    (``kiln._template``), which lives as long as kiln's process."""
     tracker = sys.modules.get("multiprocessing.resource_tracker")
-    pid = getattr(getattr(tracker, "_resource_tracker", None), "_pid", None)
-    return {pid} if isinstance(pid, int) else set()
+    server = sys.modules.get("multiprocessing.forkserver")
+    pids = (
+        getattr(getattr(tracker, "_resource_tracker", None), "_pid", None),
+        getattr(getattr(server, "_forkserver", None), "_forkserver_pid", None),
+    )
+    return {pid for pid in pids if isinstance(pid, int)}
 
 
 class BuildReaper:

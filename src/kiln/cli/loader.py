@@ -12,7 +12,7 @@ import os
 import sys
 import sysconfig
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import CodeType, ModuleType
 from typing import TypeVar
@@ -55,11 +55,25 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
     sys.modules[name] = module
     sys.path.insert(0, str(path.parent))
     loader = module_spec.loader
-    guarded(str(path), lambda: loader.exec_module(module))
+    with _no_bytecode_written():
+        guarded(str(path), lambda: loader.exec_module(module))
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)
     return module
+
+
+@contextlib.contextmanager
+def _no_bytecode_written() -> Iterator[None]:
+    """While the build module (and what it imports) loads, Python writes no
+    ``__pycache__``: kiln writes nothing into the user's source tree, only into
+    its output directory."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
 
 
 class _SourceCheckedLoader(importlib.machinery.SourceFileLoader):
