@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kiln._gc import gc_paused
 from kiln._reaper import BuildReaper
@@ -46,6 +46,9 @@ from kiln.runners import kill_group
 from kiln.scheduler import BuildResult, Scheduler, SchedulerOptions
 from kiln.state import StateStore
 from kiln.trace import LastBuild
+
+if TYPE_CHECKING:
+    from kiln.cache import BuildCache
 
 __all__ = [
     "ActionConcurrency",
@@ -96,6 +99,8 @@ class Executor:
         self.last_result: BuildResult | None = None
         # Extra readers of every build's events (``--events``, ``--profile``).
         self.event_readers: list[EventReader] = []
+        # The shared cache builds read and fill (the command line sets it; None: off).
+        self.cache: BuildCache | None = None
         self._store: StateStore | None = None
         self._keyed: tuple[Plan, KeyMaker] | None = None  # the last plan checked, keyed
         self._metadata_lock = threading.RLock()
@@ -240,6 +245,7 @@ class Executor:
         scheduler = Scheduler(
             plan, store, self.reporter, options, keys, on_interrupt=self.kill_subprocesses,
             outputs=None if options.dry_run else self.outputs, readers=readers,
+            cache=self.cache,
         )  # fmt: skip
         try:
             if options.dry_run:
@@ -251,6 +257,8 @@ class Executor:
             self.failed_deps.update(n for n in plan.order if n.failure is not None)
             if last is not None:
                 last.close()
+            if self.cache is not None and not options.dry_run:
+                self.cache.end_build()
         self.last_result = result
         return result
 

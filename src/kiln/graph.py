@@ -245,7 +245,7 @@ _BASE_ATTRS = frozenset(
     {
         "executor", "deps", "start_time", "invoke_time", "finish_time", "failure",
         "_metadata", "desc", "concurrency", "def_site", "timeout", "pool", "always_run",
-        "exclusive",
+        "exclusive", "cacheable",
     }
 )  # fmt: skip
 
@@ -256,8 +256,9 @@ class BuildAction(BuildDependency):
 
     Class attributes a subclass may set: ``VERSION`` (bump to invalidate old
     results), ``key_exclude`` (names of attributes kept out of the key),
-    ``always_run`` (never skipped), ``timeout`` (seconds), ``pool`` (name of a
-    resource pool bounding how many run at once: ``--pool NAME=N``),
+    ``always_run`` (never skipped, never cached), ``cacheable`` (False: its results
+    never go into nor come from the shared cache), ``timeout`` (seconds), ``pool``
+    (name of a resource pool bounding how many run at once: ``--pool NAME=N``),
     ``exclusive`` (with a pool: run alone in it, never beside another member).
     """
 
@@ -265,6 +266,7 @@ class BuildAction(BuildDependency):
     # Attributes left out of the default params(): what cannot change the outputs.
     key_exclude: ClassVar[tuple[str, ...]] = ()
     always_run: bool = False
+    cacheable: bool = True
     timeout: float | None = None
     pool: str | None = None
     exclusive: bool = False

@@ -169,7 +169,10 @@ def indent(text: str, prefix: str = "  ") -> str:
 
 
 def format_summary(result: BuildResult) -> str:
-    parts = [f"{len(result.built)} built", f"{len(result.skipped)} up to date"]
+    parts = [f"{len(result.built)} built"]
+    if result.cached:
+        parts.append(f"{len(result.cached)} cached")
+    parts.append(f"{len(result.skipped)} up to date")
     if result.would_run:
         parts.append(f"{len(result.would_run)} would run")
     parts += [f"{len(result.failed)} failed", f"{len(result.not_run)} not run"]

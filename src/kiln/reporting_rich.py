@@ -123,6 +123,7 @@ class RichReporter(ProgressReporter):
         )
         self._task = self._progress.add_task("build", total=0)
         self._region: LiveRegion | None = None
+        self._cached = 0
 
     def __rich__(self) -> Group:
         with self._lock:
@@ -136,6 +137,8 @@ class RichReporter(ProgressReporter):
             target = long_table if elapsed >= self.long_threshold_s else table
             target.add_row(Text(f"{elapsed:5.1f}s", style="cyan"), _describe(dep, byte_progress))
         parts: list[Any] = [self._progress] + ([table] if table.row_count else [])
+        if self._cached:
+            parts.insert(1, Text(f"{self._cached} served from cache", style="green"))
         if long_table.row_count:
             parts += [Text("Waiting for long running actions:", style="yellow"), long_table]
         if len(running) > _MAX_RUNNING_SHOWN:
@@ -157,8 +160,14 @@ class RichReporter(ProgressReporter):
                 self._report_failure(event)
             elif self.verbose and event.log:
                 self._print(Text(f"  log of {event.desc}: {event.log}"))
-        elif kind in (ev.UP_TO_DATE, ev.CACHED):
+        elif kind == ev.UP_TO_DATE:
             self._progress.advance(self._task)
+        elif kind == ev.CACHED:
+            with self._lock:
+                self._cached += 1
+            self._progress.advance(self._task)
+            if self.verbose:
+                self._print(Text(f"cached: {event.desc}"))
         elif kind == ev.BUILD_STARTED:
             total = (event.data or {}).get("actions", 0)
             self._progress.update(self._task, total=total, completed=0)

@@ -14,6 +14,7 @@ remaining critical path (``kiln.priority``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import os
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from kiln import events as ev
 from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
+from kiln.cache import BuildCache, cacheable, known_digests
 from kiln.errors import (
     ActionFailed,
     ConfinementError,
@@ -58,6 +60,7 @@ class BuildResult:
     """What happened to each action of a plan."""
 
     built: list[BuildAction] = field(default_factory=list)
+    cached: list[BuildAction] = field(default_factory=list)  # served from the cache
     skipped: list[BuildAction] = field(default_factory=list)
     failed: list[BuildAction] = field(default_factory=list)  # root causes only
     not_run: list[BuildAction] = field(default_factory=list)
@@ -86,7 +89,8 @@ class SchedulerOptions:
     critical_path: bool = True
 
 
-_Done = tuple[BuildAction, Decision, BaseException | None, dict[BuildFile, tuple[StatKey, str]]]
+_Produced = dict[BuildFile, tuple[StatKey, str]]
+_Done = tuple[BuildAction, Decision, BaseException | None, _Produced]
 # A waiting action: (minus its remaining path, arrival number, action, decision).
 _Waiting = tuple[float, int, BuildAction, Decision]
 
@@ -111,6 +115,7 @@ class Scheduler:
         on_interrupt: Callable[[], None] = lambda: None,
         outputs: OutputTree | None = None,
         readers: list[ev.EventReader] | None = None,
+        cache: BuildCache | None = None,
     ):
         self.plan = plan
         self.store = store
@@ -143,6 +148,9 @@ class Scheduler:
         # What every PROCESS action starts with, whatever ran before it.
         self._environment = (dict(os.environ), os.getcwd())
         self._pool_lock = threading.Lock()
+        self.cache = cache
+        # Actions whose outputs came from the cache, with the lane that restored them.
+        self._served: dict[BuildAction, str] = {}
 
     def _state_cap(self) -> None:
         """Say so when ``-j`` asked for more than the build can use (a -j above the
@@ -312,6 +320,8 @@ class Scheduler:
             self._done.put((action, decision, _CANCELLED, {}))
             return
         action.start_time = action.invoke_time = time.time()
+        if self._serve_from_cache(action, decision):
+            return
         self.events.started(action, decision)
         error: BaseException | None = None
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
@@ -322,6 +332,7 @@ class Scheduler:
             else:
                 action._invoke()
             produced = self._hash_outputs(action)
+            self._save_to_cache(action, decision, produced)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             if isinstance(e, KeyboardInterrupt) and action.concurrency is ActionConcurrency.NONE:
                 # Ctrl-C reached an in-line action, on the scheduler's thread: stop the build.
@@ -332,6 +343,31 @@ class Scheduler:
                 self._stopping = True
         action.finish_time = time.time()
         self._done.put((action, decision, error, produced))
+
+    def _cacheable(self, action: BuildAction, decision: Decision) -> bool:
+        return self.cache is not None and cacheable(
+            action, decision.params, self.plan.outputs[action]
+        )
+
+    def _serve_from_cache(self, action: BuildAction, decision: Decision) -> bool:
+        """On a cache hit, materialize the outputs and report the action done."""
+        if not self._cacheable(action, decision):
+            return False
+        assert self.cache is not None
+        outputs = self.plan.outputs[action]
+        produced = self.cache.restore(decision.key, outputs, known_digests(action, outputs))
+        if produced is None:
+            return False
+        name = threading.current_thread().name
+        self._served[action] = "main" if name == "MainThread" else name
+        action.finish_time = time.time()
+        self._done.put((action, decision, None, produced))
+        return True
+
+    def _save_to_cache(self, action: BuildAction, decision: Decision, produced: _Produced) -> None:
+        if self._cacheable(action, decision):
+            assert self.cache is not None
+            self.cache.save(decision.key, action.desc, produced)
 
     def _process_pool(self) -> ProcessPool:
         with self._pool_lock:  # worker threads ask for it concurrently
@@ -379,12 +415,24 @@ class Scheduler:
             outputs[f.key] = digest
         record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)
         self.store.record(decision.action_id, record)
-        self.result.built.append(action)
-        self.events.finished(action, decision, produced)
+        lane = self._served.pop(action, None)
+        if lane is not None:
+            self.result.cached.append(action)
+            self.events.cached(action, decision, produced, action.start_time or time.time(), lane)
+        else:
+            self.result.built.append(action)
+            self.events.finished(action, decision, produced)
         self._succeed(action)
 
     def _pretend(self, action: BuildAction, decision: Decision) -> None:
         """Dry run: count the action as run; its outputs' new digests are unknown."""
+        if self._cacheable(action, decision):
+            assert self.cache is not None
+            outputs = self.plan.outputs[action]
+            if self.cache.would_serve(decision.key, outputs, known_digests(action, outputs)):
+                decision = dataclasses.replace(
+                    decision, reason=f"{decision.reason}; would be served from cache"
+                )
         self.result.would_run.append((action, decision.reason or ""))
         self.events.would_run(action, decision)
         if self.opts.explain:
@@ -435,7 +483,8 @@ class Scheduler:
         with contextlib.suppress(KeyboardInterrupt):
             self._drain_running(time.monotonic() + _INTERRUPT_WAIT_S)
         for action in self.plan.actions:
-            if action.start_time is not None and action not in self.result.built:
+            done = action in self.result.built or action in self.result.cached
+            if action.start_time is not None and not done:
                 for f in self.plan.outputs[action]:
                     remove_partial(f.fs_str)
 

@@ -47,6 +47,10 @@ class FetchHttpAction(BuildAction):
     def params(self) -> dict[str, Any]:
         return {"url": self.url, "url_sha256": url_digest(self._url), "sha256": self.sha256}
 
+    def output_digests(self) -> dict[BuildFile, str] | None:
+        """The digest the download must have: the cache serves it by content."""
+        return {self.output_file: self.sha256.strip().lower()} if self.sha256 else None
+
     def _invoke(self) -> None:
         reporter = self.executor.reporter
         path = self.output_file.get_fs_path()

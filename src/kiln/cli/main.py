@@ -44,6 +44,7 @@ commands:
   graph     print the build graph in Graphviz dot format
   clean     remove the output directory's build products and state
   report    write an HTML report of the last build (no module needed)
+  cache     stats|gc|clear of the shared cache (kiln cache --help)
 
 Run 'kiln COMMAND MODULE --help' for the options of a command and module."""
 
@@ -198,7 +199,7 @@ def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[
         print(USAGE, file=err)
         return 2
     commands = importlib.import_module(f"kiln.cli.{command}_cmd")
-    if command in ("clean", "report"):  # no build module needed
+    if command in ("clean", "report", "cache"):  # no build module needed
         return commands.run(rest, out, err)
     from kiln.cli.session import open_session
 

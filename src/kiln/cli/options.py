@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from kiln.args import ClArg, check_cl_args
+from kiln.cli.cache_options import add_cache_options
 from kiln.errors import UsageError
 
-COMMANDS = ("build", "list", "explain", "clean", "graph", "report")
+COMMANDS = ("build", "list", "explain", "clean", "graph", "report", "cache")
 
 
 class ParserExit(Exception):
@@ -83,6 +84,7 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
                        help="actions running at once (default: the number of CPUs)")
         p.add_argument("--pool", type=pool_limit, action="append", default=[],
                        metavar="NAME=N", help="bound the actions of resource pool NAME to N")
+        add_cache_options(p)
     if command == "build":
         p.add_argument("--fail-fast", action="store_true",
                        help="start no new action after the first failure")

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import IO
 
 from kiln.args import argument_namespace_context
+from kiln.cli.cache_options import open_cache
 from kiln.cli.loader import collect_entrypoints, guarded, load_build_module
 from kiln.cli.main import Invocation
 from kiln.cli.options import add_cl_args, command_parser
@@ -39,6 +40,7 @@ def open_session(
     executor.verbose_level = ns.verbose
     executor.read_only = command in ("list", "graph", "explain") or bool(
         getattr(ns, "dry_run", False))
+    executor.cache = open_cache(ns, reporter.message)
     where = getattr(module, "__file__", None) or module.__name__
     with argument_namespace_context(ns), contextlib.redirect_stdout(err):
         broken = _analyse(executor, where, entrypoints)

@@ -1,0 +1,25 @@
+"""kiln's shared, content-addressed cache (design.md, "Caching and remote execution").
+
+    entry.py        the action-cache entry format (``kiln-ac/1``)
+    local.py        the cache directory: action cache, CAS, eviction, build log
+    remote.py       the Bazel HTTP cache protocol client
+    build_cache.py  what one build does with them: restore, save, report
+    config.py       where the cache lives and how big it may grow
+"""
+
+from __future__ import annotations
+
+from kiln.cache.build_cache import BuildCache, cacheable, known_digests
+from kiln.cache.config import DEFAULT_MAX_SIZE, default_cache_dir, format_size, parse_size
+from kiln.cache.local import LocalCache
+
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "BuildCache",
+    "LocalCache",
+    "cacheable",
+    "default_cache_dir",
+    "format_size",
+    "known_digests",
+    "parse_size",
+]

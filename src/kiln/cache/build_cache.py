@@ -1,0 +1,247 @@
+"""The cache as a build uses it: the local cache in front of an optional remote one.
+
+Before a cacheable action runs the scheduler asks ``restore``: on a hit the
+outputs are materialized from the CAS into the output directory (a copy or a
+reflink, each verified against its digest, renamed into place only when every
+output of the action is whole) and the action does not run. After it succeeds the
+scheduler hands its outputs to ``save``. Which actions are cacheable:
+``cacheable``. A cache that fails never fails the build: a local error is reported
+once and the cache is left alone for the rest of the build; the remote reports
+its own failures (``kiln.cache.remote``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kiln.actions._files import atomic_output
+from kiln.cache.entry import CachedOutput, CacheEntry, is_digest
+from kiln.cache.local import LocalCache, copy_verified
+from kiln.graph import BuildAction, BuildFile
+from kiln.state import StatKey, stat_key
+
+if TYPE_CHECKING:  # imported only by a build that has a remote cache
+    from kiln.cache.remote import RemoteCache
+
+Produced = dict[BuildFile, tuple[StatKey, str]]
+
+
+class _Miss(Exception):
+    """A cached output cannot be served (a blob is missing or corrupt)."""
+
+
+def cacheable(action: BuildAction, params: Any, outputs: list[BuildFile]) -> bool:
+    """Whether the results of ``action`` may be cached: it has outputs and parameters
+    (``always_run`` actions have none) and does not say ``cacheable = False``."""
+    return bool(outputs) and params is not None and getattr(action, "cacheable", True) is not False
+
+
+def known_digests(action: BuildAction, outputs: list[BuildFile]) -> dict[str, str] | None:
+    """Output digests an action declares before it runs (a ``fetch_http`` with
+    ``sha256``), by file key: such outputs are served from the CAS by digest."""
+    declared = getattr(action, "output_digests", None)
+    found = declared() if callable(declared) else None
+    if not found or len(found) != len(outputs):
+        return None
+    return {f.key: d for f, d in found.items() if isinstance(d, str) and is_digest(d)} or None
+
+
+class BuildCache:
+    """The caches one build reads and writes, and what happened to them.
+
+    Invariant: once ``broken`` is set the local cache is not touched again; counts
+    only grow. Safe to call from several threads.
+    """
+
+    def __init__(
+        self,
+        local: LocalCache,
+        remote: RemoteCache | None = None,
+        *,
+        max_size: int = 10 << 30,
+        warn: Callable[[str], None] = lambda text: None,
+    ):
+        self.local = local
+        self.remote = remote
+        self.max_size = max_size
+        self.counts = dict.fromkeys(("hits", "remote_hits", "misses", "stored", "corrupt"), 0)
+        self.broken = False
+        self._warn = warn
+        self._lock = threading.Lock()
+        self._reported: set[str] = set()
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.counts[name] += 1
+
+    def _report_once(self, topic: str, text: str) -> None:
+        with self._lock:
+            if topic in self._reported:
+                return
+            self._reported.add(topic)
+        self._warn(text)
+
+    def _local_failed(self, error: OSError) -> None:
+        self.broken = True
+        self._report_once(
+            "local", f"warning: cannot use the cache {self.local.root} ({error}); "
+            "building without it (choose another with --cache-dir, or --no-cache)"
+        )  # fmt: skip
+
+    # -- looking up ----------------------------------------------------------
+
+    def restore(
+        self, key: str, outputs: list[BuildFile], known: dict[str, str] | None = None
+    ) -> Produced | None:
+        """Materialize the outputs cached for ``key`` (or, for ``known`` digests, the
+        blobs with those digests); None on a miss."""
+        if self.broken:
+            return None
+        try:
+            served = self._restore(key, outputs, known)
+        except OSError as e:
+            self._local_failed(e)
+            served = None
+        self._count("misses" if served is None else "hits")
+        return served
+
+    def _restore(
+        self, key: str, outputs: list[BuildFile], known: dict[str, str] | None
+    ) -> Produced | None:
+        entry, remote = self._entry(key)
+        if entry is not None:
+            plan = _match(entry, outputs)
+        elif known is not None:
+            plan = [(f, CachedOutput(f.key, known[f.key], -1, -1)) for f in outputs]
+        else:
+            return None
+        if plan is None:
+            return None
+        for _, out in plan:
+            if not self.local.has_blob(out.sha256):
+                if self.remote is None or not self.remote.fetch_blob(out.sha256, self.local):
+                    return None
+                remote = True
+        try:
+            produced = self._materialize(plan)
+        except _Miss:
+            return None
+        if entry is not None and remote:
+            self.local.put_entry(key, entry.encode())
+        if remote:
+            self._count("remote_hits")
+        return produced
+
+    def _entry(self, key: str) -> tuple[CacheEntry | None, bool]:
+        """The entry for ``key`` and whether it came from the remote."""
+        data = self.local.get_entry(key)
+        if data is not None:
+            entry = CacheEntry.decode(key, data)
+            if entry is not None:
+                return entry, False
+        if self.remote is None:
+            return None, False
+        data = self.remote.get_entry(key)
+        entry = CacheEntry.decode(key, data) if data is not None else None
+        if data is not None and entry is None:
+            self._report_once(f"ac/{key}", f"warning: remote cache {self.remote.shown} has "
+                              f"an unreadable entry ac/{key}; ignored it")  # fmt: skip
+        return entry, entry is not None
+
+    def _materialize(self, plan: list[tuple[BuildFile, CachedOutput]]) -> Produced:
+        """Copy every blob to a temporary beside its output, check it, then rename them
+        all into place."""
+        with contextlib.ExitStack() as stack:
+            for f, out in plan:
+                tmp = stack.enter_context(atomic_output(f.get_fs_path()))
+                blob = self.local.blob_path(out.sha256)
+                try:
+                    digest = copy_verified(blob, tmp)
+                except FileNotFoundError:  # evicted meanwhile
+                    raise _Miss from None
+                if digest != out.sha256:
+                    self._corrupt(blob, out.sha256)
+                if out.mode >= 0:
+                    os.chmod(tmp, out.mode)
+                self.local.touch_blob(out.sha256)
+        return {f: (stat_key(os.stat(f.fs_str)), out.sha256) for f, out in plan}
+
+    def _corrupt(self, blob: Path, digest: str) -> None:
+        self.local.remove_blob(digest)
+        self._count("corrupt")
+        self._report_once(f"cas/{digest}", f"warning: cache blob {blob} was damaged (its "
+                          "content does not match its name); removed it")  # fmt: skip
+        raise _Miss
+
+    def would_serve(
+        self, key: str, outputs: list[BuildFile], known: dict[str, str] | None = None
+    ) -> bool:
+        """Whether ``restore`` would most likely hit (blobs are not read)."""
+        try:
+            data = self.local.get_entry(key)
+            entry = CacheEntry.decode(key, data) if data is not None else None
+            if entry is not None:
+                plan = _match(entry, outputs)
+                digests = [o.sha256 for _, o in plan] if plan is not None else []
+            else:
+                digests = list(known.values()) if known else []
+            if digests and all(self.local.has_blob(d) for d in digests):
+                return True
+        except OSError:
+            return False
+        return self.remote is not None and self.remote.has_entry(key)
+
+    # -- storing -------------------------------------------------------------
+
+    def save(self, key: str, desc: str, produced: Produced) -> None:
+        """Put an action's outputs (digests already known) into the caches."""
+        if self.broken or not produced:
+            return
+        outputs = []
+        try:
+            for f, ((size, *_), digest) in produced.items():
+                mode = os.stat(f.fs_str).st_mode & 0o7777
+                if not self.local.put_file(f.fs_str, digest):
+                    return  # changed since it was hashed: nothing to vouch for
+                outputs.append(CachedOutput(f.key, digest, size, mode))
+            entry = CacheEntry(key, desc, tuple(sorted(outputs, key=lambda o: o.path)))
+            data = entry.encode()
+            self.local.put_entry(key, data)
+        except OSError as e:
+            self._local_failed(e)
+            return
+        self._count("stored")
+        if self.remote is not None and self.remote.uploads:
+            for out in outputs:
+                self.remote.put_blob(out.sha256, self.local.blob_path(out.sha256))
+            self.remote.put_entry(key, data)
+
+    def end_build(self) -> None:
+        """Log this build's counts and evict down to the size bound."""
+        if self.broken or not any(self.counts.values()):
+            return
+        try:
+            self.local.log_build(dict(self.counts))
+            if self.counts["stored"] or self.counts["remote_hits"]:
+                self.local.gc(self.max_size)
+        except OSError as e:
+            self._local_failed(e)
+
+
+def _match(
+    entry: CacheEntry, outputs: list[BuildFile]
+) -> list[tuple[BuildFile, CachedOutput]] | None:
+    """Pair the entry's outputs with the action's files by file key; an action with one
+    output takes the entry's one output whatever its name (a download of the same URL
+    and digest to another file)."""
+    by_path = {o.path: o for o in entry.outputs}
+    if len(outputs) == 1 and len(entry.outputs) == 1:
+        return [(outputs[0], entry.outputs[0])]
+    if set(by_path) != {f.key for f in outputs}:
+        return None
+    return [(f, by_path[f.key]) for f in outputs]

@@ -1,0 +1,42 @@
+"""Where the cache lives and how big it may grow: the defaults and the size syntax."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+DEFAULT_MAX_SIZE = 10 << 30
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*\Z", re.IGNORECASE)
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$KILN_CACHE_DIR``, else ``kiln`` under ``$XDG_CACHE_HOME`` or ``~/.cache``."""
+    env = os.environ if env is None else env
+    if env.get("KILN_CACHE_DIR"):
+        return Path(env["KILN_CACHE_DIR"])
+    xdg = env.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "kiln"
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``: a number with an optional unit, K/M/G/T or KiB/MiB/GiB/TiB
+    (powers of 1024) or KB/MB/GB/TB (powers of 1000); ValueError otherwise."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (use e.g. 500M, 10G, 2GiB, 1500000)")
+    number, unit, suffix = float(m[1]), m[2].lower(), m[3].lower()
+    base = 1000 if suffix == "b" and unit else 1024
+    return int(number * base ** _POWERS[unit])
+
+
+def format_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
