@@ -62,6 +62,19 @@ def kiln(tmp_path: Path):
     return run
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets its own empty shared cache (``KILN_CACHE_DIR``): no test reads the
+    user's cache or another test's results, and none reaches a remote cache."""
+    path = tmp_path_factory.mktemp("kiln-cache")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(path))
+    for name in ("KILN_REMOTE_CACHE", "KILN_CACHE_MAX_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    return path
+
+
 @pytest.fixture
 def tag() -> Iterator[str]:
     """A value for $KILN_TEST_TAG; processes still carrying it at the end are killed."""

@@ -601,7 +601,7 @@ def test_cli_edit_reruns_downstream_and_summary_counts_failures(
     assert ran(tmp_path) == ["b.out"]
 
     cli_project("bang")
-    build = kiln("build", "build.py")
+    build = kiln("build", "build.py", "--no-cache")  # else b.out comes from the cache
     assert build.returncode == 0
     assert "kiln: done: 1 built, 2 up to date, 0 failed, 0 not run" in build.stderr
     assert ran(tmp_path) == ["b.out"]  # c.out's input came back identical
@@ -614,7 +614,7 @@ def test_cli_corrupt_state_is_moved_aside_and_everything_rebuilds(
     ran(tmp_path)
     kiln_dir = tmp_path / "kiln-out" / ".kiln"
     (kiln_dir / "state.db").write_bytes(b"\x13garbage" * 1000)
-    build = kiln("build", "build.py")
+    build = kiln("build", "build.py", "--no-cache")
     assert build.returncode == 0, build.stderr
     warnings = [line for line in build.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1

@@ -10,7 +10,7 @@ Format (``"format": "kiln-manifest/2"``)::
             {"namespace": "bin", "path": "bin/mnist_cpu.vmfb" (relative to the
              output directory), "sha256": "...", "size": 1234,
              "action": "<description of the producing action>",
-             "status": "built", "built": true,
+             "status": "built", "built": true, "cached": false,
              ... plus what the action attached with ``ManifestMeta``: for a
              compiled module "target", "flags", "compiler_version" and
              "verification": [{"passed" (true, false, or null when skipped),
@@ -43,12 +43,15 @@ happens to lie on disk):
 A check or benchmark reports what its result file says only when this build
 built it (or found it up to date); otherwise its status is the action's.
 Format 1 called an output ``built`` (with its digest) whenever a file was there,
-even when a build that did not request it left it stale. The file is replaced
-atomically after each build.
+even when a build that did not request it left it stale. A built output also
+has ``"cached"``: true when the file was served from the shared cache rather than
+made by running its action (in this build, or in the build that last made it,
+while its digest is unchanged). The file is replaced atomically after each build.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -105,7 +108,8 @@ class Statuses:
         self.result = result
         self.of: dict[BuildAction, str] = {}
         for status, actions in (("built", result.built), ("built", result.skipped),
-                                ("failed", result.failed), ("not run", result.not_run)):
+                                ("built", result.cached), ("failed", result.failed),
+                                ("not run", result.not_run)):
             self.of.update((a, status) for a in actions)  # fmt: skip
         self.digests = dict(result.digests)
         if unrequested:
@@ -212,7 +216,12 @@ def skipped_checks(executor: Executor, result: BuildResult) -> list[str]:
     return lines
 
 
-def describe_output(executor: Executor, statuses: Statuses, f: BuildFile) -> dict[str, Any]:
+def describe_output(
+    executor: Executor, statuses: Statuses, f: BuildFile,
+    cached: set[tuple[str, str]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The manifest entry of ``f``; ``cached`` holds the (path, sha256) of outputs
+    served from the cache."""
     path = f.fs_path
     entry: dict[str, Any] = {
         "namespace": f.namespace.value,
@@ -231,6 +240,7 @@ def describe_output(executor: Executor, statuses: Statuses, f: BuildFile) -> dic
     entry.update(status=status, built=digest is not None)
     if digest is not None:
         entry.update(sha256=digest, size=os.lstat(path).st_size)
+        entry["cached"] = (entry["path"], digest) in (cached or set())
     meta = ManifestMeta.get(f)
     entry.update(meta.fields)
     if meta.verifications:
@@ -243,10 +253,12 @@ def describe_output(executor: Executor, statuses: Statuses, f: BuildFile) -> dic
 def write_manifest(executor: Executor, result: BuildResult) -> None:
     """Rewrite the manifest for every entrypoint of the graph, from ``result``."""
     statuses = Statuses(executor, result)
+    cached = _cached_outputs(executor, result)
     data = {
         "format": FORMAT,
         "entrypoints": {
-            ep.path: {"outputs": [describe_output(executor, statuses, f) for f in ep.outputs]}
+            ep.path: {"outputs": [describe_output(executor, statuses, f, cached)
+                                    for f in ep.outputs]}
             for ep in executor.entrypoints
         },
     }
@@ -257,3 +269,26 @@ def write_manifest(executor: Executor, result: BuildResult) -> None:
             f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     except OSError as e:  # a full disk: the old manifest stays, whole
         raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
+
+
+def _cached_outputs(executor: Executor, result: BuildResult | None) -> set[tuple[str, str]]:
+    """(path, sha256) of the outputs that came from the cache: served in this build, or
+    so marked in the previous manifest (an up-to-date output keeps its origin)."""
+    found: dict[str, str] = {}
+    broken = (OSError, NotRegularFile, ValueError, TypeError, AttributeError, KeyError)
+    with contextlib.suppress(*broken):
+        old = json.loads(read_regular(executor.output_dir / "manifest.json"))
+        for ep in old["entrypoints"].values():
+            found.update((o["path"], o["sha256"]) for o in ep["outputs"] if o.get("cached"))
+    served = set(result.cached) if result is not None else set()
+    built = set(result.built) if result is not None else set()
+    for ep in executor.entrypoints:
+        for f in ep.outputs:
+            if served.isdisjoint(f.deps) and built.isdisjoint(f.deps):
+                continue  # up to date (or not built): keeps what the old manifest says
+            path = os.path.relpath(f.fs_path, executor.output_dir)
+            found.pop(path, None)
+            digest = executor.store().digest(f.fs_str)
+            if digest is not None and not served.isdisjoint(f.deps):
+                found[path] = digest
+    return set(found.items())
