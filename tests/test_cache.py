@@ -1,0 +1,334 @@
+"""The local shared cache, through the CLI: hits into fresh output directories,
+damaged blobs, concurrent builds, eviction, ``kiln cache``, and what is never cached."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cache_build import blob, module_text, runs, tree, write_tool
+from httpserver import HTTPTestServer
+
+
+@pytest.fixture
+def cache(_private_cache: Path) -> Path:
+    return _private_cache
+
+
+@pytest.fixture
+def project(tmp_path: Path, write_module: Callable[..., Path]) -> Callable[..., Path]:
+    def make(names: list[str], size: int = 3000) -> Path:
+        tool = write_tool(tmp_path)
+        return write_module(module_text(tool, tmp_path / "counter", names, size))
+
+    return make
+
+
+def build(kiln: Callable[..., Any], out: str, *args: str, ok: bool = True) -> Any:
+    r = kiln("build", "build.py", "--output-dir", out, *args)
+    if ok:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_a_fresh_output_dir_is_served_from_the_cache_byte_for_byte(
+    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    project(["m1", "m2"])
+    first = build(kiln, "o1")
+    assert sorted(runs(tmp_path / "counter")) == ["m1", "m1-sum", "m2", "m2-sum"]
+    assert "4 built" in first.stderr
+    second = build(kiln, "o2")
+    assert len(runs(tmp_path / "counter")) == 4, second.stderr  # nothing ran
+    assert "kiln: done: 0 built, 4 cached, 0 up to date" in second.stderr
+    assert second.stderr.count("] cached: Running") == 4
+    first_tree = tree(tmp_path / "o1")
+    assert tree(tmp_path / "o2") == first_tree and len(first_tree) == 4
+    served = tmp_path / "o2/bin/m1/m1.bin"
+    assert served.stat().st_nlink == 1  # a copy, never a hard link into the cache
+    assert oct(served.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+    stored = blob(cache, served.read_bytes())
+    assert stored.is_file() and stored.stat().st_ino != served.stat().st_ino
+    served.write_bytes(b"edited in place")
+    assert stored.read_bytes() == first_tree["bin/m1/m1.bin"]
+
+    # The served actions were recorded: the next build of o2 restores only what changed.
+    third = build(kiln, "o2")
+    assert "0 built, 1 cached, 3 up to date" in third.stderr
+    assert tree(tmp_path / "o2") == first_tree
+    assert "0 built, 4 up to date" in build(kiln, "o2").stderr
+    assert len(runs(tmp_path / "counter")) == 4
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def test_the_manifest_records_which_outputs_came_from_the_cache(
+    tmp_path: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    project(["m1"])
+    build(kiln, "o1")
+    build(kiln, "o2")
+
+    def cached(out: str) -> dict[str, bool]:
+        data = json.loads((tmp_path / out / "manifest.json").read_text())
+        return {o["path"]: o["cached"] for o in data["entrypoints"]["m1"]["outputs"]}
+
+    assert cached("o1") == {"bin/m1/m1.bin": False, "genfiles/m1/m1.sum": False}
+    assert cached("o2") == {"bin/m1/m1.bin": True, "genfiles/m1/m1.sum": True}
+    build(kiln, "o2")  # a no-op keeps the origin of what it did not touch
+    assert cached("o2") == {"bin/m1/m1.bin": True, "genfiles/m1/m1.sum": True}
+    build(kiln, "o2", "--no-cache")
+    assert cached("o2") == {"bin/m1/m1.bin": True, "genfiles/m1/m1.sum": True}
+    (tmp_path / "o2/bin/m1/m1.bin").unlink()
+    build(kiln, "o2", "--no-cache")  # m1.bin was made by running its action now
+    assert cached("o2") == {"bin/m1/m1.bin": False, "genfiles/m1/m1.sum": True}
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncate"])
+def test_a_damaged_blob_is_a_miss_removed_and_reported_once(
+    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any],
+    damage: str,
+) -> None:  # fmt: skip
+    project(["m1"], size=200_000)
+    build(kiln, "o1")
+    good = (tmp_path / "o1/bin/m1/m1.bin").read_bytes()
+    stored = blob(cache, good)
+    stored.chmod(0o644)
+    if damage == "corrupt":
+        stored.write_bytes(good[:1000] + b"X" + good[1001:])
+    else:
+        stored.write_bytes(good[: len(good) // 2])
+
+    r = build(kiln, "o2")
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1, r.stderr
+    assert str(stored) in warnings[0] and "damaged" in warnings[0]
+    assert runs(tmp_path / "counter").count("m1") == 2  # the action ran again
+    assert (tmp_path / "o2/bin/m1/m1.bin").read_bytes() == good
+    assert "1 built, 1 cached" in r.stderr  # m1.sum's blob was whole
+    assert stored.read_bytes() == good  # put back whole by the run
+
+    again = build(kiln, "o3")
+    assert "warning" not in again.stderr
+    assert "0 built, 2 cached" in again.stderr
+
+
+def test_concurrent_builds_share_one_cache(
+    tmp_path: Path, cache: Path, project: Callable[..., Path]
+) -> None:
+    names = [f"m{i}" for i in range(6)]
+    project(names, size=50_000)
+    env = {**os.environ, "NO_COLOR": "1"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "kiln", "build", "build.py", "--output-dir", f"o{i}", "-j", "2"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for i in range(4)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert "warning" not in err
+    expected = tree(tmp_path / "o0")
+    assert len(expected) == 12
+    for i in range(1, 4):
+        assert tree(tmp_path / f"o{i}") == expected
+    r = subprocess.run(
+        [sys.executable, "-m", "kiln", "build", "build.py", "--output-dir", "fresh"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "0 built, 12 cached" in r.stderr, r.stderr
+    assert tree(tmp_path / "fresh") == expected
+    assert list((cache / "v1" / "tmp").iterdir()) == []  # no temporaries left behind
+    for path, data in expected.items():
+        assert blob(cache, data).read_bytes() == data, path
+
+
+def test_eviction_keeps_the_cache_within_its_size_least_recently_used_first(
+    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    project(["a", "b", "c"], size=20_000)
+    build(kiln, "o1", "a")
+    time.sleep(0.05)
+    build(kiln, "o1", "b")
+    time.sleep(0.05)
+    build(kiln, "o2", "a")  # a hit: a is now used more recently than b
+    time.sleep(0.05)
+    r = build(kiln, "o1", "c", "--cache-max-size", "45K")
+    usage = sum(p.stat().st_size for p in (cache / "v1").rglob("*") if p.parent.parent.name
+                in ("ac", "cas"))  # fmt: skip
+    assert usage <= 45 * 1024, r.stderr
+    a, b, c = (tmp_path / f"o1/bin/{n}/{n}.bin" for n in "abc")
+    assert blob(cache, a.read_bytes()).exists()
+    assert blob(cache, c.read_bytes()).exists()
+    assert not blob(cache, b.read_bytes()).exists()
+
+    stats = kiln("cache", "stats")
+    assert stats.returncode == 0, stats.stderr
+    assert f"cache: {cache}" in stats.stdout
+    assert "2 hits (0 remote), 0 misses" in stats.stdout  # the build of o2
+    assert "0 hits (0 remote), 2 misses, 2 stored" in stats.stdout
+
+
+def test_cache_stats_gc_and_clear(
+    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    empty = kiln("cache", "stats")
+    assert empty.returncode == 0 and "entries: 0" in empty.stdout
+    assert "no builds recorded yet" in empty.stdout
+    project(["m1", "m2"])
+    build(kiln, "o1")
+    stats = kiln("cache", "stats")
+    assert "entries: 4" in stats.stdout and "blobs: 4" in stats.stdout
+    size = re.search(r"size: ([\d.]+) KiB of 10.0 GiB", stats.stdout)
+    assert size and 6.0 < float(size[1]) < 9.0, stats.stdout  # 2 × 3,000 + 2 × 64 bytes + JSON
+    gc = kiln("cache", "gc")
+    assert gc.returncode == 0 and "removed 0 file(s)" in gc.stderr
+    gc = kiln("cache", "gc", "--max-size", "0")
+    assert gc.returncode == 0 and "removed 8 file(s)" in gc.stderr, gc.stderr
+    assert "entries: 0" in kiln("cache", "stats").stdout
+    build(kiln, "o2")
+    assert kiln("cache", "clear").returncode == 0
+    assert not (cache / "v1").exists()
+    assert "4 built" in build(kiln, "o3").stderr
+    bad = kiln("cache", "gc", "--max-size", "lots")
+    assert bad.returncode == 2 and "--max-size" in bad.stderr and "not a size" in bad.stderr
+    assert kiln("cache").returncode == 2
+
+
+def test_no_cache_reads_and_writes_nothing(
+    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    project(["m1"])
+    build(kiln, "o1", "--no-cache")
+    assert list(cache.iterdir()) == []
+    build(kiln, "o2")
+    assert "2 built" in build(kiln, "o3", "--no-cache").stderr
+    assert len(runs(tmp_path / "counter")) == 6
+
+
+def test_cache_dir_option_and_bad_sizes(
+    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    project(["m1"])
+    build(kiln, "o1", "--cache-dir", "elsewhere")
+    assert (tmp_path / "elsewhere" / "v1" / "ac").is_dir()
+    assert list(cache.iterdir()) == []
+    bad = build(kiln, "o2", "--cache-max-size", "ten", ok=False)
+    assert bad.returncode == 2 and "--cache-max-size" in bad.stderr
+    bad = kiln("build", "build.py", env={"KILN_CACHE_MAX_SIZE": "ten"})
+    assert bad.returncode == 2 and "KILN_CACHE_MAX_SIZE" in bad.stderr
+
+
+def test_an_unusable_cache_dir_is_reported_once_and_the_build_goes_on(
+    tmp_path: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    project(["m1", "m2"])
+    (tmp_path / "not-a-dir").write_text("a file where the cache should be")
+    r = build(kiln, "o1", "--cache-dir", "not-a-dir")
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "not-a-dir" in warnings[0], r.stderr
+    assert "4 built" in r.stderr
+    assert (tmp_path / "not-a-dir").read_text() == "a file where the cache should be"
+
+
+USER_ACTIONS = """
+import sys
+from pathlib import Path
+
+COUNTER = Path(__file__).parent / "counter"
+
+class Stamp(BuildAction):
+    def __init__(self, out, **kw):
+        super().__init__(**kw)
+        self.out = out
+        out.deps.add(self)
+
+    def _invoke(self):
+        with open(COUNTER, "a") as f:
+            f.write(self.desc + "\\n")
+        self.out.get_fs_path().write_text("stamp")
+        self.out.get_fs_path().chmod(0o750)
+
+class Uncacheable(Stamp):
+    cacheable = False
+
+class Always(Stamp):
+    always_run = True
+
+@entrypoint
+def stamps():
+    context = BuildContext.current()
+    outs = []
+    for cls in (Stamp, Uncacheable, Always):
+        out = context.allocate_file(cls.__name__ + ".txt")
+        cls(out, desc=cls.__name__, executor=context.executor)
+        outs.append(out)
+    return outs
+"""
+
+
+def test_cacheable_false_and_always_run_are_never_cached(
+    tmp_path: Path, cache: Path, write_module: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    write_module(USER_ACTIONS)
+    build(kiln, "o1")
+    r = build(kiln, "o2")
+    assert "2 built, 1 cached" in r.stderr
+    ran = runs(tmp_path / "counter")
+    assert sorted(ran) == ["Always", "Always", "Stamp", "Uncacheable", "Uncacheable"]
+    assert len([p for p in (cache / "v1" / "ac").rglob("*") if p.is_file()]) == 1  # Stamp's
+    served = tmp_path / "o2/genfiles/stamps/Stamp.txt"
+    assert served.read_text() == "stamp" and served.stat().st_mode & 0o777 == 0o750
+    before = sorted(cache.rglob("*"))
+    explain = kiln("explain", "build.py", "--output-dir", "o3")
+    lines = sorted(explain.stdout.splitlines())
+    assert lines == [
+        "Always: marked always-run",
+        "Stamp: never built; would be served from cache",
+        "Uncacheable: never built",
+    ]
+    assert sorted(cache.rglob("*")) == before  # explain writes nothing to the cache
+
+
+FETCH = """
+@entrypoint
+def get(url=cl_arg("url", default=""), sha=cl_arg("sha", default="")):
+    return fetch_http(name="blob.bin", url=url, sha256=sha)
+"""
+
+
+def test_fetch_http_with_a_digest_is_served_from_the_cas_without_the_network(
+    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    body = os.urandom(300_000)
+    sha = hashlib.sha256(body).hexdigest()
+    write_module(FETCH)
+    with HTTPTestServer() as server:
+        url = server.serve("/m.bin", body)
+        build(kiln, "o1", "--url", url, "--sha", sha)
+        assert server.count("/m.bin") == 1
+    # The server is gone: the same URL, and a mirror's, come from the CAS.
+    same = build(kiln, "o2", "--url", url, "--sha", sha)
+    assert "cached: Fetching" in same.stderr
+    mirror = build(kiln, "o3", "--url", "http://127.0.0.1:9/mirror/m.bin", "--sha", sha)
+    assert "0 built, 1 cached" in mirror.stderr
+    for out in ("o2", "o3"):
+        assert (tmp_path / out / "genfiles/get/blob.bin").read_bytes() == body
+    # Without the digest the download is not content-addressed: it must fetch (and fail).
+    failed = build(kiln, "o4", "--url", "http://127.0.0.1:9/m.bin", ok=False)
+    assert failed.returncode == 1
