@@ -84,7 +84,9 @@ def _last(graph: Graph, prefix: str) -> str:
 
 
 def _kiln(module: str) -> Callable[[Path], list[str]]:
-    return lambda root: [*_tool("kiln", "kiln"), "build", module, "-j", "2", "--output-dir", "out"]
+    # --no-cache: kiln's cache would serve every clean round after the first.
+    return lambda root: [*_tool("kiln", "kiln"), "build", module, "-j", "2", "--output-dir", "out",
+                         "--no-cache"]  # fmt: skip
 
 
 KILN_PY = System(

@@ -40,6 +40,7 @@ from _synthetic import (
     iree_build,
 )
 from _zoo import ZooResult, bench_zoo
+from _zoo_cache import ZooCacheResult, bench_zoo_cache, cache_table, cache_targets
 from process_actions import ProcessResult, bench_process
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +55,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                    help="where graphs and outputs go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--no-zoo", action="store_true", help="skip the model-zoo benchmark")
+    p.add_argument("--only-cache", action="store_true", help="only the zoo cache benchmark")
     return p.parse_args(argv)  # fmt: skip
 
 
@@ -73,6 +75,7 @@ def main(argv: list[str]) -> int:
     probe: list[tuple[str, str, str]] = []
     zoos: list[ZooResult] = []
     processes: list[ProcessResult] = []
+    caches: list[ZooCacheResult] = []
     errors: list[str] = []
 
     def stage(name: str, run: Callable[[], None]) -> None:
@@ -87,6 +90,11 @@ def main(argv: list[str]) -> int:
     small, big = make_graph(100, 10), make_graph(100, 100)
     peers = [KILN_PY, KILN_SH, NINJA, DOIT]
     try:
+        if args.only_cache:
+            stage("model zoo cache", lambda: caches.append(bench_zoo_cache(
+                5 if args.quick else 20, work=work, runs=runs)))
+            return _finish(args, mode, runs, started, machine, [], [], [], None, [], caches,
+                           errors)
         stage(f"graph {small.label}", lambda: graphs.append(bench_graph(
             small, [*peers, iree_build(6 if args.quick else 60)], work=work, runs=runs)))
         if args.quick:
@@ -106,13 +114,27 @@ def main(argv: list[str]) -> int:
         if not args.no_zoo:
             stage("model zoo", lambda: zoos.append(bench_zoo(
                 5 if args.quick else 20, work=work, runs=runs)))
+            stage("model zoo cache", lambda: caches.append(bench_zoo_cache(
+                5 if args.quick else 20, work=work, runs=runs)))
     finally:
         if not args.keep and args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    took = time.perf_counter() - started
     zoo = zoos[0] if zoos else None
+    return _finish(args, mode, runs, started, machine, graphs, analysis, probe, zoo, processes,
+                   caches, errors)
+
+
+def _finish(
+    args: argparse.Namespace, mode: str, runs: int, started: float, machine: list[str],
+    graphs: list[GraphResult], analysis: list[AnalysisResult], probe: list[tuple[str, str, str]],
+    zoo: ZooResult | None, processes: list[ProcessResult], caches: list[ZooCacheResult],
+    errors: list[str],
+) -> int:  # fmt: skip
+    took = time.perf_counter() - started
     process = processes[0] if processes else None
-    text = _markdown(mode, runs, took, machine, graphs, analysis, probe, zoo, process, errors)
+    cache = caches[0] if caches else None
+    text = _markdown(mode, runs, took, machine, graphs, analysis, probe, zoo, process, cache,
+                     errors)
     print("\n" + text)
     results = HERE / "results"
     results.mkdir(exist_ok=True)
@@ -148,6 +170,7 @@ def _markdown(
     probe: list[tuple[str, str, str]],
     zoo: ZooResult | None,
     process: ProcessResult | None,
+    cache: ZooCacheResult | None,
     errors: list[str],
 ) -> str:
     command = "benchmarks/run.py" + (" --quick" if mode == "quick" else "")
@@ -199,7 +222,17 @@ def _markdown(
                 "(its own concurrency). The models are the first of "
                 "`kiln.actions._ireetools.model_zoo()`.",
                 "", *_report.zoo_table(zoo)]  # fmt: skip
-    out += ["", "## Targets", "", *_report.targets(graphs, analysis, zoo), ""]
+    if cache is not None:
+        out += ["", "## Model zoo: the shared cache (host CPU)", "",
+                "kiln alone, `kiln build benchmarks/zoo_kiln.py MODEL... -j 2` into a new output "
+                "directory each time: clean with `--no-cache`; clean with an empty local cache; "
+                "with that cache warm; clean with an empty local cache uploading to an empty "
+                "remote (nginx WebDAV on 127.0.0.1); with a new empty local cache and that "
+                "remote warm. The rows above run kiln with `--no-cache`.",
+                "", *cache_table(cache)]  # fmt: skip
+    cache_rows = [f"| {name} | {got} | {goal} | {'met' if met else '**missed**'} | |"
+                  for name, got, goal, met in cache_targets(cache)]  # fmt: skip
+    out += ["", "## Targets", "", *_report.targets(graphs, analysis, zoo), *cache_rows, ""]
     if errors:
         out += ["## Errors (these benchmarks are missing above)", "",
                 *(f"- {e}" for e in errors), ""]  # fmt: skip

@@ -155,21 +155,21 @@ class BuildCache:
 
     def _materialize(self, plan: list[tuple[BuildFile, CachedOutput]]) -> Produced:
         """Copy every blob to a temporary beside its output, check it, then rename them
-        all into place."""
-        with contextlib.ExitStack() as stack:
-            for f, out in plan:
-                tmp = stack.enter_context(atomic_output(f.get_fs_path()))
-                blob = self.local.blob_path(out.sha256)
-                try:
-                    digest = copy_verified(blob, tmp)
-                except FileNotFoundError:  # evicted meanwhile
-                    raise _Miss from None
-                if digest != out.sha256:
-                    self._corrupt(blob, out.sha256)
-                if out.mode >= 0:
-                    os.chmod(tmp, out.mode)
-                self.local.touch_blob(out.sha256)
-        return {f: (stat_key(os.stat(f.fs_str)), out.sha256) for f, out in plan}
+        all into place. Any failure is a miss: the action runs, and meets (and reports)
+        whatever is wrong with its output path itself."""
+        try:
+            with contextlib.ExitStack() as stack:
+                for f, out in plan:
+                    tmp = stack.enter_context(atomic_output(f.get_fs_path()))
+                    blob = self.local.blob_path(out.sha256)
+                    if copy_verified(blob, tmp) != out.sha256:
+                        self._corrupt(blob, out.sha256)
+                    if out.mode >= 0:
+                        os.chmod(tmp, out.mode)
+                    self.local.touch_blob(out.sha256)
+            return {f: (stat_key(os.stat(f.fs_str)), out.sha256) for f, out in plan}
+        except OSError:  # a blob evicted meanwhile, an output path that cannot be written
+            raise _Miss from None
 
     def _corrupt(self, blob: Path, digest: str) -> None:
         self.local.remove_blob(digest)
@@ -183,7 +183,7 @@ class BuildCache:
     ) -> bool:
         """Whether ``restore`` would most likely hit (blobs are not read)."""
         try:
-            data = self.local.get_entry(key)
+            data = self.local.get_entry(key, touch=False)
             entry = CacheEntry.decode(key, data) if data is not None else None
             if entry is not None:
                 plan = _match(entry, outputs)

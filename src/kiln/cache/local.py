@@ -107,13 +107,15 @@ class LocalCache:
 
     # -- action cache --------------------------------------------------------
 
-    def get_entry(self, key: str) -> bytes | None:
+    def get_entry(self, key: str, touch: bool = True) -> bytes | None:
+        """The entry for ``key``, marked used unless ``touch`` is False; None if absent."""
         path = self.entry_path(key)
         try:
             data = path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
-        _touch(path)
+        if touch:
+            _touch(path)
         return data
 
     def has_entry(self, key: str) -> bool:
