@@ -55,7 +55,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                    help="where graphs and outputs go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--no-zoo", action="store_true", help="skip the model-zoo benchmark")
-    p.add_argument("--only-cache", action="store_true", help="only the zoo cache benchmark")
+    p.add_argument("--only-cache", action="store_true",
+                   help="only the zoo cache benchmark (written to <date>-cache-<mode>.md)")
     return p.parse_args(argv)  # fmt: skip
 
 
@@ -138,6 +139,11 @@ def _finish(
     print("\n" + text)
     results = HERE / "results"
     results.mkdir(exist_ok=True)
+    if args.only_cache:  # a partial run: latest.md keeps the last whole one
+        dated = results / f"{datetime.date.today().isoformat()}-cache-{mode}.md"
+        dated.write_text(text)
+        print(f"written to {dated.relative_to(ROOT)}")
+        return 1 if errors else 0
     dated = results / f"{datetime.date.today().isoformat()}-{mode}.md"
     dated.write_text(text)
     (results / "latest.md").write_text(text)

@@ -4,6 +4,7 @@ damaged blobs, concurrent builds, eviction, ``kiln cache``, and what is never ca
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -332,3 +333,28 @@ def test_fetch_http_with_a_digest_is_served_from_the_cas_without_the_network(
     # Without the digest the download is not content-addressed: it must fetch (and fail).
     failed = build(kiln, "o4", "--url", "http://127.0.0.1:9/m.bin", ok=False)
     assert failed.returncode == 1
+
+
+def test_the_live_display_counts_what_the_cache_served(
+    tmp_path: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    from rich.console import Console
+
+    from kiln.graph import BuildAction
+    from kiln.reporting_rich import RichReporter
+
+    project(["m1", "m2"])
+    build(kiln, "o1")
+    live = build(kiln, "o2", "--console", "live", "-v")
+    assert "\x1b[" in live.stderr
+    assert live.stderr.count("cached: Running") == 4
+    assert "0 built, 4 cached, 0 up to date" in live.stderr
+
+    class Step(BuildAction):
+        pass
+
+    reporter = RichReporter(io.StringIO())
+    reporter.cached_dep(Step.__new__(Step))  # only counted: no graph needed
+    screen = Console(record=True, width=80, file=io.StringIO())
+    screen.print(reporter)
+    assert "1 served from cache" in screen.export_text()
