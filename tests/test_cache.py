@@ -358,3 +358,36 @@ def test_the_live_display_counts_what_the_cache_served(
     screen = Console(record=True, width=80, file=io.StringIO())
     screen.print(reporter)
     assert "1 served from cache" in screen.export_text()
+
+
+def test_entries_that_are_not_well_formed_are_misses() -> None:
+    from kiln.cache.entry import CachedOutput, CacheEntry, key_name
+
+    good = CacheEntry("k1", "Running x", (CachedOutput("gen/x", "a" * 64, 3, 0o644),))
+    assert CacheEntry.decode("k1", good.encode()) == good
+    assert CacheEntry.decode("k2", good.encode()) is None  # another key's entry
+    data = json.loads(good.encode())
+    for broken in (
+        {**data, "format": "kiln-ac/0"},
+        {**data, "outputs": []},
+        {**data, "outputs": [{**data["outputs"][0], "sha256": "../../etc/passwd"}]},
+        {**data, "outputs": [{**data["outputs"][0], "mode": 0o1000000}]},
+        {**data, "outputs": [data["outputs"][0], data["outputs"][0]]},
+        {**data, "outputs": "x"},
+    ):
+        assert CacheEntry.decode("k1", json.dumps(broken).encode()) is None, broken
+    assert CacheEntry.decode("k1", b"\xff not json") is None
+    assert key_name("ab" * 32) == "ab" * 32
+    assert key_name("../../x") == hashlib.sha256(b"../../x").hexdigest()
+
+
+def test_sizes_and_the_default_cache_dir(tmp_path: Path) -> None:
+    from kiln.cache import default_cache_dir, parse_size
+
+    assert parse_size("10G") == parse_size("10GiB") == 10 << 30
+    assert parse_size("2KB") == 2000 and parse_size("1.5k") == 1536 and parse_size("7") == 7
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("ten")
+    assert default_cache_dir({"KILN_CACHE_DIR": "/c"}) == Path("/c")
+    assert default_cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/kiln")
+    assert default_cache_dir({"XDG_CACHE_HOME": "rel"}) == Path.home() / ".cache" / "kiln"
