@@ -83,6 +83,7 @@ class RemoteCache:
         self._backoff = backoff_s
         self._warn = warn
         self._lock = threading.Lock()
+        self._bad: set[str] = set()  # digests it served wrong bytes for (reported)
 
     # -- the protocol --------------------------------------------------------
 
@@ -102,8 +103,13 @@ class RemoteCache:
         def store(read: Callable[[int], bytes]) -> bool:
             return local.put_stream(digest, read)
 
+        with self._lock:
+            if digest in self._bad:
+                return False
         stored = self._call(lambda: self._get(f"cas/{digest}", store))
         if stored is False:
+            with self._lock:
+                self._bad.add(digest)
             self._warn(
                 f"warning: remote cache {self.shown} served cas/{digest} with another "
                 "digest; ignored it"
