@@ -19,10 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln.actions._files import atomic_output
 from kiln.cache.entry import CachedOutput, CacheEntry, is_digest
 from kiln.cache.local import LocalCache, copy_verified
+from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
+from kiln.outputs import atomic_output
 from kiln.state import StatKey, stat_key
 
 if TYPE_CHECKING:  # imported only by a build that has a remote cache
@@ -167,9 +168,9 @@ class BuildCache:
                     if out.mode >= 0:
                         os.chmod(tmp, out.mode)
                     self.local.touch_blob(out.sha256)
-            return {f: (stat_key(os.stat(f.fs_str)), out.sha256) for f, out in plan}
-        except OSError:  # a blob evicted meanwhile, an output path that cannot be written
-            raise _Miss from None
+            return {f: (stat_key(os.lstat(f.fs_str)), out.sha256) for f, out in plan}
+        except (OSError, NotRegularFile):  # a blob evicted meanwhile, an output path that
+            raise _Miss from None  # cannot be written: the action meets it and says so
 
     def _corrupt(self, blob: Path, digest: str) -> None:
         self.local.remove_blob(digest)
@@ -205,13 +206,15 @@ class BuildCache:
         outputs = []
         try:
             for f, ((size, *_), digest) in produced.items():
-                mode = os.stat(f.fs_str).st_mode & 0o7777
+                mode = os.lstat(f.fs_str).st_mode & 0o7777
                 if not self.local.put_file(f.fs_str, digest):
                     return  # changed since it was hashed: nothing to vouch for
                 outputs.append(CachedOutput(f.key, digest, size, mode))
             entry = CacheEntry(key, desc, tuple(sorted(outputs, key=lambda o: o.path)))
             data = entry.encode()
             self.local.put_entry(key, data)
+        except NotRegularFile:
+            return  # replaced since it was hashed: nothing to vouch for
         except OSError as e:
             self._local_failed(e)
             return

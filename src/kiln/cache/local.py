@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kiln.cache.entry import key_name
+from kiln.outputs import open_regular
 
 FORMAT_DIR = "v1"
 _CHUNK = 1 << 20
@@ -65,9 +66,12 @@ def _hash_file(f: IO[bytes]) -> str:
 
 
 def copy_verified(src: str | Path, dst: str | Path) -> str:
-    """Copy ``src`` to the new file ``dst`` (a reflink where the file system has them,
-    never a hard link) and return the SHA-256 of the bytes now in ``dst``."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
+    """Copy the regular file ``src`` over the file ``dst`` (a reflink where the file
+    system has them, never a hard link) and return the SHA-256 of the bytes now in
+    ``dst``. Neither path is followed if it is a symbolic link (NotRegularFile, OSError)."""
+    out_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o666)  # fmt: skip
+    with os.fdopen(open_regular(src), "rb") as fin, os.fdopen(out_fd, "wb") as fout:
         if _reflink(fin, fout):
             with open(dst, "rb") as check:
                 return _hash_file(check)
