@@ -391,3 +391,22 @@ def test_sizes_and_the_default_cache_dir(tmp_path: Path) -> None:
     assert default_cache_dir({"KILN_CACHE_DIR": "/c"}) == Path("/c")
     assert default_cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/kiln")
     assert default_cache_dir({"XDG_CACHE_HOME": "rel"}) == Path.home() / ".cache" / "kiln"
+
+
+def test_a_blob_replaced_by_a_link_is_never_followed(
+    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    project(["m1"])
+    build(kiln, "o1")
+    good = (tmp_path / "o1/bin/m1/m1.bin").read_bytes()
+    stored = blob(cache, good)
+    elsewhere = tmp_path / "elsewhere.bin"
+    elsewhere.write_bytes(good)  # the right bytes, but not the cache's file
+    stored.unlink()
+    stored.symlink_to(elsewhere)
+    r = build(kiln, "o2")
+    assert "1 built, 1 cached" in r.stderr  # m1.bin ran again; m1.sum's blob was whole
+    assert runs(tmp_path / "counter").count("m1") == 2
+    assert (tmp_path / "o2/bin/m1/m1.bin").read_bytes() == good
+    assert elsewhere.read_bytes() == good
+    assert not stored.is_symlink() and stored.read_bytes() == good  # replaced by the run

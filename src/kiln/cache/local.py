@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +35,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kiln.cache.entry import key_name
-from kiln.outputs import open_regular
+from kiln.errors import NotRegularFile
+from kiln.outputs import open_regular, read_regular
 
 FORMAT_DIR = "v1"
 _CHUNK = 1 << 20
@@ -115,8 +117,8 @@ class LocalCache:
         """The entry for ``key``, marked used unless ``touch`` is False; None if absent."""
         path = self.entry_path(key)
         try:
-            data = path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
+            data = read_regular(path)
+        except (FileNotFoundError, NotADirectoryError, NotRegularFile):
             return None
         if touch:
             _touch(path)
@@ -132,7 +134,7 @@ class LocalCache:
     # -- blobs ---------------------------------------------------------------
 
     def has_blob(self, digest: str) -> bool:
-        return self.blob_path(digest).is_file()
+        return _is_regular(self.blob_path(digest))
 
     def touch_blob(self, digest: str) -> None:
         _touch(self.blob_path(digest))
@@ -145,7 +147,7 @@ class LocalCache:
         """Store the file ``src`` as blob ``digest``; False (nothing stored) when its
         bytes do not have that digest (it changed since it was hashed)."""
         target = self.blob_path(digest)
-        if target.is_file():
+        if _is_regular(target):
             _touch(target)
             return True
         self._mkdir(self._tmp)
@@ -276,6 +278,13 @@ class LocalCache:
                 if isinstance(item, dict):
                     out.append(item)
         return out
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def _touch(path: Path) -> None:
