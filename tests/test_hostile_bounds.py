@@ -239,7 +239,8 @@ def test_mistyped_record_reruns_its_action(damage: str, write_module, kiln, tmp_
     if damage.startswith("files"):  # a digest-cache entry: the file is hashed again
         assert "1 up to date" in r.stderr
     else:
-        assert "1 built" in r.stderr, r.stderr
+        # Not trusted: run again, or restored (verified) from the shared cache.
+        assert "1 built" in r.stderr or "0 built, 1 cached" in r.stderr, r.stderr
         if not damage.startswith("id"):
             assert "its record in the build state is damaged" in explain.stdout
     assert (out / "genfiles" / "a" / "x.txt").read_text() == "one\n"
