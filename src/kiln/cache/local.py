@@ -71,9 +71,14 @@ def copy_verified(src: str | Path, dst: str | Path) -> str:
     """Copy the regular file ``src`` over the file ``dst`` (a reflink where the file
     system has them, never a hard link) and return the SHA-256 of the bytes now in
     ``dst``. Neither path is followed if it is a symbolic link (NotRegularFile, OSError)."""
-    out_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o666)  # fmt: skip
-    with os.fdopen(open_regular(src), "rb") as fin, os.fdopen(out_fd, "wb") as fout:
+    in_fd = open_regular(src)
+    try:
+        out_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o666)  # fmt: skip
+    except BaseException:
+        os.close(in_fd)
+        raise
+    with os.fdopen(in_fd, "rb") as fin, os.fdopen(out_fd, "wb") as fout:
         if _reflink(fin, fout):
             with open(dst, "rb") as check:
                 return _hash_file(check)
