@@ -95,8 +95,9 @@ def bench_process(actions: int, *, work: Path, runs: int) -> ProcessResult:
         walls = []
         for i in range(runs):
             shutil.rmtree(root / "out", ignore_errors=True)
+            # --no-cache: the shared cache would serve every round after the first.
             argv = [sys.executable, "-m", "kiln", "build", "trivial.py", "-j", "2",
-                    "--output-dir", "out"]  # fmt: skip
+                    "--output-dir", "out", "--no-cache"]  # fmt: skip
             log = root / f"run-{i}.log"
             sample = checked(run_child(argv, cwd=root, log=log), f"{kind} actions")
             walls.append(sample.wall_s)
