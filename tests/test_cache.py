@@ -407,3 +407,37 @@ def test_a_blob_replaced_by_a_link_is_never_followed(
     assert (tmp_path / "o2/bin/m1/m1.bin").read_bytes() == good
     assert elsewhere.read_bytes() == good
     assert not stored.is_symlink() and stored.read_bytes() == good  # replaced by the run
+
+
+SOURCE_PROJECT = """\
+from kiln import *
+
+@entrypoint
+def shout():
+    text = source_file("data/words.txt")
+    return run_command(name="loud.txt", inputs=[text],
+                       command=["sh", "-c", "tr a-z A-Z < {inputs[0]} > {out}"])
+"""
+
+
+def test_a_checkout_elsewhere_is_served_from_the_cache(
+    tmp_path: Path, cache: Path
+) -> None:
+    """Source files are keyed by their path under the build module's directory, so
+    the same project checked out at another path reuses what the first built."""
+    results = []
+    for checkout in ("a/project", "b/elsewhere/project"):
+        root = tmp_path / checkout
+        (root / "data").mkdir(parents=True)
+        (root / "data/words.txt").write_text("hello\n")
+        (root / "build.py").write_text(SOURCE_PROJECT)
+        env = {**os.environ, "NO_COLOR": "1", "KILN_CACHE_DIR": str(cache)}
+        results.append(subprocess.run(
+            [sys.executable, "-m", "kiln", "build", "build.py"],
+            cwd=root, capture_output=True, text=True, timeout=120, env=env,
+        ))  # fmt: skip
+        assert results[-1].returncode == 0, results[-1].stderr
+    assert "1 built" in results[0].stderr
+    assert "0 built, 1 cached" in results[1].stderr, results[1].stderr
+    served = tmp_path / "b/elsewhere/project/kiln-out/genfiles/shout/loud.txt"
+    assert served.read_text() == "HELLO\n"

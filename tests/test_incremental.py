@@ -308,7 +308,9 @@ def test_adding_an_input_reruns_the_consumer(p: Project) -> None:
     p.params["extra"] = True
     build = p.build(with_extra_input, explain=True)
     assert build.ran == ["K"]
-    assert build.reasons["K"].endswith(f"input {p.src / 'a.txt'} was added")
+    # Named relative to the executor's source root (by default the working directory).
+    name = os.path.relpath(p.src / "a.txt")
+    assert build.reasons["K"].endswith(f"input {name} was added")
 
 
 # -- user actions' keys and the always-run escape hatch --------------------------
@@ -513,7 +515,10 @@ def test_records_hold_key_params_and_digests(p: Project) -> None:
         store.close()
     assert isinstance(rec, ActionRecord)
     assert rec.params is not None and rec.params["op"] == "upper"
-    assert rec.inputs == {f"src:{p.src / 'a.txt'}": kiln.state.hash_file(p.src / "a.txt")}
+    # Source files are named relative to the source root: keys do not depend on
+    # where the checkout lies.
+    name = os.path.relpath(p.src / "a.txt", os.getcwd())  # the executor's default source root
+    assert rec.inputs == {f"src:{name}": kiln.state.hash_file(p.src / "a.txt")}
     assert rec.outputs == {"gen/A": kiln.state.hash_file(p.output("A"))}
 
 

@@ -89,6 +89,9 @@ class Executor:
         reporter: ProgressReporter | None = None,
     ):
         self.output_dir = Path(output_dir).absolute()
+        # What source files' keys are relative to: the build module's directory
+        # (the command line sets it), else the working directory.
+        self.source_root = os.getcwd()
         self.stderr = stderr if stderr is not None else sys.stderr
         self.reporter = reporter if reporter is not None else ProgressReporter()
         self.verbose_level = 0

@@ -182,7 +182,11 @@ class BuildFile(BuildDependency):
         self.namespace = namespace
         self.source = source  # absolute path of a source-tree file, else None
         self.runfiles: set[BuildFile] = set()
-        self._key = f"src:{source}" if source is not None else f"{namespace.value}/{path}"
+        self._key = (
+            f"src:{posixpath.relpath(source, executor.source_root)}"
+            if source is not None
+            else f"{namespace.value}/{path}"
+        )
         self._fs_path: Path | None = source
         self._fs_str: str | None = None
         self._parent_made = False
@@ -190,7 +194,10 @@ class BuildFile(BuildDependency):
 
     @property
     def key(self) -> str:
-        """Stable identity in the state store: ``<namespace>/<path>`` or ``src:<path>``."""
+        """Stable identity in the state store and in keys: ``<namespace>/<path>``, or
+        ``src:<path>`` with a source file's path relative to the executor's
+        ``source_root`` (the build module's directory), so that keys, and the shared
+        cache, do not depend on where the checkout lies."""
         return self._key
 
     @property

@@ -188,12 +188,10 @@ def _join(name: str, key: str) -> str:
 
 def _file_name(key: str) -> str:
     """How a file reads in a reason: its graph path, or a source file's path
-    relative to the working directory when it lies below it."""
+    (relative to the build module's directory)."""
     if not key.startswith("src:"):
         return key.split("/", 1)[-1]
-    path = key[4:]
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
+    return key[4:]
 
 
 def _short(value: Any) -> str:

@@ -38,6 +38,9 @@ def open_session(
     reporter = make_reporter(ns, err)
     executor = Executor(ns.output_dir, stderr=err, reporter=reporter)
     executor.verbose_level = ns.verbose
+    module_file = getattr(module, "__file__", None)
+    if module_file:
+        executor.source_root = os.path.dirname(os.path.abspath(module_file))
     executor.read_only = command in ("list", "graph", "explain") or bool(
         getattr(ns, "dry_run", False))
     executor.cache = open_cache(ns, reporter.message)
