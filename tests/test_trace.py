@@ -108,3 +108,20 @@ def test_profile_into_a_missing_directory_is_a_usage_error(write_module, kiln) -
     r = kiln("build", "build.py", "wide", "--profile", "nowhere/trace.json")
     assert r.returncode == 2
     assert "--profile nowhere/trace.json: no directory nowhere" in r.stderr
+
+
+def test_unwritable_report_files_are_usage_errors_before_the_build(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    write_module(MODULE)
+    (tmp_path / "adir").mkdir()
+    for option, value, says in (
+        ("--profile", "", "expected a file name"),
+        ("--events", "", "expected a file name"),
+        ("--profile", "adir", "is a directory"),
+        ("--events", "missing/e.jsonl", "does not exist"),
+    ):
+        r = kiln("build", "build.py", "wide", option, value)
+        assert r.returncode == 2, r.stderr
+        assert says in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "kiln-out").exists()  # refused before anything ran

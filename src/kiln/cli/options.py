@@ -46,6 +46,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def report_file(text: str) -> Path:
+    """An ``--events`` or ``--profile`` file: checked now, so that a name kiln cannot
+    write fails before the build rather than after it."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a file name, got an empty one")
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; name a file")
+    if not path.absolute().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the directory of {text} does not exist")
+    return path
+
+
 def output_dir(text: str) -> Path:
     """An ``--output-dir`` value: an empty one would silently mean the working directory."""
     if not text.strip():
@@ -92,10 +105,10 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
         p.add_argument("--explain", action="store_true", help="say why each action runs")
         p.add_argument("--no-wait", action="store_true",
                        help="fail at once if another build holds the output directory")
-        p.add_argument("--events", type=Path, metavar="FILE",
+        p.add_argument("--events", type=report_file, metavar="FILE",
                        help="write the build's events to FILE as JSON lines, as they happen "
                        "(format: docs/events.md)")
-        p.add_argument("--profile", type=Path, metavar="FILE",
+        p.add_argument("--profile", type=report_file, metavar="FILE",
                        help="write a Chrome trace of the build to FILE (open it in Perfetto "
                        "or chrome://tracing)")
     add_action_options(p)
