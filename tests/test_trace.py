@@ -107,7 +107,7 @@ def test_profile_into_a_missing_directory_is_a_usage_error(write_module, kiln) -
     write_module(MODULE)
     r = kiln("build", "build.py", "wide", "--profile", "nowhere/trace.json")
     assert r.returncode == 2
-    assert "--profile nowhere/trace.json: no directory nowhere" in r.stderr
+    assert "--profile: the directory of nowhere/trace.json does not exist" in r.stderr
 
 
 def test_unwritable_report_files_are_usage_errors_before_the_build(
