@@ -132,7 +132,9 @@ def _files(out_dir: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "signum", [signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM], ids=["SIGHUP", "SIGPIPE", "SIGTERM"]
+    "signum",
+    [signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM, signal.SIGQUIT, signal.SIGUSR1],
+    ids=["SIGHUP", "SIGPIPE", "SIGTERM", "SIGQUIT", "SIGUSR1"],
 )
 def test_signal_mid_build_cleans_up_and_kills_daemons(
     write_module, tmp_path: Path, tag: str, signum: int

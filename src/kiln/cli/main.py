@@ -233,13 +233,19 @@ _IREE_COMMAND_FLAGS = MappingProxyType({
 })
 
 
-# The signals that end a build: clean-up, then exit 128 + N.
-STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGTERM)
+# The signals that end a build: clean-up, then exit 128 + N. Every signal whose
+# default action would end kiln on the spot, leaving commands and temporaries.
+STOP_SIGNALS = (
+    signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGTERM, signal.SIGQUIT,
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGXCPU, signal.SIGVTALRM,
+    signal.SIGPROF,
+)  # fmt: skip
 
 
 @contextlib.contextmanager
 def _signals_interrupt(out: IO[str], err: IO[str]) -> Iterator[None]:
-    """Turn SIGHUP, SIGINT, SIGPIPE and SIGTERM into BuildInterrupted in the main thread.
+    """Turn the stopping signals (SIGHUP, SIGINT, SIGPIPE, SIGTERM, SIGQUIT, SIGUSR1, ...)
+    into BuildInterrupted in the main thread.
 
     A SIGPIPE that kiln's own write to a closed stdout caused is not an
     interruption: that write raises BrokenPipeError, which ends kiln quietly. A
@@ -252,6 +258,9 @@ def _signals_interrupt(out: IO[str], err: IO[str]) -> Iterator[None]:
 
     try:
         old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+        # A write past the file-size limit fails with EFBIG, which kiln reports,
+        # rather than killing kiln mid-write.
+        old[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
