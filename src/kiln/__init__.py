@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln._version import __version__ as __version__
 from kiln.actions.process import run_command, source_file
 from kiln.args import cl_arg
-from kiln.cli.loader import load_build_module
-from kiln.cli.main import iree_build_main, kiln_main
 from kiln.entrypoints import entrypoint
-
-__version__ = "0.1.0"
 
 __all__ = [
     "benchmark",
@@ -32,8 +29,12 @@ __all__ = [
     "verify",
 ]
 
-# The ML actions are imported on first use, keeping ``import kiln`` fast.
+# The ML actions and the command line are imported on first use, keeping
+# ``import kiln`` fast and the core free of any import of ``kiln.cli``.
 _LAZY = {
+    "kiln_main": "kiln.cli.main",
+    "iree_build_main": "kiln.cli.main",
+    "load_build_module": "kiln.cli.loader",
     "fetch_http": "kiln.actions.net",
     "onnx_import": "kiln.actions.onnx",
     "compile": "kiln.actions.iree",

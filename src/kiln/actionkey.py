@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kiln._gc import gc_paused
+from kiln._version import __version__
 from kiln.canonical import Unkeyable, canonical, file_ref_for, qualname
 from kiln.codekey import CodeDigests
 from kiln.errors import BuildDefinitionError
@@ -114,15 +115,13 @@ class KeyMaker:
 
     def class_digest(self, kind: type) -> str:
         """The digest of the code of ``kind`` and its bases (see the module docstring)."""
-        import kiln
-
         skip = _NOT_CODE.union(getattr(kind, "key_exclude", ()))
         parts = []
         for klass in kind.__mro__:
             if klass is object:
                 continue
             if klass.__module__.split(".", 1)[0] == "kiln":
-                parts.append(f"{qualname(klass)} kiln {kiln.__version__}")
+                parts.append(f"{qualname(klass)} kiln {__version__}")
             elif self.code.is_user(klass):
                 parts.append(self.code.of_class(klass, skip))
             else:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kiln import events as ev
-from kiln.actions._files import atomic_output
 from kiln.errors import UsageError
+from kiln.outputs import atomic_output
 
 LAST_EVENTS = "last-events.jsonl"
 LAST_TRACE = "last-trace.json"

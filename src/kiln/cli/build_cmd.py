@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from kiln.cli.main import Invocation
+from kiln.cli.invocation import Invocation
 from kiln.cli.targets import output_paths, resolve_targets
 from kiln.reporting import format_root_causes, format_summary
 from kiln.scheduler import SchedulerOptions

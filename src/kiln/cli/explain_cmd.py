@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kiln.cli.build_cmd import options_from
-from kiln.cli.main import Invocation
+from kiln.cli.invocation import Invocation
 from kiln.cli.targets import resolve_targets
 
 

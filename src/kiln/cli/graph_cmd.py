@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kiln.cli.main import Invocation
+from kiln.cli.invocation import Invocation
 from kiln.cli.targets import resolve_targets
 from kiln.graph import BuildAction
 from kiln.plan import node_name

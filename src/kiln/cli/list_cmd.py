@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from kiln.cli.main import Invocation
+from kiln.cli.invocation import Invocation
 from kiln.errors import UsageError
 from kiln.graph import BuildAction, BuildFile
 

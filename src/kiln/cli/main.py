@@ -8,7 +8,6 @@ ends kiln quietly with 141, as SIGPIPE ends other command-line tools.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import io
@@ -18,7 +17,6 @@ import signal
 import sys
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import IO, Any, cast
 
@@ -47,17 +45,6 @@ commands:
   cache     stats|gc|clear of the shared cache (kiln cache --help)
 
 Run 'kiln COMMAND MODULE --help' for the options of a command and module."""
-
-
-@dataclass
-class Invocation:
-    """Everything a command needs: parsed options, the analysed graph, streams."""
-
-    command: str
-    ns: argparse.Namespace
-    executor: Any
-    stdout: IO[str]
-    stderr: IO[str]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO
 
-from kiln.actions._files import atomic_output
 from kiln.cli.options import KilnArgumentParser
 from kiln.errors import UsageError
+from kiln.outputs import atomic_output
 from kiln.report_data import load_report
 from kiln.report_html import render
 

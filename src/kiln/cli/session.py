@@ -13,8 +13,8 @@ from typing import IO
 
 from kiln.args import argument_namespace_context
 from kiln.cli.cache_options import open_cache
+from kiln.cli.invocation import Invocation
 from kiln.cli.loader import collect_entrypoints, guarded, load_build_module
-from kiln.cli.main import Invocation
 from kiln.cli.options import add_cl_args, command_parser
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, UsageError
