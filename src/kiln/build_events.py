@@ -6,17 +6,18 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kiln import events as ev
-from kiln.graph import BuildAction, BuildFile
+from kiln.graph import BuildAction, BuildDependency, BuildFile
 from kiln.incremental import action_id
 from kiln.plan import Plan, node_name
 from kiln.reporting import error_text
 
 if TYPE_CHECKING:
     from kiln.incremental import Decision
-    from kiln.scheduler import BuildResult
+    from kiln.result import BuildResult, NodeRun
     from kiln.state import StatKey
 
     Produced = dict[BuildFile, tuple[StatKey, str]]
@@ -32,9 +33,15 @@ class BuildEmitter:
     actions makes one event per action, not two.
     """
 
-    def __init__(self, stream: ev.EventStream, plan: Plan):
+    def __init__(
+        self,
+        stream: ev.EventStream,
+        plan: Plan,
+        runs: Mapping[BuildDependency, NodeRun] | None = None,
+    ):
         self.stream = stream
         self.plan = plan
+        self._runs = runs if runs is not None else {}  # each node's record (its times)
         self._ids: dict[BuildAction, str] = {}
         self._lanes: dict[BuildAction, str] = {}
         self._ended: set[BuildAction] = set()
@@ -86,7 +93,7 @@ class BuildEmitter:
         lane = "main" if name == "MainThread" else name
         self._lanes[action] = lane
         self.stream.emit(self._action_event(
-            ev.STARTED, action, time=action.start_time or time.time(), lane=lane,
+            ev.STARTED, action, time=self._times(action)[0] or time.time(), lane=lane,
             key=decision.key, reason=decision.reason, deps=self._producers(action)))  # fmt: skip
 
     def up_to_date(self, action: BuildAction, decision: Decision) -> None:
@@ -112,14 +119,14 @@ class BuildEmitter:
         self._ended.add(action)
         files, size = _describe(produced)
         self.stream.emit(self._action_event(
-            ev.FINISHED, action, time=action.finish_time or time.time(), **self._ran(action),
+            ev.FINISHED, action, time=self._times(action)[1] or time.time(), **self._ran(action),
             key=decision.key, reason=decision.reason, outputs=files, bytes=size))  # fmt: skip
 
     def failed(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
         self._ended.add(action)
         short, full = error_text(error), error_text(error, verbose=1)
         self.stream.emit(self._action_event(
-            ev.FAILED, action, time=action.finish_time or time.time(), **self._ran(action),
+            ev.FAILED, action, time=self._times(action)[1] or time.time(), **self._ran(action),
             key=decision.key, reason=decision.reason, error=short,
             traceback=full if full != short else None, root_cause=self.id_of(action)))  # fmt: skip
 
@@ -145,9 +152,12 @@ class BuildEmitter:
                 "wall_s": round(result.wall_s, 6), "counts": counts}  # fmt: skip
         self.stream.emit(ev.BuildEvent(ev.BUILD_FINISHED, data=data))
 
+    def _times(self, action: BuildAction) -> tuple[float | None, float | None]:
+        run = self._runs.get(action)
+        return (run.start_time, run.finish_time) if run is not None else (None, None)
+
     def _ran(self, action: BuildAction) -> dict[str, Any]:
-        start = action.start_time
-        end = action.finish_time
+        start, end = self._times(action)
         return {
             "lane": self._lanes.get(action, "main"),
             "start": start,

@@ -23,9 +23,8 @@ class Entrypoint:
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[BuildFile] | None:
         parent = BuildContext.current()
-        executor = parent.executor
-        bep = BuildEntrypoint(join_namespace(parent.path, self.name), executor, self)
-        executor.entrypoints.append(bep)
+        bep = BuildEntrypoint(join_namespace(parent.path, self.name), parent.executor, self)
+        bep.registry.add_entrypoint(bep)
         with bep:
             results = self._wrapped(*args, **kwargs)
             if results is None:

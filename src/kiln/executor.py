@@ -6,12 +6,9 @@ re-exported here.
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -21,7 +18,7 @@ from kiln._reaper import BuildReaper
 from kiln.actionkey import KeyMaker
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
-from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
+from kiln.errors import DependenceException, NotRegularFile
 from kiln.events import EventReader
 from kiln.graph import (
     ActionConcurrency,
@@ -34,16 +31,17 @@ from kiln.graph import (
     BuildMeta,
     FileNamespace,
     join_namespace,
-    namespace_dir,
 )
+from kiln.graph_registry import Checkpoint, GraphRegistry
+from kiln.layout import OutputLayout
 from kiln.lock import OutputLock
-from kiln.output_names import OutputNames
 from kiln.output_tree import OutputTree
-from kiln.outputs import KILN_DIR, NAME_MAX, claim_output_dir, output_dir_state
+from kiln.outputs import claim_output_dir, output_dir_state
 from kiln.plan import Plan, make_plan
 from kiln.reporting import ProgressReporter
-from kiln.runners import kill_group
-from kiln.scheduler import BuildResult, Scheduler, SchedulerOptions
+from kiln.result import BuildResult, SchedulerOptions
+from kiln.run_context import RunContext
+from kiln.scheduler import Scheduler
 from kiln.state import StateStore
 from kiln.trace import LastBuild
 
@@ -74,7 +72,10 @@ BuildFileLike = BuildFile | str
 
 
 class Executor:
-    """One build graph and the output directory it builds into.
+    """The iree.build-compatible facade of one build graph and the output directory
+    it builds into: it composes the graph registry (``graph``), the output layout
+    (``layout``), the run-time services actions reach (``run_context``) and the
+    build state, and runs builds.
 
     Invariant: ``all`` maps every graph path to the single file or context
     defined there; the root context has the empty path. With ``read_only`` (the
@@ -88,16 +89,14 @@ class Executor:
         stderr: IO[str] | None = None,
         reporter: ProgressReporter | None = None,
     ):
-        self.output_dir = Path(output_dir).absolute()
-        # What source files' keys are relative to: the build module's directory
-        # (the command line sets it), else the working directory.
-        self.source_root = os.getcwd()
         self.stderr = stderr if stderr is not None else sys.stderr
-        self.reporter = reporter if reporter is not None else ProgressReporter()
+        self.layout = OutputLayout(output_dir, warn=lambda m: self.reporter.message(m))
+        self.run_context = RunContext(
+            self.layout, reporter if reporter is not None else ProgressReporter(), self.store
+        )
+        self.graph = GraphRegistry(self.layout)
         self.verbose_level = 0
         self.read_only = False
-        self.all: dict[str, BuildContext | BuildFile] = {}
-        self.entrypoints: list[BuildEntrypoint] = []
         self.failed_deps: set[BuildDependency] = set()
         self.last_result: BuildResult | None = None
         # Extra readers of every build's events (``--events``, ``--profile``).
@@ -106,82 +105,79 @@ class Executor:
         self.cache: BuildCache | None = None
         self._store: StateStore | None = None
         self._keyed: tuple[Plan, KeyMaker] | None = None  # the last plan checked, keyed
-        self._metadata_lock = threading.RLock()
-        self._subprocesses: set[subprocess.Popen[bytes]] = set()
-        self._subprocess_lock = threading.Lock()
-        self._ns_dirs = {ns: namespace_dir(ns) for ns in FileNamespace}
-        self._roots = {ns: self.output_dir / d for ns, d in self._ns_dirs.items()}
-        self.outputs = OutputTree(self.output_dir, warn=lambda m: self.reporter.message(m))
-        self._names = OutputNames(str(self.output_dir))
         BuildContext("", self)
 
-    # -- the graph -----------------------------------------------------------
+    @property
+    def output_dir(self) -> Path:
+        return self.layout.output_dir
+
+    @property
+    def source_root(self) -> str:
+        """What source files' keys are relative to (``GraphRegistry.source_root``)."""
+        return self.graph.source_root
+
+    @source_root.setter
+    def source_root(self, path: str) -> None:
+        self.graph.source_root = path
+
+    @property
+    def reporter(self) -> ProgressReporter:
+        return self.run_context.reporter
+
+    @reporter.setter
+    def reporter(self, reporter: ProgressReporter) -> None:
+        self.run_context.reporter = reporter
+
+    @property
+    def outputs(self) -> OutputTree:
+        return self.layout.tree
+
+    # -- the graph (``GraphRegistry``) ------------------------------------------
+
+    @property
+    def all(self) -> dict[str, BuildContext | BuildFile]:
+        return self.graph.all
+
+    @property
+    def entrypoints(self) -> list[BuildEntrypoint]:
+        return self.graph.entrypoints
 
     def register(self, path: str, node: BuildContext | BuildFile) -> None:
-        existing = self.all.get(path)
-        if existing is not None:
-            raise BuildDefinitionError(
-                f"duplicate path '{path}': defined at {node.def_site} and already at "
-                f"{existing.def_site}; give one of them another name"
-            )
-        if isinstance(node, BuildFile) and node.source is None:
-            self._names.add(self.relative_path(node), str(node.def_site))
-        self.all[path] = node
+        self.graph.register(path, node)
+
+    def checkpoint(self) -> Checkpoint:
+        """A mark to ``rollback`` to: undoes what an entrypoint that failed declared."""
+        return self.graph.checkpoint()
+
+    def rollback(self, mark: Checkpoint) -> None:
+        self.graph.rollback(mark)
+
+    def get_context(self, path: str) -> BuildContext:
+        return self.graph.get_context(path)
+
+    def get_file(self, path: str) -> BuildFile:
+        return self.graph.get_file(path)
+
+    # -- the output layout (``OutputLayout``) -------------------------------------
 
     def relative_path(self, f: BuildFile) -> str:
         """Where output ``f`` lives, relative to the output directory."""
-        return f"{self._ns_dirs[f.namespace]}/{f.path}"
-
-    def checkpoint(self) -> tuple[int, int, int]:
-        """A mark to ``rollback`` to: undoes what an entrypoint that failed declared."""
-        return len(self.all), len(self.entrypoints), self._names.mark()
-
-    def rollback(self, mark: tuple[int, int, int]) -> None:
-        for path in list(self.all)[mark[0]:]:
-            del self.all[path]
-        del self.entrypoints[mark[1]:]
-        self._names.undo(mark[2])
-
-    def get_context(self, path: str) -> BuildContext:
-        node = self.all.get(path)
-        if not isinstance(node, BuildContext):
-            raise BuildDefinitionError(f"no build context '{path}'{self._suggest(path)}")
-        return node
-
-    def get_file(self, path: str) -> BuildFile:
-        node = self.all.get(path)
-        if not isinstance(node, BuildFile):
-            raise BuildDefinitionError(
-                f"file '{path}' is not known in the build graph{self._suggest(path, files=True)}"
-            )
-        return node
-
-    def _suggest(self, path: str, files: bool = False) -> str:
-        names = [p for p, n in self.all.items() if p and (not files or isinstance(n, BuildFile))]
-        close = difflib.get_close_matches(path, names, n=5, cutoff=0.5)
-        return f"; did you mean: {', '.join(close)}?" if close else ""
+        return self.layout.relative_path(f)
 
     def get_root(self, namespace: FileNamespace) -> Path:
-        return self._roots[namespace]
+        return self.layout.root(namespace)
 
     def ensure_dir(self, path: Path) -> None:
-        """Create the directory ``path`` below the output directory, never through a
-        link (once per build: outputs share directories)."""
-        self.outputs.make_dirs(path)
+        self.layout.ensure_dir(path)
 
     def log_path(self, f: BuildFile) -> str:
         """The log file of the action producing ``f`` (its directory made)."""
-        name = os.path.basename(f.path) + ".log"
-        if len(os.fsencode(name)) > NAME_MAX:  # a long output name: shortened, kept unique
-            name = f"{name[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}.log"
-        path = self.output_dir / KILN_DIR / "logs" / os.path.dirname(f.path) / name
-        self.outputs.make_dirs(path.parent)
-        return str(path)
+        return self.layout.log_path(f)
 
     def output_digest(self, f: BuildFile) -> str | None:
         """The digest of output ``f`` when it is a regular file reached through real
         directories, else None."""
-        if self.outputs.dir_problem(os.path.dirname(f.fs_str)) is not None:
+        if self.layout.tree.dir_problem(os.path.dirname(f.fs_str)) is not None:
             return None
         try:
             return self.store().digest(f.fs_str, output=True)
@@ -189,7 +185,7 @@ class Executor:
             return None
 
     def write_status(self, message: str) -> None:
-        self.reporter.message(message)
+        self.run_context.write_status(message)
 
     def analyze(self, *entrypoints: Callable[[], Any]) -> None:
         """Call each entrypoint inside the root context, declaring its subgraph."""
@@ -205,7 +201,7 @@ class Executor:
 
     def plan(self, targets: Iterable[BuildDependency]) -> Plan:
         """What ``targets`` need, in order (cycle check included); runs nothing."""
-        return make_plan(targets, [n for n in self.all.values() if isinstance(n, BuildFile)])
+        return make_plan(targets, self.graph.files())
 
     def checked_plan(self, targets: Iterable[BuildDependency]) -> Plan:
         """The plan of ``targets``, once every action in it says it can run."""
@@ -246,10 +242,12 @@ class Executor:
         if last is not None:
             readers.append(last)
         scheduler = Scheduler(
-            plan, store, self.reporter, options, keys, on_interrupt=self.kill_subprocesses,
-            outputs=None if options.dry_run else self.outputs, readers=readers,
+            plan, store, self.reporter, options, keys,
+            on_interrupt=self.run_context.kill_subprocesses,
+            outputs=None if options.dry_run else self.layout.tree, readers=readers,
             cache=self.cache,
         )  # fmt: skip
+        self.graph.runs.begin(scheduler.result.runs)
         try:
             if options.dry_run:
                 result = scheduler.run()
@@ -257,7 +255,9 @@ class Executor:
                 with BuildReaper(self.reporter.message):
                     result = scheduler.run()
         finally:
-            self.failed_deps.update(n for n in plan.order if n.failure is not None)
+            self.failed_deps.update(
+                n for n, run in scheduler.result.runs.items() if run.failure is not None
+            )
             if last is not None:
                 last.close()
             if self.cache is not None and not options.dry_run:
@@ -288,21 +288,13 @@ class Executor:
     def access_file_metadata(
         self, f: BuildFile, mutate: Callable[[BuildFileMetadata], bool] | None
     ) -> BuildFileMetadata:
-        with self._metadata_lock:
-            return self.store().file_metadata(f.key, mutate)
+        return self.run_context.file_metadata(f, mutate)
 
-    # -- subprocesses --------------------------------------------------------
+    # -- subprocesses (``RunContext``) -------------------------------------------
 
     def track(self, proc: subprocess.Popen[bytes], running: bool) -> None:
         """Note a subprocess started (or ended) by an action, to kill it on interrupt."""
-        with self._subprocess_lock:
-            if running:
-                self._subprocesses.add(proc)
-            else:
-                self._subprocesses.discard(proc)
+        self.run_context.track(proc, running)
 
     def kill_subprocesses(self) -> None:
-        with self._subprocess_lock:
-            procs = list(self._subprocesses)
-        for proc in procs:
-            kill_group(proc.pid)
+        self.run_context.kill_subprocesses()

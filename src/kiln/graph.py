@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import os
-import platform
 import posixpath
 import sys
 import time
@@ -21,45 +20,36 @@ from pathlib import Path
 from types import CodeType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from kiln.errors import BuildDefinitionError
+from kiln.errors import BuildDefinitionError, DependenceException
+from kiln.layout import FileNamespace, OutputLayout, namespace_dir, platform_tag
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
+    from kiln.graph_registry import GraphRegistry
+    from kiln.result import NodeRun
+    from kiln.run_context import RunContext
+
+__all__ = [
+    "KEYING_ONLY",
+    "ActionConcurrency",
+    "BuildAction",
+    "BuildContext",
+    "BuildDependency",
+    "BuildEntrypoint",
+    "BuildFile",
+    "BuildFileMetadata",
+    "BuildMeta",
+    "DefinitionSite",
+    "FileNamespace",
+    "join_namespace",
+    "namespace_dir",
+    "platform_tag",
+]
 
 _CURRENT_CONTEXT: ContextVar[BuildContext | None] = ContextVar("kiln_context", default=None)
 # True while kiln makes thunks only to key them: paths are computed, nothing is created.
 KEYING_ONLY: ContextVar[bool] = ContextVar("kiln_keying_only", default=False)
 _KILN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-class FileNamespace(enum.Enum):
-    """Where under the output directory a file lives."""
-
-    GEN = "gen"  # transient intermediates
-    PARAMS = "params"  # distributable parameter archives
-    BIN = "bin"  # distributable, platform-neutral binaries
-    PLATFORM_BIN = "platform_bin"  # distributable, platform-specific binaries
-
-    def __str__(self) -> str:
-        return self.value
-
-
-def platform_tag() -> str:
-    """``<os>-<arch>`` of the running platform, e.g. ``linux-x86_64``."""
-    machine = platform.machine().lower()
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-    return f"{sys.platform.rstrip('0123456789')}-{machine}"
-
-
-def namespace_dir(namespace: FileNamespace) -> str:
-    """The directory of ``namespace`` relative to the output directory."""
-    if namespace is FileNamespace.PLATFORM_BIN:
-        return f"platform/{platform_tag()}"
-    return {
-        FileNamespace.GEN: "genfiles",
-        FileNamespace.PARAMS: "params",
-        FileNamespace.BIN: "bin",
-    }[namespace]
 
 
 def join_namespace(prefix: str, suffix: str) -> str:
@@ -100,33 +90,56 @@ class DefinitionSite:
 class BuildDependency:
     """A node of the build graph. ``deps`` are the nodes it needs first.
 
-    Invariant: ``failure`` is set only by the scheduler, once per build, and is a
-    ``DependenceException`` exactly when the node never ran because a
-    dependency failed.
+    A node holds its definition only. What happened to it in a build is in that
+    build's ``BuildResult``; ``start_time``, ``invoke_time``, ``finish_time`` and
+    ``failure`` read the latest build's record (for reporters written for
+    iree.build) and cannot be set.
+
+    ``executor`` is the facade the node was declared with (kept for user code);
+    kiln itself reaches the graph registry and the output layout it composes.
     """
 
     def __init__(self, *, executor: Executor, deps: Iterable[BuildDependency] | None = None):
         self.executor = executor
+        self._graph: GraphRegistry = executor.graph
         self.deps: set[BuildDependency] = set(deps) if deps else set()
-        self.start_time: float | None = None
-        self.invoke_time: float | None = None
-        self.finish_time: float | None = None
-        self.failure: BaseException | None = None
         self._metadata: dict[str, BuildMeta] = {}
+
+    def _last_run(self) -> NodeRun | None:
+        return self._graph.runs.get(self)
+
+    @property
+    def start_time(self) -> float | None:
+        run = self._last_run()
+        return run.start_time if run is not None else None
+
+    @property
+    def invoke_time(self) -> float | None:
+        run = self._last_run()
+        return run.invoke_time if run is not None else None
+
+    @property
+    def finish_time(self) -> float | None:
+        run = self._last_run()
+        return run.finish_time if run is not None else None
+
+    @property
+    def failure(self) -> BaseException | None:
+        run = self._last_run()
+        return run.failure if run is not None else None
 
     @property
     def is_dependence_failure(self) -> bool:
-        from kiln.errors import DependenceException
-
         return isinstance(self.failure, DependenceException)
 
     @property
     def execution_time(self) -> float:
         """Seconds from invocation to finish (or to now while running)."""
-        if self.invoke_time is None:
+        invoked = self.invoke_time
+        if invoked is None:
             return 0.0
-        end = self.finish_time if self.finish_time is not None else time.time()
-        return end - self.invoke_time
+        finished = self.finish_time
+        return (finished if finished is not None else time.time()) - invoked
 
 
 BuildMetaType = TypeVar("BuildMetaType", bound="BuildMeta")
@@ -183,19 +196,26 @@ class BuildFile(BuildDependency):
         self.source = source  # absolute path of a source-tree file, else None
         self.runfiles: set[BuildFile] = set()
         self._key = (
-            f"src:{posixpath.relpath(source, executor.source_root)}"
+            f"src:{posixpath.relpath(source, self._graph.source_root)}"
             if source is not None
             else f"{namespace.value}/{path}"
         )
         self._fs_path: Path | None = source
         self._fs_str: str | None = None
         self._parent_made = False
-        executor.register(path, self)
+        self._layout: OutputLayout = executor.layout
+        self._run_context: RunContext = executor.run_context
+        self._graph.register(path, self)
+
+    @property
+    def layout(self) -> OutputLayout:
+        """The layout of the output directory this file is built into."""
+        return self._layout
 
     @property
     def key(self) -> str:
         """Stable identity in the state store and in keys: ``<namespace>/<path>``, or
-        ``src:<path>`` with a source file's path relative to the executor's
+        ``src:<path>`` with a source file's path relative to the graph's
         ``source_root`` (the build module's directory), so that keys, and the shared
         cache, do not depend on where the checkout lies."""
         return self._key
@@ -214,7 +234,7 @@ class BuildFile(BuildDependency):
         only stat it."""
         text = self._fs_str
         if text is None:
-            root = self.executor.get_root(self.namespace)
+            root = self._layout.root(self.namespace)
             text = self._fs_str = str(self.source) if self.source else f"{root}/{self.path}"
         return text
 
@@ -222,7 +242,7 @@ class BuildFile(BuildDependency):
         """Where the file lives on disk, its parent directory created for writing."""
         path = self.fs_path
         if not self._parent_made and self.source is None and not KEYING_ONLY.get():
-            self.executor.ensure_dir(path.parent)
+            self._layout.ensure_dir(path.parent)
             self._parent_made = True
         return path
 
@@ -231,7 +251,7 @@ class BuildFile(BuildDependency):
     ) -> BuildFileMetadata:
         """Small persistent per-file metadata; the callback mutates it under a lock and
         returns True to persist the change."""
-        return self.executor.access_file_metadata(self, mutation_callback)
+        return self._run_context.file_metadata(self, mutation_callback)
 
     def __repr__(self) -> str:
         return f"BuildFile[{self.namespace}]({self.path})"
@@ -290,6 +310,13 @@ class BuildAction(BuildDependency):
         self.desc = desc
         self.concurrency = concurrency
         self.def_site = DefinitionSite.capture(self)
+        self._run_context: RunContext = executor.run_context
+
+    @property
+    def run_context(self) -> RunContext:
+        """The reporter, the logs and the subprocess tracking of the build running
+        this action."""
+        return self._run_context
 
     def __str__(self) -> str:
         return self.desc
@@ -343,10 +370,15 @@ class BuildContext(BuildDependency):
         self.def_site = DefinitionSite.capture(self)
         self.path = path
         self._tokens: list[Any] = []
-        executor.register(path, self)
+        self._graph.register(path, self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(path='{self.path}')"
+
+    @property
+    def registry(self) -> GraphRegistry:
+        """The registry of the graph this context belongs to."""
+        return self._graph
 
     def allocate_file(self, path: str, namespace: FileNamespace = FileNamespace.GEN) -> BuildFile:
         """Declare a new file named ``path`` relative to this context."""
@@ -354,7 +386,7 @@ class BuildContext(BuildDependency):
         return BuildFile(executor=self.executor, path=rel, namespace=namespace)
 
     def _resolve_new_path(self, path: str, namespace: FileNamespace) -> str:
-        root = self.executor.get_root(namespace)
+        root = self._graph.layout.root(namespace)
         if os.path.isabs(path):
             try:
                 path = Path(path).resolve().relative_to(root.resolve()).as_posix()
@@ -383,7 +415,7 @@ class BuildContext(BuildDependency):
             path = posixpath.normpath(file.lstrip("/"))
         else:
             path = posixpath.normpath(join_namespace(self.path, file))
-        return self.executor.get_file(path)
+        return self._graph.get_file(path)
 
     def files(self, files: str | BuildFile | Collection[str | BuildFile]) -> list[BuildFile]:
         """``file`` applied to one name or a collection of names."""

@@ -101,7 +101,7 @@ class UpToDateChecker:
         for f in outputs:
             # Read only a regular file reached through real directories: anything else
             # there counts as modified, and is never followed or opened.
-            problem = f.executor.outputs.dir_problem(os.path.dirname(f.fs_str))
+            problem = f.layout.tree.dir_problem(os.path.dirname(f.fs_str))
             if problem is not None:
                 return f"output {f.path} was modified: {problem}"
             try:

@@ -64,7 +64,7 @@ from kiln.outputs import atomic_write, clear_for_own_file, read_regular
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
-    from kiln.scheduler import BuildResult
+    from kiln.result import BuildResult
     from kiln.state import StateStore
 
 FORMAT = "kiln-manifest/2"
@@ -164,7 +164,7 @@ def _read_result(statuses: Statuses, action: BuildAction, result: BuildFile) -> 
     if status != "built":
         return {"status": status}
     try:
-        if result.executor.outputs.dir_problem(os.path.dirname(result.fs_str)) is not None:
+        if result.layout.tree.dir_problem(os.path.dirname(result.fs_str)) is not None:
             raise NotRegularFile(result.fs_str)
         loaded: dict[str, Any] = json.loads(read_regular(result.fs_str))
     except (OSError, ValueError, NotRegularFile):

@@ -22,7 +22,7 @@ from kiln import events as ev
 from kiln.graph import BuildAction, BuildDependency
 
 if TYPE_CHECKING:
-    from kiln.scheduler import BuildResult
+    from kiln.result import BuildResult
 
 
 class ProgressReporter:
@@ -187,5 +187,5 @@ def format_root_causes(result: BuildResult, verbose: int) -> str:
     for action in result.failed:
         lines.append(f"  * {action}")
         lines.append(f"      defined at {action.def_site}")
-        lines.append(indent(error_text(action.failure, verbose), "      "))
+        lines.append(indent(error_text(result.errors.get(action), verbose), "      "))
     return "\n".join(lines)

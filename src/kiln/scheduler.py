@@ -19,14 +19,13 @@ import heapq
 import itertools
 import os
 import queue
-import stat
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from kiln import events as ev
+from kiln.action_outputs import ActionOutputs, Produced
 from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
 from kiln.cache import BuildCache, cacheable, known_digests
@@ -40,12 +39,14 @@ from kiln.errors import (
 from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFile
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.output_tree import OutputTree
-from kiln.outputs import TemporarySweeper, file_kind, remove_partial
 from kiln.plan import Plan, node_name
 from kiln.priority import remaining_paths
 from kiln.reporting import ProgressReporter
+from kiln.result import BuildResult, NodeRun, SchedulerOptions
 from kiln.runners import ProcessPool, ThreadWorkers
-from kiln.state import ActionRecord, StateStore, StatKey, hash_file, stat_key
+from kiln.state import ActionRecord, StateStore, StatKey
+
+__all__ = ["MAX_JOBS", "BuildResult", "Scheduler", "SchedulerOptions"]
 
 _INTERRUPT_WAIT_S = 5.0
 # The most actions that run at once, whatever -j says: more threads (or worker
@@ -55,42 +56,7 @@ MAX_JOBS = 1024
 _CANCELLED = ActionFailed("not started: the build stopped")
 
 
-@dataclass
-class BuildResult:
-    """What happened to each action of a plan."""
-
-    built: list[BuildAction] = field(default_factory=list)
-    cached: list[BuildAction] = field(default_factory=list)  # served from the cache
-    skipped: list[BuildAction] = field(default_factory=list)
-    failed: list[BuildAction] = field(default_factory=list)  # root causes only
-    not_run: list[BuildAction] = field(default_factory=list)
-    would_run: list[tuple[BuildAction, str]] = field(default_factory=list)  # dry runs
-    interrupted: bool = False
-    wall_s: float = 0.0
-    # The current digest of every file of the plan that is built (now or before):
-    # outputs of built and skipped actions, and source files.
-    digests: dict[BuildFile, str] = field(default_factory=dict)
-    # Why each failed action failed, and why each cascaded one did not run.
-    errors: dict[BuildAction, BaseException] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and not self.not_run and not self.interrupted
-
-
-@dataclass
-class SchedulerOptions:
-    jobs: int = os.cpu_count() or 1
-    pools: dict[str, int] = field(default_factory=dict)
-    fail_fast: bool = False
-    dry_run: bool = False
-    explain: bool = False
-    # Start the ready action with the longest remaining path first (else: FIFO).
-    critical_path: bool = True
-
-
-_Produced = dict[BuildFile, tuple[StatKey, str]]
-_Done = tuple[BuildAction, Decision, BaseException | None, _Produced]
+_Done = tuple[BuildAction, Decision, BaseException | None, Produced]
 # A waiting action: (minus its remaining path, arrival number, action, decision).
 _Waiting = tuple[float, int, BuildAction, Decision]
 
@@ -120,10 +86,13 @@ class Scheduler:
         self.plan = plan
         self.store = store
         self.reporter = reporter
-        self.events = BuildEmitter(ev.EventStream([reporter, *(readers or [])]), plan)
+        self.result = BuildResult(runs={n: NodeRun() for n in plan.order})
+        self.events = BuildEmitter(
+            ev.EventStream([reporter, *(readers or [])]), plan, self.result.runs
+        )
         self.opts = options
         self.checker = UpToDateChecker(plan, store, keys)
-        self.result = BuildResult()
+        self._runs = self.result.runs
         self._on_interrupt = on_interrupt
         self._pending = {n: len(n.deps) for n in plan.order}
         self._ready: deque[BuildDependency] = deque(n for n in plan.order if not n.deps)
@@ -141,9 +110,7 @@ class Scheduler:
         self._stopping = False
         self._threads: ThreadWorkers | None = None
         self._processes: ProcessPool | None = None
-        self._sweeper = TemporarySweeper()
-        self._outputs = outputs
-        self._written: set[str] | None = None
+        self._outputs = ActionOutputs(store, outputs)
         self._jobs = min(options.jobs, max(1, len(plan.actions)), MAX_JOBS)
         # What every PROCESS action starts with, whatever ran before it.
         self._environment = (dict(os.environ), os.getcwd())
@@ -177,7 +144,8 @@ class Scheduler:
         finally:
             self._shutdown()
             self.result.not_run = [
-                a for a in self.plan.actions if a not in self._finished or a.is_dependence_failure
+                a for a in self.plan.actions
+                if a not in self._finished or isinstance(self._runs[a].failure, DependenceException)
             ]
             self.result.wall_s = time.monotonic() - start
             self.result.digests = {
@@ -277,7 +245,8 @@ class Scheduler:
         except (KilnError, OSError) as e:
             error = e if isinstance(e, KilnError) else ConfinementError(
                 f"'{action.desc}': cannot prepare its output: {e}")  # fmt: skip
-            action.start_time = action.finish_time = time.time()
+            run = self._runs[action]
+            run.start_time = run.finish_time = time.time()
             self.reporter.start_dep(action)
             self._done.put((action, decision, error, {}))
             return
@@ -300,26 +269,15 @@ class Scheduler:
         self._execute(action, decision)
 
     def _prepare_outputs(self, action: BuildAction) -> None:
-        """Record the outputs as kiln's to write, then make their places ready: real
-        directories above, nothing of the wrong kind there, no old temporaries."""
-        outputs = self.plan.outputs[action]
-        self.store.claim_outputs([f.executor.relative_path(f) for f in outputs])
-        for f in outputs:
-            if self._outputs is not None:
-                self._outputs.prepare_output(f.fs_str, self._kiln_wrote)
-            self._sweeper.sweep(f.fs_str)
-
-    def _kiln_wrote(self, rel: str) -> bool:
-        if self._written is None:
-            self._written = self.store.written_outputs()
-        return rel in self._written
+        self._outputs.prepare(self.plan.outputs[action])
 
     def _execute(self, action: BuildAction, decision: Decision) -> None:
         """Run one action (on a worker thread) and hash what it wrote."""
         if self._stopping:  # queued before the build stopped: never started
             self._done.put((action, decision, _CANCELLED, {}))
             return
-        action.start_time = action.invoke_time = time.time()
+        run = self._runs[action]
+        run.start_time = run.invoke_time = time.time()
         if self._serve_from_cache(action, decision):
             return
         self.events.started(action, decision)
@@ -331,7 +289,7 @@ class Scheduler:
                 self._process_pool().run(thunk, action.desc, action.timeout)
             else:
                 action._invoke()
-            produced = self._hash_outputs(action)
+            produced = ActionOutputs.hash(action, self.plan.outputs[action])
             self._save_to_cache(action, decision, produced)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             if isinstance(e, KeyboardInterrupt) and action.concurrency is ActionConcurrency.NONE:
@@ -341,7 +299,7 @@ class Scheduler:
             error = e
             if self.opts.fail_fast:  # now, so that no queued action starts after it
                 self._stopping = True
-        action.finish_time = time.time()
+        run.finish_time = time.time()
         self._done.put((action, decision, error, produced))
 
     def _cacheable(self, action: BuildAction, decision: Decision) -> bool:
@@ -360,11 +318,11 @@ class Scheduler:
             return False
         name = threading.current_thread().name
         self._served[action] = "main" if name == "MainThread" else name
-        action.finish_time = time.time()
+        self._runs[action].finish_time = time.time()
         self._done.put((action, decision, None, produced))
         return True
 
-    def _save_to_cache(self, action: BuildAction, decision: Decision, produced: _Produced) -> None:
+    def _save_to_cache(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
         if self._cacheable(action, decision):
             assert self.cache is not None
             self.cache.save(decision.key, action.desc, produced)
@@ -374,22 +332,6 @@ class Scheduler:
             if self._processes is None:
                 self._processes = ProcessPool(*self._environment)
             return self._processes
-
-    def _hash_outputs(self, action: BuildAction) -> dict[BuildFile, tuple[StatKey, str]]:
-        produced = {}
-        for f in self.plan.outputs[action]:
-            path = f.fs_str
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                raise ActionFailed(
-                    f"'{action.desc}' finished without writing its output {path}"
-                ) from None
-            if not stat.S_ISREG(st.st_mode):
-                raise ActionFailed(f"'{action.desc}' left {file_kind(st.st_mode)} at its "
-                                   f"output {path}; outputs must be regular files")  # fmt: skip
-            produced[f] = (stat_key(st), hash_file(path))
-        return produced
 
     def _complete(
         self,
@@ -403,8 +345,9 @@ class Scheduler:
             self._pool_use[action.pool] = 0 if action.exclusive else self._pool_use[action.pool] - 1
         if error is _CANCELLED:
             return  # counted as not run
-        if action.start_time is not None and action.finish_time is not None:
-            self.store.remember_duration(decision.action_id, action.finish_time - action.start_time)
+        run = self._runs[action]
+        if run.start_time is not None and run.finish_time is not None:
+            self.store.remember_duration(decision.action_id, run.finish_time - run.start_time)
         if error is not None:
             self._fail(action, decision, error)
             return
@@ -418,7 +361,7 @@ class Scheduler:
         lane = self._served.pop(action, None)
         if lane is not None:
             self.result.cached.append(action)
-            self.events.cached(action, decision, produced, action.start_time or time.time(), lane)
+            self.events.cached(action, decision, produced, run.start_time or time.time(), lane)
         else:
             self.result.built.append(action)
             self.events.finished(action, decision, produced)
@@ -451,7 +394,7 @@ class Scheduler:
                 self._ready.append(consumer)
 
     def _fail(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
-        action.failure = error
+        self._runs[action].failure = error
         self._finished.add(action)
         self.result.failed.append(action)
         self.result.errors[action] = error
@@ -464,12 +407,11 @@ class Scheduler:
             for consumer in self.plan.consumers[cause]:
                 if consumer in self._finished:
                     continue
-                consumer.failure = DependenceException(
-                    f"not run: it needs {node_name(cause)}, which failed"
-                )
+                failure = DependenceException(f"not run: it needs {node_name(cause)}, which failed")
+                self._runs[consumer].failure = failure
                 if isinstance(consumer, BuildAction):
-                    self.result.errors[consumer] = consumer.failure
-                    self.events.not_run(consumer, str(consumer.failure), root=action)
+                    self.result.errors[consumer] = failure
+                    self.events.not_run(consumer, str(failure), root=action)
                 self._finished.add(consumer)
                 cascade.append(consumer)
 
@@ -484,9 +426,8 @@ class Scheduler:
             self._drain_running(time.monotonic() + _INTERRUPT_WAIT_S)
         for action in self.plan.actions:
             done = action in self.result.built or action in self.result.cached
-            if action.start_time is not None and not done:
-                for f in self.plan.outputs[action]:
-                    remove_partial(f.fs_str)
+            if self._runs[action].start_time is not None and not done:
+                ActionOutputs.remove_partial(self.plan.outputs[action])
 
     def _drain_running(self, deadline: float) -> None:
         """Until ``deadline``, collect what running actions report; record those that

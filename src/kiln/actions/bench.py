@@ -211,7 +211,7 @@ def benchmark(
         files.append(model_file)
     action = BenchmarkAction(
         bench=bench, files=files, output_file=output,
-        device=_devices.device_key(driver, context.executor.get_context("")),
+        device=_devices.device_key(driver, context.registry.get_context("")),
         desc=f"Benchmarking {module_file.path}", executor=context.executor,
     )  # fmt: skip
     ManifestMeta.get(module_file).benchmarks.append((action, output))

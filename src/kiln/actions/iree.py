@@ -62,7 +62,7 @@ def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
     ``--iree-hal-target-device``); possibly none."""
     ns = current_args_namespace()
     specs = list(explicit) if explicit is not None else list(getattr(ns, "kiln_targets", []))
-    root = BuildContext.current().executor.get_context("")
+    root = BuildContext.current().registry.get_context("")
     for spec in specs:
         check_target(spec, root)
     found = [Target(_ireetools.target_name(s), tuple(_ireetools.target_flags(s))) for s in specs]
@@ -121,7 +121,7 @@ class CompileAction(BuildAction):
 
     @property
     def log_path(self) -> str:
-        return self.executor.log_path(self.output_file)
+        return self.run_context.log_path(self.output_file)
 
     def check_runnable(self) -> None:
         if self.missing_target:

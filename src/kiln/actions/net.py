@@ -52,10 +52,10 @@ class FetchHttpAction(BuildAction):
         return {self.output_file: self.sha256.strip().lower()} if self.sha256 else None
 
     def _invoke(self) -> None:
-        reporter = self.executor.reporter
+        reporter = self.run_context.reporter
         path = self.output_file.get_fs_path()
         # iree.build's line, which scripts look for; only when a download happens.
-        self.executor.write_status(f"Fetching URL: {self.url} -> {path}")
+        self.run_context.write_status(f"Fetching URL: {self.url} -> {path}")
         download(
             self._url,
             path,

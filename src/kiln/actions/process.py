@@ -45,7 +45,7 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
     graph_path = posixpath.normpath(
         join_namespace(context.path, name or Path(path).as_posix().lstrip("/"))
     )
-    existing = context.executor.all.get(graph_path)
+    existing = context.registry.all.get(graph_path)
     if isinstance(existing, BuildFile) and existing.source == fs_path:
         return existing
     return BuildFile(executor=context.executor, path=graph_path, source=fs_path)
@@ -74,7 +74,7 @@ class CommandAction(BuildAction):
 
     @property
     def log_path(self) -> str:
-        return self.executor.log_path(self.output)
+        return self.run_context.log_path(self.output)
 
     def _invoke(self) -> None:
         input_paths = [str(f.get_fs_path()) for f in self.inputs]
@@ -108,7 +108,7 @@ class CommandAction(BuildAction):
             raise ActionFailed(f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}") from e
         finally:
             os.close(fd)
-        self.executor.track(proc, running=True)
+        self.run_context.track(proc, running=True)
         try:
             proc.wait(timeout=self.timeout)
         except subprocess.TimeoutExpired:
@@ -119,7 +119,7 @@ class CommandAction(BuildAction):
                 f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
             ) from None
         finally:
-            self.executor.track(proc, running=False)
+            self.run_context.track(proc, running=False)
         # The command is over: so is everything it started.
         left = kill_leftovers(f"{_COMMAND_TAG}={run_id}")
         if proc.returncode != 0:
@@ -128,7 +128,7 @@ class CommandAction(BuildAction):
                 f"{read_tail(log)}".rstrip()
             )
         if left:
-            self.executor.write_status(
+            self.run_context.write_status(
                 f"warning: '{self.desc}' left {len(left)} process(es) running after its "
                 f"command ended; killed: {', '.join(left)}"
             )

@@ -73,7 +73,7 @@ def _reference_file(
         stem = model.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
         base = f"{context.path}/{stem}" if context.path else stem
         n = 0
-        while f"{base}.onnxruntime{n or ''}.npz" in context.executor.all:
+        while f"{base}.onnxruntime{n or ''}.npz" in context.registry.all:
             n += 1
         output = context.allocate_file(f"{stem}.onnxruntime{n or ''}.npz")
         importer = _importer(module)
@@ -210,7 +210,7 @@ def verify(
     files += [f for f in (model_file, ref_file) if f is not None]
     action = VerifyAction(
         check=check, files=files, output_file=output,
-        device=_devices.device_key(driver, context.executor.get_context("")),
+        device=_devices.device_key(driver, context.registry.get_context("")),
         desc=f"Verifying {module_file.path}", executor=context.executor,
     )  # fmt: skip
     ManifestMeta.get(module_file).verifications.append((action, output))

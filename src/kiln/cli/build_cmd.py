@@ -7,7 +7,7 @@ import contextlib
 from kiln.cli.invocation import Invocation
 from kiln.cli.targets import output_paths, resolve_targets
 from kiln.reporting import format_root_causes, format_summary
-from kiln.scheduler import SchedulerOptions
+from kiln.result import SchedulerOptions
 from kiln.trace import EventLog, TraceFile
 
 
@@ -70,6 +70,6 @@ def run(inv: Invocation) -> int:
     reporter.message(format_summary(result))
     if options.dry_run:
         return 0
-    for path in output_paths(targets):
+    for path in output_paths(targets, result):
         print(path, file=inv.stdout)
     return 0 if result.ok else 1

@@ -7,6 +7,7 @@ import difflib
 from kiln.errors import UsageError
 from kiln.executor import Executor
 from kiln.graph import BuildDependency, BuildEntrypoint, BuildFile
+from kiln.result import BuildResult
 
 
 def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependency]:
@@ -30,11 +31,12 @@ def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependenc
     return list(dict.fromkeys(found))  # a target named twice is built and printed once
 
 
-def output_paths(targets: list[BuildDependency]) -> list[str]:
-    """The files a successful build of ``targets`` hands to the user."""
+def output_paths(targets: list[BuildDependency], result: BuildResult) -> list[str]:
+    """The files the build that gave ``result`` hands to the user: those of the
+    ``targets`` that did not fail."""
     paths: list[str] = []
     for t in targets:
-        if t.failure is not None:
+        if result.failure(t) is not None:
             continue
         if isinstance(t, BuildEntrypoint):
             paths += [str(f.fs_path) for f in t.outputs]

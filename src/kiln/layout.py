@@ -1,0 +1,119 @@
+"""The output directory's layout: where each namespace lives, the platform tag,
+where an action's log goes, and what kiln owns there.
+
+The graph names files relative to a namespace; this module turns those names
+into places on disk, so that ``kiln build`` and ``kiln clean`` agree on them.
+
+``OUTPUT_DIR/`` holds ``genfiles/``, ``params/``, ``bin/``, ``platform/<os>-<arch>/``
+(one per ``FileNamespace``), ``manifest.json`` and ``.kiln/`` (state, lock, logs
+under ``.kiln/logs/<the output's directory>/<its name>.log``, the last build's
+record).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kiln.output_tree import OutputTree
+from kiln.outputs import KILN_DIR, NAME_MAX
+
+if TYPE_CHECKING:
+    from kiln.graph import BuildFile
+
+# kiln's own files at the top of the output directory, besides ``KILN_DIR``.
+MANIFEST = "manifest.json"
+
+
+class FileNamespace(enum.Enum):
+    """Where under the output directory a file lives."""
+
+    GEN = "gen"  # transient intermediates
+    PARAMS = "params"  # distributable parameter archives
+    BIN = "bin"  # distributable, platform-neutral binaries
+    PLATFORM_BIN = "platform_bin"  # distributable, platform-specific binaries
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def platform_tag() -> str:
+    """``<os>-<arch>`` of the running platform, e.g. ``linux-x86_64``."""
+    machine = platform.machine().lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return f"{sys.platform.rstrip('0123456789')}-{machine}"
+
+
+def namespace_dir(namespace: FileNamespace) -> str:
+    """The directory of ``namespace`` relative to the output directory."""
+    if namespace is FileNamespace.PLATFORM_BIN:
+        return f"platform/{platform_tag()}"
+    return {
+        FileNamespace.GEN: "genfiles",
+        FileNamespace.PARAMS: "params",
+        FileNamespace.BIN: "bin",
+    }[namespace]
+
+
+def namespace_dirs() -> dict[str, str]:
+    """Each namespace's value (as state keys spell it) -> its directory."""
+    return {ns.value: namespace_dir(ns) for ns in FileNamespace}
+
+
+def output_rel_path(key: str) -> str | None:
+    """The path, relative to the output directory, of the output whose state key is
+    ``key`` (``<namespace>/<path>``); None for a key that names no output."""
+    ns, _, path = key.partition("/")
+    directory = namespace_dirs().get(ns)
+    return f"{directory}/{path}" if directory is not None and path else None
+
+
+class OutputLayout:
+    """Where the files of one output directory go.
+
+    Invariants: ``output_dir`` is absolute; ``root(ns)`` is ``output_dir`` joined
+    with ``namespace_dir(ns)``; every directory it makes is below ``output_dir``
+    and reached through real directories (``OutputTree``).
+    """
+
+    def __init__(self, output_dir: Path | str, warn: Callable[[str], None]) -> None:
+        self.output_dir = Path(output_dir).absolute()
+        self._dirs = {ns: namespace_dir(ns) for ns in FileNamespace}
+        self._roots = {ns: self.output_dir / d for ns, d in self._dirs.items()}
+        self.tree = OutputTree(self.output_dir, warn=warn)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.output_dir / MANIFEST
+
+    @property
+    def kiln_dir(self) -> Path:
+        return self.output_dir / KILN_DIR
+
+    def root(self, namespace: FileNamespace) -> Path:
+        """The directory of ``namespace``'s files."""
+        return self._roots[namespace]
+
+    def relative_path(self, f: BuildFile) -> str:
+        """Where output ``f`` lives, relative to the output directory."""
+        return f"{self._dirs[f.namespace]}/{f.path}"
+
+    def ensure_dir(self, path: Path) -> None:
+        """Create the directory ``path`` below the output directory, never through a
+        link (once per build: outputs share directories)."""
+        self.tree.make_dirs(path)
+
+    def log_path(self, f: BuildFile) -> str:
+        """The log file of the action producing ``f`` (its directory made)."""
+        name = os.path.basename(f.path) + ".log"
+        if len(os.fsencode(name)) > NAME_MAX:  # a long output name: shortened, kept unique
+            name = f"{name[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}.log"
+        path = self.kiln_dir / "logs" / os.path.dirname(f.path) / name
+        self.tree.make_dirs(path.parent)
+        return str(path)

@@ -1,0 +1,93 @@
+"""What a build is asked to do (``SchedulerOptions``) and what came of it
+(``BuildResult``): the scheduler returns the result, and the summary, the
+manifest and the command line read it. Graph nodes hold definitions only; what
+happened to a node in a build is its ``NodeRun`` in the result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kiln.graph import BuildAction, BuildDependency, BuildFile
+
+
+@dataclass
+class SchedulerOptions:
+    jobs: int = os.cpu_count() or 1
+    pools: dict[str, int] = field(default_factory=dict)
+    fail_fast: bool = False
+    dry_run: bool = False
+    explain: bool = False
+    # Start the ready action with the longest remaining path first (else: FIFO).
+    critical_path: bool = True
+
+
+@dataclass
+class NodeRun:
+    """What happened to one node in one build (wall-clock times, ``time.time()``).
+
+    Invariant: ``failure`` is a ``DependenceException`` exactly when the node never
+    ran because a dependency failed; ``invoke_time`` is set only for an action that
+    was started."""
+
+    start_time: float | None = None
+    invoke_time: float | None = None
+    finish_time: float | None = None
+    failure: BaseException | None = None
+
+
+@dataclass
+class BuildResult:
+    """What happened to each action of a plan."""
+
+    built: list[BuildAction] = field(default_factory=list)
+    cached: list[BuildAction] = field(default_factory=list)  # served from the cache
+    skipped: list[BuildAction] = field(default_factory=list)
+    failed: list[BuildAction] = field(default_factory=list)  # root causes only
+    not_run: list[BuildAction] = field(default_factory=list)
+    would_run: list[tuple[BuildAction, str]] = field(default_factory=list)  # dry runs
+    interrupted: bool = False
+    wall_s: float = 0.0
+    # The current digest of every file of the plan that is built (now or before):
+    # outputs of built and skipped actions, and source files.
+    digests: dict[BuildFile, str] = field(default_factory=dict)
+    # Why each failed action failed, and why each cascaded one did not run.
+    errors: dict[BuildAction, BaseException] = field(default_factory=dict)
+    # Every node of the plan, with its times and failure in this build.
+    runs: dict[BuildDependency, NodeRun] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.not_run and not self.interrupted
+
+    def failure(self, node: BuildDependency) -> BaseException | None:
+        """Why ``node`` failed or did not run in this build; None if it did not fail."""
+        run = self.runs.get(node)
+        return run.failure if run is not None else None
+
+
+class RunLog:
+    """The latest run of each node of one graph, across its builds: the read-only
+    view behind ``dep.failure``, ``dep.start_time``, ... that reporters written for
+    iree.build read.
+
+    Invariant: a node of the current build is looked up in its runs only, so a
+    failure of an earlier build never shows on a node the current one planned.
+    """
+
+    def __init__(self) -> None:
+        self._current: Mapping[BuildDependency, NodeRun] = {}
+        self._past: dict[BuildDependency, NodeRun] = {}
+
+    def begin(self, runs: Mapping[BuildDependency, NodeRun]) -> None:
+        """A build starts that writes into ``runs`` (holding every node it plans)."""
+        self._past.update(self._current)
+        self._current = runs
+
+    def get(self, node: BuildDependency) -> NodeRun | None:
+        run = self._current.get(node)
+        return run if run is not None else self._past.get(node)

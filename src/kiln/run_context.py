@@ -1,0 +1,73 @@
+"""What a running action reaches besides its own definition: the reporter, the
+place of its log, its files' persistent metadata, and the tracking of the
+subprocesses it starts (so that Ctrl-C kills them)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kiln.layout import OutputLayout
+from kiln.reporting import ProgressReporter
+from kiln.runners import kill_group
+
+if TYPE_CHECKING:
+    from kiln.graph import BuildFile, BuildFileMetadata
+    from kiln.state import StateStore
+
+
+class RunContext:
+    """The run-time services of one executor's builds.
+
+    Invariant: ``_subprocesses`` holds exactly the tracked subprocesses that an
+    action started and has not yet said ended; it is read and written under
+    ``_lock`` (actions run on several threads).
+    """
+
+    def __init__(
+        self,
+        layout: OutputLayout,
+        reporter: ProgressReporter,
+        store: Callable[[], StateStore],
+    ) -> None:
+        self.layout = layout
+        self.reporter = reporter
+        self._store = store
+        self._subprocesses: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+        self._metadata_lock = threading.RLock()
+
+    @property
+    def output_dir(self) -> Path:
+        return self.layout.output_dir
+
+    def log_path(self, f: BuildFile) -> str:
+        """The log file of the action producing ``f`` (its directory made)."""
+        return self.layout.log_path(f)
+
+    def write_status(self, message: str) -> None:
+        self.reporter.message(message)
+
+    def file_metadata(
+        self, f: BuildFile, mutate: Callable[[BuildFileMetadata], bool] | None
+    ) -> BuildFileMetadata:
+        """``f``'s small persistent metadata, changed by ``mutate`` under a lock."""
+        with self._metadata_lock:
+            return self._store().file_metadata(f.key, mutate)
+
+    def track(self, proc: subprocess.Popen[bytes], running: bool) -> None:
+        """Note a subprocess started (or ended) by an action, to kill it on interrupt."""
+        with self._lock:
+            if running:
+                self._subprocesses.add(proc)
+            else:
+                self._subprocesses.discard(proc)
+
+    def kill_subprocesses(self) -> None:
+        with self._lock:
+            procs = list(self._subprocesses)
+        for proc in procs:
+            kill_group(proc.pid)
