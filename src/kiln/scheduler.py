@@ -28,7 +28,8 @@ from kiln import events as ev
 from kiln.action_outputs import ActionOutputs, Produced
 from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
-from kiln.cache import BuildCache, cacheable, known_digests
+from kiln.cache import BuildCache
+from kiln.cache_step import CacheStep
 from kiln.errors import (
     ActionFailed,
     ConfinementError,
@@ -38,6 +39,7 @@ from kiln.errors import (
 )
 from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFile
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
+from kiln.limits import MAX_JOBS, ResourcePools, cap_jobs
 from kiln.output_tree import OutputTree
 from kiln.plan import Plan, node_name
 from kiln.priority import remaining_paths
@@ -49,9 +51,6 @@ from kiln.state import ActionRecord, StateStore, StatKey
 __all__ = ["MAX_JOBS", "BuildResult", "Scheduler", "SchedulerOptions"]
 
 _INTERRUPT_WAIT_S = 5.0
-# The most actions that run at once, whatever -j says: more threads (or worker
-# processes) than this only cost memory and scheduling.
-MAX_JOBS = 1024
 # The "error" of a queued action that the build stopped before it started.
 _CANCELLED = ActionFailed("not started: the build stopped")
 
@@ -105,35 +104,24 @@ class Scheduler:
         self._dispatch_lock = threading.Lock()
         self._running: set[BuildAction] = set()
         self._finished: set[BuildDependency] = set()
-        self._pool_use: dict[str, int] = {}
+        self._pools = ResourcePools(options.pools)
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._stopping = False
         self._threads: ThreadWorkers | None = None
         self._processes: ProcessPool | None = None
         self._outputs = ActionOutputs(store, outputs)
-        self._jobs = min(options.jobs, max(1, len(plan.actions)), MAX_JOBS)
+        self._jobs, self._cap_note = cap_jobs(options.jobs, len(plan.actions))
         # What every PROCESS action starts with, whatever ran before it.
         self._environment = (dict(os.environ), os.getcwd())
         self._pool_lock = threading.Lock()
-        self.cache = cache
+        self._cache = CacheStep(cache, plan)
         # Actions whose outputs came from the cache, with the lane that restored them.
         self._served: dict[BuildAction, str] = {}
 
-    def _state_cap(self) -> None:
-        """Say so when ``-j`` asked for more than the build can use (a -j above the
-        default, the number of CPUs, is the user's own choice)."""
-        asked = self.opts.jobs
-        if self._jobs < asked and asked > (os.cpu_count() or 1):
-            why = (
-                "kiln's limit on actions running at once"
-                if self._jobs == MAX_JOBS
-                else "the number of actions in this build"
-            )
-            self.reporter.message(f"kiln: -j {asked} capped to {self._jobs} ({why})")
-
     def run(self) -> BuildResult:
         start = time.monotonic()
-        self._state_cap()
+        if self._cap_note is not None:
+            self.reporter.message(self._cap_note)
         self.events.build_started(self.opts.jobs)
         try:
             self._loop()
@@ -213,25 +201,12 @@ class Scheduler:
             if inline and len(self._running) >= self._jobs:
                 deferred.append(entry)
                 continue
-            if action.pool is not None and not self._take_pool(action):
+            if not self._pools.take(action):
                 deferred.append(entry)
                 continue
             self._start(action, decision, entry[:2])
         for entry in deferred:
             heapq.heappush(self._waiting, entry)
-
-    def _take_pool(self, action: BuildAction) -> bool:
-        """Take a place in ``action``'s pool if one is free. ``_pool_use[p]`` counts
-        the actions holding pool ``p``, -1 while an exclusive one holds it alone.
-        An exclusive action waits until the pool is empty; new members do not wait
-        for it (no drain): it runs at the first moment its pool is idle."""
-        pool = str(action.pool)
-        use = self._pool_use.get(pool, 0)
-        limit = self.opts.pools.get(pool)
-        if use < 0 or (action.exclusive and use > 0) or (limit is not None and use >= limit):
-            return False
-        self._pool_use[pool] = -1 if action.exclusive else use + 1
-        return True
 
     def _start(
         self, action: BuildAction, decision: Decision, order: tuple[float, int] = (0.0, 0)
@@ -290,7 +265,7 @@ class Scheduler:
             else:
                 action._invoke()
             produced = ActionOutputs.hash(action, self.plan.outputs[action])
-            self._save_to_cache(action, decision, produced)
+            self._cache.save(action, decision, produced)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             if isinstance(e, KeyboardInterrupt) and action.concurrency is ActionConcurrency.NONE:
                 # Ctrl-C reached an in-line action, on the scheduler's thread: stop the build.
@@ -302,18 +277,9 @@ class Scheduler:
         run.finish_time = time.time()
         self._done.put((action, decision, error, produced))
 
-    def _cacheable(self, action: BuildAction, decision: Decision) -> bool:
-        return self.cache is not None and cacheable(
-            action, decision.params, self.plan.outputs[action]
-        )
-
     def _serve_from_cache(self, action: BuildAction, decision: Decision) -> bool:
         """On a cache hit, materialize the outputs and report the action done."""
-        if not self._cacheable(action, decision):
-            return False
-        assert self.cache is not None
-        outputs = self.plan.outputs[action]
-        produced = self.cache.restore(decision.key, outputs, known_digests(action, outputs))
+        produced = self._cache.restore(action, decision)
         if produced is None:
             return False
         name = threading.current_thread().name
@@ -321,11 +287,6 @@ class Scheduler:
         self._runs[action].finish_time = time.time()
         self._done.put((action, decision, None, produced))
         return True
-
-    def _save_to_cache(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
-        if self._cacheable(action, decision):
-            assert self.cache is not None
-            self.cache.save(decision.key, action.desc, produced)
 
     def _process_pool(self) -> ProcessPool:
         with self._pool_lock:  # worker threads ask for it concurrently
@@ -341,8 +302,7 @@ class Scheduler:
         produced: dict[BuildFile, tuple[StatKey, str]],
     ) -> None:
         self._running.discard(action)
-        if action.pool in self._pool_use:
-            self._pool_use[action.pool] = 0 if action.exclusive else self._pool_use[action.pool] - 1
+        self._pools.release(action)
         if error is _CANCELLED:
             return  # counted as not run
         run = self._runs[action]
@@ -369,13 +329,10 @@ class Scheduler:
 
     def _pretend(self, action: BuildAction, decision: Decision) -> None:
         """Dry run: count the action as run; its outputs' new digests are unknown."""
-        if self._cacheable(action, decision):
-            assert self.cache is not None
-            outputs = self.plan.outputs[action]
-            if self.cache.would_serve(decision.key, outputs, known_digests(action, outputs)):
-                decision = dataclasses.replace(
-                    decision, reason=f"{decision.reason}; would be served from cache"
-                )
+        if self._cache.would_serve(action, decision):
+            decision = dataclasses.replace(
+                decision, reason=f"{decision.reason}; would be served from cache"
+            )
         self.result.would_run.append((action, decision.reason or ""))
         self.events.would_run(action, decision)
         if self.opts.explain:

@@ -1,0 +1,47 @@
+"""What the scheduler asks of the shared cache for one action: may it use the
+cache at all, restore its outputs (a hit), save them after a run, and whether a
+dry run would be served."""
+
+from __future__ import annotations
+
+from kiln.action_outputs import Produced
+from kiln.cache import BuildCache, cacheable, known_digests
+from kiln.graph import BuildAction
+from kiln.incremental import Decision
+from kiln.plan import Plan
+
+
+class CacheStep:
+    """The shared cache as one build's plan uses it (``cache`` None: no cache).
+
+    Invariant: an action goes to or comes from the cache only when ``applies`` says
+    so: a cache is set, and the action, its parameters and its outputs are
+    cacheable (``kiln.cache.cacheable``).
+    """
+
+    def __init__(self, cache: BuildCache | None, plan: Plan) -> None:
+        self.cache = cache
+        self._plan = plan
+
+    def applies(self, action: BuildAction, decision: Decision) -> bool:
+        return self.cache is not None and cacheable(
+            action, decision.params, self._plan.outputs[action]
+        )
+
+    def restore(self, action: BuildAction, decision: Decision) -> Produced | None:
+        """The outputs of ``action`` materialized from the cache, or None (a miss)."""
+        if self.cache is None or not self.applies(action, decision):
+            return None
+        outputs = self._plan.outputs[action]
+        return self.cache.restore(decision.key, outputs, known_digests(action, outputs))
+
+    def save(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
+        if self.cache is not None and self.applies(action, decision):
+            self.cache.save(decision.key, action.desc, produced)
+
+    def would_serve(self, action: BuildAction, decision: Decision) -> bool:
+        """Whether a real build would take ``action``'s outputs from the cache."""
+        if self.cache is None or not self.applies(action, decision):
+            return False
+        outputs = self._plan.outputs[action]
+        return self.cache.would_serve(decision.key, outputs, known_digests(action, outputs))
