@@ -262,7 +262,7 @@ def write_manifest(executor: Executor, result: BuildResult) -> None:
             for ep in executor.entrypoints
         },
     }
-    path = executor.output_dir / "manifest.json"
+    path = executor.layout.manifest_path
     clear_for_own_file(path)
     try:
         with atomic_write(path, "w") as f:
@@ -277,7 +277,7 @@ def _cached_outputs(executor: Executor, result: BuildResult | None) -> set[tuple
     found: dict[str, str] = {}
     broken = (OSError, NotRegularFile, ValueError, TypeError, AttributeError, KeyError)
     with contextlib.suppress(*broken):
-        old = json.loads(read_regular(executor.output_dir / "manifest.json"))
+        old = json.loads(read_regular(executor.layout.manifest_path))
         for ep in old["entrypoints"].values():
             found.update((o["path"], o["sha256"]) for o in ep["outputs"] if o.get("cached"))
     served = set(result.cached) if result is not None else set()

@@ -14,6 +14,7 @@ from typing import Any
 
 from kiln import events as ev
 from kiln.errors import StateError
+from kiln.layout import MANIFEST
 from kiln.trace import LAST_EVENTS
 
 _LOG_TAIL_LINES = 40
@@ -94,7 +95,7 @@ def load_report(output_dir: Path) -> BuildReport:
     if not records or records[0].get("event") != ev.BUILD_STARTED:
         raise StateError(f"{path} does not hold a kiln build's events; run 'kiln build' again")
     report = _from_events(records)
-    report.manifest = _read_manifest(output_dir / "manifest.json")
+    report.manifest = _read_manifest(output_dir / MANIFEST)
     return report
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from kiln.cli.options import KilnArgumentParser, output_dir
-from kiln.graph import FileNamespace, namespace_dir
+from kiln.layout import MANIFEST, output_rel_path
 from kiln.lock import OutputLock
 from kiln.outputs import KILN_DIR, MARKER, is_temporary, output_dir_state, remove_quietly
 from kiln.state_snapshot import StateSnapshot
@@ -44,7 +44,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
         removed = _Remover(root)
         for rel in sorted(owned):
             removed.owned_file(rel)
-        removed.own_file(root / "manifest.json")
+        removed.own_file(root / MANIFEST)
         removed.prune_dirs()
         kept = [e.name for e in os.scandir(root) if e.name != KILN_DIR]
         removed.kiln_dir(root / KILN_DIR, keep_marker=bool(kept))
@@ -61,14 +61,13 @@ _LAST_BUILD = ("last-events.jsonl", "last-trace.json")
 
 def _recorded_outputs(state: StateSnapshot) -> set[str]:
     """The outputs of recorded actions, as paths relative to the output directory."""
-    dirs = {ns.value: namespace_dir(ns) for ns in FileNamespace}
     found = set()
     for record in state.records().values():
         outputs = record.outputs if isinstance(record.outputs, dict) else {}
         for key in outputs:
-            ns, _, path = str(key).partition("/")
-            if ns in dirs and path:
-                found.add(f"{dirs[ns]}/{path}")
+            rel = output_rel_path(str(key))
+            if rel is not None:
+                found.add(rel)
     return found
 
 
