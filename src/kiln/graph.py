@@ -12,16 +12,16 @@ from __future__ import annotations
 import enum
 import os
 import posixpath
-import sys
 import time
 from collections.abc import Callable, Collection, Iterable
 from contextvars import ContextVar
 from pathlib import Path
-from types import CodeType
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from kiln.definition_site import DefinitionSite
 from kiln.errors import BuildDefinitionError, DependenceException
 from kiln.layout import FileNamespace, OutputLayout, namespace_dir, platform_tag
+from kiln.meta import BuildFileMetadata, BuildMeta
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
@@ -49,42 +49,11 @@ __all__ = [
 _CURRENT_CONTEXT: ContextVar[BuildContext | None] = ContextVar("kiln_context", default=None)
 # True while kiln makes thunks only to key them: paths are computed, nothing is created.
 KEYING_ONLY: ContextVar[bool] = ContextVar("kiln_keying_only", default=False)
-_KILN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def join_namespace(prefix: str, suffix: str) -> str:
     """Join two graph path components; the root context's path is empty."""
     return f"{prefix}/{suffix}" if prefix else suffix
-
-
-class DefinitionSite:
-    """The user's file and line where a node was defined (first frame outside kiln)."""
-
-    __slots__ = ("filename", "lineno")
-
-    def __init__(self, filename: str, lineno: int) -> None:
-        self.filename = filename
-        self.lineno = lineno
-
-    @classmethod
-    def capture(cls, owner: object = None) -> DefinitionSite:
-        """The first caller outside kiln and outside the ``__init__`` methods of
-        ``owner``'s classes (a user's subclass of an action calls ``super().__init__``)."""
-        inits: set[CodeType] = set()
-        if owner is not None:
-            for klass in type(owner).__mro__:
-                code = getattr(vars(klass).get("__init__"), "__code__", None)
-                if code is not None:
-                    inits.add(code)
-        frame = sys._getframe(1)
-        while frame.f_back is not None and (
-            frame.f_code.co_filename.startswith(_KILN_DIR) or frame.f_code in inits
-        ):
-            frame = frame.f_back
-        return cls(frame.f_code.co_filename, frame.f_lineno)
-
-    def __str__(self) -> str:
-        return f"{self.filename}:{self.lineno}"
 
 
 class BuildDependency:
@@ -140,38 +109,6 @@ class BuildDependency:
             return 0.0
         finished = self.finish_time
         return (finished if finished is not None else time.time()) - invoked
-
-
-BuildMetaType = TypeVar("BuildMetaType", bound="BuildMeta")
-
-
-class BuildMeta:
-    """Typed metadata attached to a node; each subclass has a unique ``KEY``."""
-
-    KEY: ClassVar[str]
-
-    def __init__(self) -> None:
-        if not isinstance(getattr(self, "KEY", None), str):
-            raise TypeError(f"{type(self).__name__}.KEY must be a str")
-
-    @classmethod
-    def get(cls: type[BuildMetaType], dep: BuildDependency) -> BuildMetaType:
-        """The instance of this type on ``dep``, created by ``create_default`` if absent."""
-        key = getattr(cls, "KEY", None)
-        if not isinstance(key, str):
-            raise TypeError(f"{cls.__name__}.KEY must be a str")
-        instance = dep._metadata.get(key)
-        if instance is None:
-            instance = cls.create_default()
-            dep._metadata[key] = instance
-        return instance  # type: ignore[return-value]
-
-    @classmethod
-    def create_default(cls) -> BuildMeta:
-        return cls()
-
-
-BuildFileMetadata = dict[str, str | int | bool | float]
 
 
 class BuildFile(BuildDependency):

@@ -5,10 +5,11 @@ One scheduler thread owns all bookkeeping. Actions run on ``ThreadWorkers``
 (PROCESS actions hand their thunk on to the ``ProcessPool``) or in-line, and
 report back through a queue. An action is launched only when every one of its
 dependencies finished successfully, and its up-to-date check happens then, when
-its inputs' digests are known. What happens is emitted as events
-(``kiln.build_events``) that the reporter and every other reader receive.
-Actions that are ready but cannot start yet wait in a heap ordered by their
-remaining critical path (``kiln.priority``).
+its inputs' digests are known. Ready actions that cannot start yet wait in a heap
+ordered by their remaining critical path (``kiln.priority``). What happens is
+emitted as events (``kiln.build_events``) and recorded in the ``BuildResult``
+(``kiln.result``); the outputs' side is ``kiln.action_outputs``, the shared
+cache's ``kiln.cache_step``, the limits ``kiln.limits``.
 """
 
 from __future__ import annotations
