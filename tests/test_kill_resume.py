@@ -393,7 +393,7 @@ def test_builds_killed_at_any_point_keep_what_they_finished(
     assert final.returncode == 0, final.stderr
     assert "warning" not in final.stderr
     # What finished but was not yet recorded when kiln died comes back from the cache.
-    restored = set(re.findall(r"\] cached: Running (\S+)", final.stderr))
+    restored = set(re.findall(r"\] cached: step (\S+)", final.stderr))  # GRID's descs
     rerun = set(ran(tmp_path))
     assert rerun | restored == all_actions - done and not rerun & restored
     assert recorded(out) == all_actions
