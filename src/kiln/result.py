@@ -26,7 +26,7 @@ class SchedulerOptions:
     critical_path: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeRun:
     """What happened to one node in one build (wall-clock times, ``time.time()``).
 
