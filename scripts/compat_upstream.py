@@ -192,6 +192,9 @@ def measure(upstream: Path, package: str, python: str, timeout: float,
                 urls |= found
             write_served_files(served, urls)
             env = _child_env(package, cert)
+            # As on a fresh machine: an empty shared cache of this run's own, so that
+            # a download upstream's tests expect is not served from an earlier run.
+            env["KILN_CACHE_DIR"] = str(Path(scratch) / "kiln-cache")
             results = []
             for name in TEST_FILES:
                 proc = _run(python, work / name, env, timeout)

@@ -441,3 +441,29 @@ def test_a_checkout_elsewhere_is_served_from_the_cache(
     assert "0 built, 1 cached" in results[1].stderr, results[1].stderr
     served = tmp_path / "b/elsewhere/project/kiln-out/genfiles/shout/loud.txt"
     assert served.read_text() == "HELLO\n"
+
+
+BARE_FETCH = """
+@entrypoint
+def get(url=cl_arg("url", default="")):
+    return fetch_http(name="blob.bin", url=url)
+"""
+
+
+def test_fetch_http_without_a_digest_never_goes_through_the_cache(
+    tmp_path: Path, cache: Path, write_module: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    """What a bare URL serves may change: each new output directory fetches it again,
+    and nothing of it is stored in the cache."""
+    write_module(BARE_FETCH)
+    with HTTPTestServer() as server:
+        url = server.serve("/latest.bin", b"version 1")
+        first = build(kiln, "o1", "--url", url)
+        server.serve("/latest.bin", b"version 2")
+        second = build(kiln, "o2", "--url", url)
+        assert server.count("/latest.bin") == 2
+    assert "cached" not in second.stderr and "Fetching URL" in second.stderr, second.stderr
+    assert (tmp_path / "o1/genfiles/get/blob.bin").read_bytes() == b"version 1"
+    assert (tmp_path / "o2/genfiles/get/blob.bin").read_bytes() == b"version 2"
+    assert "Fetching URL" in first.stderr
+    assert not blob(cache, b"version 1").exists()
