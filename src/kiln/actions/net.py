@@ -38,6 +38,10 @@ class FetchHttpAction(BuildAction):
         self.timeout_s = timeout_s
         self.stall_timeout_s = stall_timeout_s
         self.retries = retries
+        # Only a download pinned by ``sha256`` goes through the shared cache (as in
+        # Bazel's repository cache): what a bare URL serves may change, and a cache
+        # would hand every machine its first copy for ever.
+        self.cacheable = bool(sha256)
 
     @property
     def url(self) -> str:
@@ -46,13 +50,6 @@ class FetchHttpAction(BuildAction):
 
     def params(self) -> dict[str, Any]:
         return {"url": self.url, "url_sha256": url_digest(self._url), "sha256": self.sha256}
-
-    @property
-    def cacheable(self) -> bool:
-        """Only a download pinned by ``sha256`` goes through the shared cache (as in
-        Bazel's repository cache): what a bare URL serves may change, and a cache
-        would hand every machine its first copy for ever."""
-        return bool(self.sha256)
 
     def output_digests(self) -> dict[BuildFile, str] | None:
         """The digest the download must have: the cache serves it by content."""
