@@ -13,6 +13,21 @@ import kiln
 import kiln.executor
 
 KILN_ALL = [
+    "ActionFailed",
+    "ActionTimeout",
+    "BuildDefinitionError",
+    "BuildInterrupted",
+    "ConfinementError",
+    "DependenceException",
+    "KilnError",
+    "NotRegularFile",
+    "OutputDirLocked",
+    "RemoteError",
+    "StateError",
+    "ToolError",
+    "UsageError",
+    "VerificationFailed",
+    "WorkerCrashed",
     "benchmark",
     "cl_arg",
     "compile",
@@ -121,3 +136,53 @@ def test_star_import_of_executor_gives_exactly_its_exports() -> None:
     namespace: dict[str, object] = {}
     exec("from kiln.executor import *", namespace)
     assert sorted(k for k in namespace if k != "__builtins__") == EXECUTOR_ALL
+
+
+ERRORS = {
+    "ActionFailed", "ActionTimeout", "BuildDefinitionError", "BuildInterrupted",
+    "ConfinementError", "DependenceException", "KilnError", "NotRegularFile",
+    "OutputDirLocked", "RemoteError", "StateError", "ToolError", "UsageError",
+    "VerificationFailed", "WorkerCrashed",
+}
+# The exit status the command line gives for each public error.
+EXIT_CODES = {
+    "ActionFailed": 1, "ActionTimeout": 1, "ConfinementError": 1, "DependenceException": 1,
+    "KilnError": 1, "NotRegularFile": 1, "RemoteError": 1, "ToolError": 1,
+    "VerificationFailed": 1, "WorkerCrashed": 1,
+    "BuildDefinitionError": 2, "OutputDirLocked": 2, "StateError": 2, "UsageError": 2,
+}
+
+
+def test_every_public_error_is_exported_from_kiln_and_lives_in_errors() -> None:
+    import kiln.errors
+
+    for name in ERRORS:
+        cls = getattr(kiln, name)
+        assert cls is getattr(kiln.errors, name)
+        assert cls.__module__ == "kiln.errors", name
+        assert name in kiln.errors.__doc__, f"{name} is not drawn in the errors tree"
+
+
+def test_each_error_carries_its_exit_code() -> None:
+    for name, code in EXIT_CODES.items():
+        assert getattr(kiln, name).exit_code == code, name
+    assert kiln.BuildInterrupted(15).exit_code == 143
+    assert kiln.BuildInterrupted(2).exit_code == 130
+
+
+def test_no_exception_class_is_defined_outside_errors() -> None:
+    # Private control-flow signals (a cache miss, a retryable download) stay where
+    # they are used; every exception kiln shows a user lives in kiln.errors.
+    import pathlib
+    import re
+
+    src = pathlib.Path(kiln.__file__).parent
+    pattern = re.compile(r"^class (\w+)\((?:\w+\.)?\w*(?:Error|Exception|Failed|Interrupt)\w*\)",
+                         re.M)
+    found = {
+        f"{path.relative_to(src)}:{name}"
+        for path in src.rglob("*.py") if path.name != "errors.py"
+        for name in pattern.findall(path.read_text())
+        if not name.startswith("_")
+    }
+    assert found == set()

@@ -13,8 +13,40 @@ from kiln._version import __version__ as __version__
 from kiln.actions.process import run_command, source_file
 from kiln.args import cl_arg
 from kiln.entrypoints import entrypoint
+from kiln.errors import (
+    ActionFailed,
+    ActionTimeout,
+    BuildDefinitionError,
+    BuildInterrupted,
+    ConfinementError,
+    DependenceException,
+    KilnError,
+    NotRegularFile,
+    OutputDirLocked,
+    RemoteError,
+    StateError,
+    ToolError,
+    UsageError,
+    VerificationFailed,
+    WorkerCrashed,
+)
 
 __all__ = [
+    "ActionFailed",
+    "ActionTimeout",
+    "BuildDefinitionError",
+    "BuildInterrupted",
+    "ConfinementError",
+    "DependenceException",
+    "KilnError",
+    "NotRegularFile",
+    "OutputDirLocked",
+    "RemoteError",
+    "StateError",
+    "ToolError",
+    "UsageError",
+    "VerificationFailed",
+    "WorkerCrashed",
     "benchmark",
     "cl_arg",
     "compile",

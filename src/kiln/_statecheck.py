@@ -18,6 +18,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from kiln.errors import Untrusted
+
 COLUMNS = {
     "meta": ["name", "value"],
     "files": ["path", "size", "mtime_ns", "ino", "ctime_ns", "sha256"],
@@ -27,10 +29,6 @@ COLUMNS = {
 # SQLite's primary result codes that mean the file itself is damaged or not a
 # database; every other error (full, I/O, busy, permission) leaves it alone.
 CORRUPTION_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
-
-
-class Untrusted(Exception):
-    """The database failed kiln's integrity check; it is moved aside."""
 
 
 def is_corruption(error: BaseException) -> bool:

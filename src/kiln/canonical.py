@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
+from kiln.errors import Unkeyable
 from kiln.graph import BuildAction, BuildFile
 
 _SHORT_BYTES = 32
@@ -54,21 +55,6 @@ _CODE_TYPES = (
     functools.partial,
     type,
 )
-
-
-class Unkeyable(Exception):
-    """A value with no canonical form; ``where`` is its place inside the parameter
-    (``[2].name``), ``type_name`` its type, ``hint`` a more precise fix if any."""
-
-    def __init__(self, type_name: str, where: str = "", hint: str = ""):
-        super().__init__(type_name)
-        self.type_name = type_name
-        self.where = where
-        self.hint = hint
-
-    def inside(self, step: str) -> Unkeyable:
-        self.where = step + self.where
-        return self
 
 
 def qualname(kind: type) -> str:

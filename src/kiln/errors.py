@@ -1,51 +1,92 @@
-"""kiln's exceptions.
+"""kiln's exceptions, all of them, and the exit status each one means.
 
-Library code raises these; only the command line turns them into exit codes.
+Library code raises these; only the command line turns them into exit codes,
+reading each exception's ``exit_code`` (0 built, 1 an action failed, 2 the build
+definition, the command line or kiln's own state must be fixed, 128 + N stopped
+by signal N).
 
-    KilnError                      base of everything kiln raises on purpose
-    ├── BuildDefinitionError       the build module is wrong (exit 2): cycle,
+    KilnError                      base of everything kiln raises on purpose (1)
+    ├── BuildDefinitionError       the build module is wrong (2): cycle,
     │   │                          duplicate path, escaping path, unknown file,
-    │   │                          missing source, conflicting cl_arg, ...
-    │   └── UsageError             the command line is wrong (exit 2)
-    ├── ActionFailed               an action ran and failed (exit 1)
+    │   │                          missing source, conflicting cl_arg, a timeout
+    │   │                          on an action that cannot be stopped, ...
+    │   └── UsageError             the command line is wrong (2)
+    ├── ActionFailed               an action ran and failed (1)
     │   ├── ToolError              an external tool (compiler, importer,
-    │   │                          downloader) reported a failure
+    │   │   │                      downloader) reported a failure
+    │   │   └── VerificationFailed a compiled module's outputs differ from
+    │   │                          the reference
     │   ├── WorkerCrashed          its worker process died (signal, os._exit)
-    │   ├── ActionTimeout          it ran past its timeout and was killed
+    │   ├── ActionTimeout          it ran past its timeout and was stopped
+    │   ├── RemoteError            a worker's exception that could not travel
+    │   │                          back as itself
     │   └── ConfinementError       a write would leave the output tree (a
     │                              link, or the wrong kind of file, in the way)
-    ├── DependenceException        not run because something it depends on failed
+    ├── DependenceException        not run because something it depends on failed (1)
     ├── StateError                 the state database (or another of kiln's
-    │                              own files) cannot be used
-    └── NotRegularFile             a file kiln would read is not a regular file
+    │                              own files) cannot be used (2)
+    ├── OutputDirLocked            another build holds the output directory (2)
+    ├── NotRegularFile             a file kiln would read is not a regular file (1)
+    └── HelpShown                  ``--help`` was answered; not an error (its status)
+
+    BuildInterrupted (a KeyboardInterrupt)   stopped by signal N (128 + N)
 
 ``BuildInterrupted`` (SIGHUP, SIGINT, SIGPIPE or SIGTERM) derives from
 ``KeyboardInterrupt``, so code that stops on Ctrl-C stops on it too; a
 ``KeyboardInterrupt`` that is not a ``BuildInterrupted`` was raised by code, not
 by a signal.
+
+Two signals never leave kiln: ``Unkeyable`` (a parameter value has no canonical
+form; turned into a ``BuildDefinitionError`` naming the action and parameter)
+and ``Untrusted`` (the state database failed kiln's integrity check; it is moved
+aside). They are plain ``Exception``s so that no ``except KilnError`` takes them
+for a user-facing error.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KilnError(Exception):
-    """Base class of the exceptions kiln raises deliberately."""
+    """Base class of the exceptions kiln raises deliberately. ``exit_code`` is the
+    command line's exit status when this error ends it."""
+
+    exit_code: int = 1
 
 
 class BuildDefinitionError(KilnError):
     """The build definition is invalid; the message says what to change."""
 
+    exit_code = 2
+
 
 class UsageError(BuildDefinitionError):
     """The command line is invalid; the message says which option to fix."""
+
+    exit_code = 2
 
 
 class ActionFailed(KilnError):
     """An action ran and failed; the message says why."""
 
+    exit_code = 1
+
 
 class ToolError(ActionFailed):
     """An external tool failed; the message carries its diagnostics."""
+
+
+class VerificationFailed(ToolError):
+    """A compiled module's outputs differ from a reference; ``result`` is the
+    verification's JSON result."""
+
+    def __init__(self, message: str, result: dict[str, Any]):
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.result))
 
 
 class WorkerCrashed(ActionFailed):
@@ -53,29 +94,89 @@ class WorkerCrashed(ActionFailed):
 
 
 class ActionTimeout(ActionFailed):
-    """An action ran past its timeout and was killed."""
+    """An action ran past its timeout and was stopped (its process killed, or its
+    thread abandoned)."""
 
 
-class DependenceException(KilnError):
-    """Set as an action's failure when a dependency of it failed, so it never ran."""
+class RemoteError(ActionFailed):
+    """An exception raised in a worker process that could not be sent back as itself."""
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        message = str(self).removeprefix(f"{self.type_name}: ")
+        return (type(self), (self.type_name, message, self.remote_traceback))
 
 
 class ConfinementError(ActionFailed):
     """Writing an output would go through a link or over the wrong kind of file."""
 
 
+class DependenceException(KilnError):
+    """Set as an action's failure when a dependency of it failed, so it never ran."""
+
+    exit_code = 1
+
+
 class StateError(KilnError):
     """The state database is unusable (corrupt, foreign, or unwritable), or one of
     kiln's own files is a link or the wrong kind of file."""
+
+    exit_code = 2
+
+
+class OutputDirLocked(KilnError):
+    """Another build holds the output directory and the caller chose not to wait."""
+
+    exit_code = 2
 
 
 class NotRegularFile(KilnError):
     """A file kiln would read (an output, a state file) is not a regular file."""
 
+    exit_code = 1
+
+
+class HelpShown(KilnError):
+    """``--help`` (or argparse's own exit) was answered; the command ends with
+    ``exit_code``, which is this instance's status."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.exit_code = status
+
 
 class BuildInterrupted(KeyboardInterrupt):
-    """The build was stopped by a signal; ``signum`` says which."""
+    """The build was stopped by a signal; ``signum`` says which, ``exit_code``
+    is 128 + ``signum``."""
 
     def __init__(self, signum: int):
         super().__init__(f"interrupted by signal {signum}")
         self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class Unkeyable(Exception):
+    """A value with no canonical form; ``where`` is its place inside the parameter
+    (``[2].name``), ``type_name`` its type, ``hint`` a more precise fix if any."""
+
+    def __init__(self, type_name: str, where: str = "", hint: str = ""):
+        super().__init__(type_name)
+        self.type_name = type_name
+        self.where = where
+        self.hint = hint
+
+    def inside(self, step: str) -> Unkeyable:
+        """This error, found one step (``[2]``, ``.name``) further out."""
+        self.where = step + self.where
+        return self
+
+
+class Untrusted(Exception):
+    """The state database failed kiln's integrity check; it is moved aside."""

@@ -16,12 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from kiln.errors import KilnError, StateError
+from kiln.errors import OutputDirLocked, StateError
 from kiln.outputs import claim_output_dir, open_own_file
 
-
-class OutputDirLocked(KilnError):
-    """Another build holds the output directory and the caller chose not to wait."""
+__all__ = ["OutputDirLocked", "OutputLock"]  # OutputDirLocked: re-exported from kiln.errors
 
 
 class OutputLock:

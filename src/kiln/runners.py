@@ -24,16 +24,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from kiln._reaper import reap_group
-from kiln.errors import ActionFailed, ActionTimeout, WorkerCrashed
-
-
-class RemoteError(ActionFailed):
-    """An exception raised in a worker process that could not be sent back as itself."""
-
-    def __init__(self, type_name: str, message: str, remote_traceback: str):
-        super().__init__(f"{type_name}: {message}")
-        self.type_name = type_name
-        self.remote_traceback = remote_traceback
+from kiln.errors import ActionFailed, ActionTimeout, RemoteError, WorkerCrashed
 
 
 def describe_exit(exitcode: int | None) -> str:

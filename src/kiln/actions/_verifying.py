@@ -26,19 +26,7 @@ from kiln.actions._files import atomic_output
 from kiln.actions._ireetools import run_module
 from kiln.actions._reference import check_inputs, output_names, read_reference
 from kiln.actions._tensors import compare_all, load_tensor
-from kiln.errors import ToolError
-
-
-class VerificationFailed(ToolError):
-    """A compiled module's outputs differ from a reference; ``result`` is the
-    verification's JSON result."""
-
-    def __init__(self, message: str, result: dict[str, Any]):
-        super().__init__(message)
-        self.result = result
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.result))
+from kiln.errors import VerificationFailed
 
 
 @dataclass

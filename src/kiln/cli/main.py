@@ -22,15 +22,8 @@ from typing import IO, Any, cast
 
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import user_line
-from kiln.cli.options import ParserExit
-from kiln.errors import (
-    BuildDefinitionError,
-    BuildInterrupted,
-    KilnError,
-    StateError,
-    UsageError,
-)
-from kiln.lock import OutputDirLocked
+from kiln.cli.options import parser_streams
+from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError
 
 USAGE = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
        kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]
@@ -82,7 +75,7 @@ def run_cli(
     err = cast(IO[str], _Unbreakable(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
     try:
-        with _signals_interrupt(out, err):
+        with _signals_interrupt(out, err), parser_streams(out, err):
             code = _dispatch(argv, module, out, err)
             out.flush()  # here, where a closed pipe is recognised, not at exit
             return code
@@ -91,23 +84,20 @@ def run_cli(
         return 128 + signal.SIGPIPE
     except BuildInterrupted as e:
         _say(err, f"kiln: interrupted by {signal.Signals(e.signum).name}")
-        return 128 + e.signum
+        return e.exit_code
     except KeyboardInterrupt:
         _say(err, "kiln: interrupted")
-        return 130
-    except ParserExit as e:
-        return e.status
+        return 128 + signal.SIGINT
+    except HelpShown as e:
+        return e.exit_code
     except SystemExit as e:
         # Only user code exits (a cl_arg's type function, say): never borrow its status.
         _say(err, f"kiln: error: {user_line(e, '<build module>')}: the build module's code "
              f"called sys.exit({e.code!r}); a build module must not exit")
         return 2
-    except (BuildDefinitionError, OutputDirLocked, StateError) as e:
-        _say(err, f"kiln: error: {e}", e if verbose else None)
-        return 2
     except KilnError as e:
         _say(err, f"kiln: error: {e}", e if verbose else None)
-        return 1
+        return e.exit_code
 
 
 class _Unbreakable(io.TextIOBase):

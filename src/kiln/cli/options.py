@@ -4,28 +4,41 @@ the options that build modules declare with ``cl_arg``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from kiln.args import ClArg, check_cl_args
 from kiln.cli.cache_options import add_cache_options
-from kiln.errors import UsageError
+from kiln.errors import HelpShown, UsageError
 
 COMMANDS = ("build", "list", "explain", "clean", "graph", "report", "cache")
 
+# The streams of the command line running in this context: ``--help`` and
+# argparse's messages go there, not to the process's sys.stdout and sys.stderr.
+_STREAMS: contextvars.ContextVar[tuple[IO[str], IO[str]] | None] = contextvars.ContextVar(
+    "kiln_cli_streams", default=None
+)
 
-class ParserExit(Exception):
-    """``--help`` was answered: the command ends with ``status``."""
 
-    def __init__(self, status: int):
-        super().__init__(status)
-        self.status = status
+@contextlib.contextmanager
+def parser_streams(out: IO[str], err: IO[str]) -> Iterator[None]:
+    """Within this block, parsers print help on ``out`` and messages on ``err``."""
+    token = _STREAMS.set((out, err))
+    try:
+        yield
+    finally:
+        _STREAMS.reset(token)
 
 
 class KilnArgumentParser(argparse.ArgumentParser):
-    """Raises UsageError or ParserExit instead of exiting, so kiln_main can be called
-    as a library and any other SystemExit is known to come from the user's code."""
+    """Raises UsageError or HelpShown instead of exiting, and prints on the
+    command's streams, so kiln_main can be called as a library and any other
+    SystemExit is known to come from the user's code."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
@@ -33,7 +46,13 @@ class KilnArgumentParser(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
         if message:
             self._print_message(message, sys.stderr)
-        raise ParserExit(status)
+        raise HelpShown(status)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        streams = _STREAMS.get()
+        if streams is not None:
+            file = streams[1] if file is sys.stderr else streams[0]
+        super()._print_message(message, file)
 
 
 def positive_int(text: str) -> int:
