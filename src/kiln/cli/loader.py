@@ -64,6 +64,45 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
 
 
 @contextlib.contextmanager
+def loaded_for_command(spec: str, as_module: bool = False) -> Iterator[ModuleType]:
+    """The build module ``spec``, loaded for one command: when the block ends, what
+    loading it put into the process goes again (its ``sys.path`` entry, its own
+    modules and its siblings' in ``sys.modules``, its pickle-by-value mark), so
+    that a process running the command line many times does not grow and the next
+    run loads the module as it is then."""
+    path_before, modules_before = list(sys.path), set(sys.modules)
+    module: ModuleType | None = None
+    try:
+        module = load_build_module(spec, as_module)
+        yield module
+    finally:
+        if module is not None and not as_module:
+            import cloudpickle
+
+            with contextlib.suppress(ValueError):
+                cloudpickle.unregister_pickle_by_value(module)
+        user_dirs = [p for p in sys.path if p not in path_before]
+        if module is not None and getattr(module, "__file__", None):
+            user_dirs.append(os.path.dirname(os.path.abspath(module.__file__ or "")))
+        sys.path[:] = path_before
+        for name in set(sys.modules) - modules_before:
+            if _is_users(name, sys.modules[name], spec if as_module else None, user_dirs):
+                del sys.modules[name]
+
+
+def _is_users(name: str, module: ModuleType, dotted: str | None, user_dirs: list[str]) -> bool:
+    """Whether ``module``, imported while a build module loaded, is that build module,
+    its package, or a module from the build module's directory (not a library)."""
+    if name.startswith("kiln_build_"):
+        return True
+    if dotted is not None and (name == dotted.split(".")[0]
+                               or name.startswith(dotted.split(".")[0] + ".")):
+        return True
+    where = getattr(module, "__file__", None) or ""
+    return any(where.startswith(os.path.join(d, "")) for d in user_dirs if d)
+
+
+@contextlib.contextmanager
 def _no_bytecode_written() -> Iterator[None]:
     """While the build module (and what it imports) loads, Python writes no
     ``__pycache__``: kiln writes nothing into the user's source tree, only into

@@ -14,7 +14,7 @@ from typing import IO
 from kiln.args import argument_namespace_context
 from kiln.cli.cache_options import open_cache
 from kiln.cli.invocation import Invocation
-from kiln.cli.loader import collect_entrypoints, guarded, load_build_module
+from kiln.cli.loader import collect_entrypoints, guarded, loaded_for_command
 from kiln.cli.options import add_cl_args, command_parser
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, UsageError
@@ -26,11 +26,24 @@ from kiln.reporting import PlainReporter, ProgressReporter
 def open_session(
     command: str, argv: list[str], module: ModuleType | None, out: IO[str], err: IO[str]
 ) -> Iterator[Invocation]:
-    if module is None:
-        with contextlib.redirect_stdout(err):  # the module's prints: not kiln's output
-            module, argv, prog = _load_from_argv(command, argv)
-    else:
-        prog = f"{os.path.basename(getattr(module, '__file__', None) or 'build')} {command}"
+    with contextlib.ExitStack() as stack:
+        if module is None:
+            with contextlib.redirect_stdout(err):  # the module's prints: not kiln's output
+                module, argv, prog = _load_from_argv(command, argv, stack)
+        else:
+            prog = f"{os.path.basename(getattr(module, '__file__', None) or 'build')} {command}"
+        yield from _open(command, argv, module, prog, out, err, stack)
+
+
+def _open(
+    command: str,
+    argv: list[str],
+    module: ModuleType,
+    prog: str,
+    out: IO[str],
+    err: IO[str],
+    stack: contextlib.ExitStack,
+) -> Iterator[Invocation]:
     entrypoints = collect_entrypoints(module)
     parser = command_parser(command, prog, (module.__doc__ or "").strip() or None)
     add_cl_args(parser, [d for ep in entrypoints.values() for d in ep.cl_arg_defs], command)
@@ -48,13 +61,25 @@ def open_session(
     with argument_namespace_context(ns), contextlib.redirect_stdout(err):
         broken = _analyse(executor, where, entrypoints)
     _check_requested(broken, ns.targets, reporter)
-    # The graph lives as long as this process: later collections need not walk it.
+    stack.callback(executor.close)
+    stack.enter_context(_graph_frozen())
+    yield Invocation(command, ns, executor, out, err)
+
+
+@contextlib.contextmanager
+def _graph_frozen() -> Iterator[None]:
+    """While the command runs, collections need not walk the graph (it lives until
+    the command ends); afterwards it is collectable again, so that running the
+    command line many times in one process does not keep every graph. A process
+    that froze objects of its own keeps them frozen: kiln then freezes nothing."""
+    if gc.get_freeze_count():
+        yield
+        return
     gc.freeze()
     try:
-        yield Invocation(command, ns, executor, out, err)
+        yield
     finally:
-        executor.close()
-    # fmt: skip
+        gc.unfreeze()
 
 
 def _analyse(
@@ -91,15 +116,18 @@ def _check_requested(
         reporter.message(f"warning: skipped the broken entrypoint '{name}': {error}")
 
 
-def _load_from_argv(command: str, argv: list[str]) -> tuple[ModuleType, list[str], str]:
+def _load_from_argv(
+    command: str, argv: list[str], stack: contextlib.ExitStack
+) -> tuple[ModuleType, list[str], str]:
     if not argv or argv[0] in ("-h", "--help"):
         raise UsageError(f"kiln {command}: give the build module: kiln {command} MODULE.py "
                          f"or kiln {command} -m package.module")
     if argv[0] == "-m":
         if len(argv) < 2:
             raise UsageError(f"kiln {command}: -m needs a module name")
-        return load_build_module(argv[1], as_module=True), argv[2:], f"kiln {command} -m {argv[1]}"
-    return load_build_module(argv[0]), argv[1:], f"kiln {command} {argv[0]}"
+        module = stack.enter_context(loaded_for_command(argv[1], as_module=True))
+        return module, argv[2:], f"kiln {command} -m {argv[1]}"
+    return stack.enter_context(loaded_for_command(argv[0])), argv[1:], f"kiln {command} {argv[0]}"
 
 
 def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
