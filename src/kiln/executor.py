@@ -207,6 +207,7 @@ class Executor:
         """The plan of ``targets``, once every action in it says it can run."""
         plan = self.plan(targets)
         for action in plan.actions:
+            action.check_timeout()
             action.check_runnable()
         self._keys_for(plan)  # an action kiln cannot key stops the build here
         return plan

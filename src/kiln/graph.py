@@ -224,6 +224,12 @@ class BuildAction(BuildDependency):
     never go into nor come from the shared cache), ``timeout`` (seconds), ``pool``
     (name of a resource pool bounding how many run at once: ``--pool NAME=N``),
     ``exclusive`` (with a pool: run alone in it, never beside another member).
+
+    ``timeout`` holds for every THREAD and PROCESS action: a process is killed, a
+    thread abandoned (it cannot be killed). An in-line (NONE) action runs on the
+    scheduler's own thread, which kiln cannot abandon: a timeout on one is refused
+    before the build starts, unless the action enforces it itself
+    (``enforces_own_timeout``, as ``run_command`` does by killing its command).
     """
 
     VERSION: ClassVar[int] = 1
@@ -232,6 +238,7 @@ class BuildAction(BuildDependency):
     always_run: bool = False
     cacheable: bool = True
     timeout: float | None = None
+    enforces_own_timeout: ClassVar[bool] = False
     pool: str | None = None
     exclusive: bool = False
 
@@ -284,6 +291,23 @@ class BuildAction(BuildDependency):
                 continue
             out[name] = value
         return out
+
+    def check_timeout(self) -> None:
+        """Raise BuildDefinitionError unless ``timeout`` is None or a positive number
+        that kiln can enforce for this action's concurrency."""
+        if self.timeout is None:
+            return
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or not (
+                self.timeout > 0):
+            raise BuildDefinitionError(
+                f"{self.def_site}: '{self.desc}': timeout must be a positive number of "
+                f"seconds or None, got {self.timeout!r}")
+        if self.concurrency is ActionConcurrency.NONE and not self.enforces_own_timeout:
+            raise BuildDefinitionError(
+                f"{self.def_site}: '{self.desc}' is an in-line (ActionConcurrency.NONE) "
+                f"action with a timeout of {self.timeout:g} s, which kiln cannot enforce: "
+                "it runs on the scheduler's own thread; use ActionConcurrency.THREAD or "
+                "PROCESS, or drop the timeout")
 
     def check_runnable(self) -> None:
         """Raise BuildDefinitionError if this action cannot run as declared. Called

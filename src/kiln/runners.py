@@ -12,6 +12,7 @@ action fails.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import pickle
 import queue
@@ -228,3 +229,32 @@ class ThreadWorkers:
         deadline = time.monotonic() + wait_s
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
+
+
+def run_with_deadline(work: Callable[[], None], desc: str, timeout: float) -> None:
+    """Run ``work`` (a THREAD action's body) on a thread of its own and wait at most
+    ``timeout`` seconds for it. A Python thread cannot be killed: one still running
+    then is abandoned (a daemon thread, so it never holds up kiln's exit) and the
+    action fails with ActionTimeout; what it writes later goes to a temporary
+    name that the next build removes, and no record ever counts it as built."""
+    outcome: list[BaseException | None] = []
+    context = contextvars.copy_context()  # the build's context variables, as in-line
+
+    def body() -> None:
+        try:
+            context.run(work)
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - re-raised on the waiting thread
+            outcome.append(e)
+
+    thread = threading.Thread(target=body, name=f"{threading.current_thread().name}-timed",
+                              daemon=True)  # fmt: skip
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise ActionTimeout(
+            f"'{desc}' ran past its timeout of {timeout:g} s; its thread cannot be killed "
+            "and was abandoned (it may still be running in the background)"
+        )
+    if outcome and outcome[0] is not None:
+        raise outcome[0]

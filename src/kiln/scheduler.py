@@ -46,7 +46,7 @@ from kiln.plan import Plan, node_name
 from kiln.priority import remaining_paths
 from kiln.reporting import ProgressReporter
 from kiln.result import BuildResult, NodeRun, SchedulerOptions
-from kiln.runners import ProcessPool, ThreadWorkers
+from kiln.runners import ProcessPool, ThreadWorkers, run_with_deadline
 from kiln.state import ActionRecord, StateStore, StatKey
 
 __all__ = ["MAX_JOBS", "BuildResult", "Scheduler", "SchedulerOptions"]
@@ -263,6 +263,8 @@ class Scheduler:
             if action.concurrency is ActionConcurrency.PROCESS:
                 thunk = action._remotable_thunk()
                 self._process_pool().run(thunk, action.desc, action.timeout)
+            elif action.timeout is not None and not action.enforces_own_timeout:
+                run_with_deadline(action._invoke, action.desc, action.timeout)
             else:
                 action._invoke()
             produced = ActionOutputs.hash(action, self.plan.outputs[action])

@@ -55,7 +55,10 @@ class CommandAction(BuildAction):
     """Runs ``argv`` (no shell) with ``{out}`` and ``{inputs[i]}`` substituted; the
     output is renamed into place only when the command exits 0 having written it.
     What the command prints goes to its log file, never into kiln's memory; a
-    failure shows a tail of the log bounded in bytes."""
+    failure shows a tail of the log bounded in bytes. Its ``timeout`` kills the
+    command and everything it started."""
+
+    enforces_own_timeout = True
 
     def __init__(
         self,
