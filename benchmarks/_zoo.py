@@ -54,7 +54,7 @@ def bench_zoo(
     An action failing (exit status 1) is recorded, not fatal: the table shows how
     many of the ``count`` modules each system produced.
     """
-    from kiln.actions._ireetools import model_zoo
+    from _zoo_models import model_zoo
 
     chosen = model_zoo()[:count]
     root = work / f"zoo{count}"

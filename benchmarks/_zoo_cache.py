@@ -43,7 +43,7 @@ def _tree(out: Path) -> dict[str, bytes]:
 
 
 def bench_zoo_cache(count: int, *, work: Path, runs: int) -> ZooCacheResult:
-    from kiln.actions._ireetools import model_zoo
+    from _zoo_models import model_zoo
 
     chosen = model_zoo()[:count]
     root = work / f"zoo-cache{count}"

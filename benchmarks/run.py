@@ -226,7 +226,7 @@ def _markdown(
                 "`python -m iree.build benchmarks/zoo_iree.py MODEL... "
                 "--iree-hal-target-device=llvm-cpu --iree-llvmcpu-target-cpu=host` "
                 "(its own concurrency). The models are the first of "
-                "`kiln.actions._ireetools.model_zoo()`.",
+                "`examples/zoo_models.py`'s `model_zoo()`.",
                 "", *_report.zoo_table(zoo)]  # fmt: skip
     if cache is not None:
         out += ["", "## Model zoo: the shared cache (host CPU)", "",

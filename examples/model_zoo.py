@@ -19,8 +19,9 @@ import json
 import sys
 from pathlib import Path
 
+from zoo_models import ZooModel, model_zoo
+
 from kiln import benchmark, compile, entrypoint, kiln_main, onnx_import, source_file, verify
-from kiln.actions._ireetools import ZooModel, model_zoo
 
 TARGETS = ("cpu", "vmvx")
 # Some reference models compute in f64; by default IREE demotes f64 to f32, and

@@ -1,4 +1,6 @@
-"""Tests of kiln.actions._ireetools with the real IREE compiler, runtime and onnx."""
+"""Tests of the IREE and ONNX helpers (``kiln.targets``, ``kiln.actions._compiler``,
+``_onnx_import``, ``_runtime``) and of the examples' model zoo list, with the real
+IREE compiler, runtime and onnx."""
 
 from __future__ import annotations
 
@@ -15,8 +17,12 @@ pytest.importorskip("iree.runtime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from kiln.actions import _ireetools as it  # noqa: E402
+from kiln.actions._compiler import compile_module, compiler_version  # noqa: E402
+from kiln.actions._onnx_import import import_onnx  # noqa: E402
+from kiln.actions._runtime import verify_module  # noqa: E402
+from kiln.actions._tensors import load_tensor  # noqa: E402
 from kiln.errors import ToolError, UsageError  # noqa: E402
+from kiln.targets import target_driver, target_flags, target_name  # noqa: E402
 
 PLAIN_MLIR = """
 func.func @add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
@@ -24,6 +30,18 @@ func.func @add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   return %0 : tensor<4xf32>
 }
 """
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture
+def zoo(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """examples/zoo_models.py, the model zoo list the example and the benchmarks build."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import zoo_models
+
+    return zoo_models
+
+
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 3)).astype(np.float32)
 W = RNG.standard_normal((3, 4)).astype(np.float32)
@@ -66,12 +84,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The MatMul+Relu model imported once and compiled for cpu and vmvx, with data."""
     d = tmp_path_factory.mktemp("built")
     model = matmul_relu_model(d / "mm.onnx")
-    it.import_onnx(model, str(d / "mm.mlir"), None)
+    import_onnx(model, str(d / "mm.mlir"), None)
     modules = {}
     for target in ("cpu", "vmvx"):
-        name = it.target_name(target)
+        name = target_name(target)
         vmfb, log = d / f"mm.{name}.vmfb", d / f"mm.{name}.log"
-        it.compile_module(str(d / "mm.mlir"), str(vmfb), "onnx", it.target_flags(target), str(log))
+        compile_module(str(d / "mm.mlir"), str(vmfb), "onnx", target_flags(target), str(log))
         modules[target] = str(vmfb)
     y = X @ W
     return {
@@ -84,7 +102,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_compiler_version_is_the_installed_distribution() -> None:
-    assert it.compiler_version() == importlib.metadata.version("iree-base-compiler")
+    assert compiler_version() == importlib.metadata.version("iree-base-compiler")
 
 
 @pytest.mark.parametrize(
@@ -101,8 +119,8 @@ def test_compiler_version_is_the_installed_distribution() -> None:
     ],
 )
 def test_target_flags_and_names(spec: str, flags: list[str], name: str) -> None:
-    assert set(flags) <= set(it.target_flags(spec))
-    assert it.target_name(spec) == name
+    assert set(flags) <= set(target_flags(spec))
+    assert target_name(spec) == name
 
 
 @pytest.mark.parametrize(
@@ -110,9 +128,9 @@ def test_target_flags_and_names(spec: str, flags: list[str], name: str) -> None:
 )
 def test_unknown_target_is_a_usage_error_listing_valid_forms(spec: str) -> None:
     with pytest.raises(UsageError, match=r"cpu:<cpu name>.*hip:<chip>"):
-        it.target_flags(spec)
+        target_flags(spec)
     with pytest.raises(UsageError):
-        it.target_name(spec)
+        target_name(spec)
 
 
 def test_every_target_form_is_accepted_by_iree_compile(tmp_path: Path) -> None:
@@ -120,10 +138,10 @@ def test_every_target_form_is_accepted_by_iree_compile(tmp_path: Path) -> None:
     source = tmp_path / "add.mlir"
     source.write_text(PLAIN_MLIR)
     for spec in ("cpu", "cpu:znver4", "vmvx", "hip:gfx942", "vulkan:rdna3", "cuda:sm_80"):
-        out = tmp_path / f"add.{it.target_name(spec)}.vmfb"
-        it.compile_module(str(source), str(out), "auto", it.target_flags(spec), str(out) + ".log")
+        out = tmp_path / f"add.{target_name(spec)}.vmfb"
+        compile_module(str(source), str(out), "auto", target_flags(spec), str(out) + ".log")
         assert out.stat().st_size > 0
-    assert it.target_driver("vmvx") == "local-task" and it.target_driver("hip:gfx942") == "hip"
+    assert target_driver("vmvx") == "local-task" and target_driver("hip:gfx942") == "hip"
 
 
 def test_import_onnx_writes_torch_onnx_mlir(built: dict[str, Any]) -> None:
@@ -144,7 +162,7 @@ def test_import_onnx_upgrades_opset_and_names_unnamed_graphs(tmp_path: Path) -> 
     model = onnx.load(source)
     model.graph.name = ""
     onnx.save(model, source)
-    it.import_onnx(source, str(tmp_path / "add.mlir"), 18)
+    import_onnx(source, str(tmp_path / "add.mlir"), 18)
     text = (tmp_path / "add.mlir").read_text()
     assert "torch.onnx_meta.opset_version = 18" in text and "@main_graph" in text
 
@@ -154,19 +172,19 @@ def test_corrupt_onnx_is_a_tool_error_naming_the_file(tmp_path: Path, content: b
     source = tmp_path / "broken.onnx"
     source.write_bytes(content)
     with pytest.raises(ToolError, match="broken.onnx") as info:
-        it.import_onnx(str(source), str(tmp_path / "out.mlir"), None)
+        import_onnx(str(source), str(tmp_path / "out.mlir"), None)
     assert len(str(info.value)) < 700
     assert not (tmp_path / "out.mlir").exists()
 
 
 def test_missing_onnx_is_a_tool_error(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="nothere.onnx.*No such file"):
-        it.import_onnx(str(tmp_path / "nothere.onnx"), str(tmp_path / "out.mlir"), None)
+        import_onnx(str(tmp_path / "nothere.onnx"), str(tmp_path / "out.mlir"), None)
 
 
 @pytest.mark.parametrize("target", ["cpu", "vmvx"])
 def test_verify_passes_on_correct_outputs(built: dict[str, Any], target: str) -> None:
-    result = it.verify_module(
+    result = verify_module(
         built["modules"][target], built["inputs"], built["outputs"], 1e-5, 1e-5
     )
     assert result["passed"], result["summary"]
@@ -180,7 +198,7 @@ def test_verify_reports_wrong_values_readably(built: dict[str, Any], tmp_path: P
     wrong = np.maximum(X @ W, 0)
     wrong[1, 2] += 0.5
     expected = [built["outputs"][0], save_pb(tmp_path / "output_1.pb", wrong)]
-    result = it.verify_module(built["modules"]["cpu"], built["inputs"], expected, 1e-5, 1e-5)
+    result = verify_module(built["modules"]["cpu"], built["inputs"], expected, 1e-5, 1e-5)
     assert not result["passed"]
     first, second = result["outputs"]
     assert first["passed"] and not second["passed"]
@@ -192,7 +210,7 @@ def test_verify_reports_wrong_values_readably(built: dict[str, Any], tmp_path: P
 
 def test_verify_reports_shape_and_count_mismatches(built: dict[str, Any], tmp_path: Path) -> None:
     short = [save_pb(tmp_path / "o.pb", (X @ W)[:, :3])]
-    result = it.verify_module(built["modules"]["vmvx"], built["inputs"], short, 1e-5, 1e-5)
+    result = verify_module(built["modules"]["vmvx"], built["inputs"], short, 1e-5, 1e-5)
     assert not result["passed"]
     assert "module returned 2 outputs, expected 1" in result["summary"]
     assert "output 0: shape [2, 4] != expected [2, 3]" in result["summary"]
@@ -202,7 +220,7 @@ def test_verify_compares_across_dtypes(built: dict[str, Any], tmp_path: Path) ->
     y = X @ W
     as_f64 = [save_pb(tmp_path / "y.pb", y.astype(np.float64)), str(tmp_path / "z.npy")]
     np.save(as_f64[1], np.maximum(y, 0).astype(np.float64))
-    result = it.verify_module(built["modules"]["cpu"], built["inputs"], as_f64, 1e-5, 1e-5)
+    result = verify_module(built["modules"]["cpu"], built["inputs"], as_f64, 1e-5, 1e-5)
     assert result["passed"], result["summary"]
     assert result["outputs"][1]["expected_dtype"] == "float64"
 
@@ -210,20 +228,20 @@ def test_verify_compares_across_dtypes(built: dict[str, Any], tmp_path: Path) ->
 def test_verify_runtime_failures_are_tool_errors(built: dict[str, Any], tmp_path: Path) -> None:
     module, inputs, outputs = built["modules"]["cpu"], built["inputs"], built["outputs"]
     with pytest.raises(ToolError, match="expected 2 arguments but passed 1"):
-        it.verify_module(module, inputs[:1], outputs, 1e-5, 1e-5)
+        verify_module(module, inputs[:1], outputs, 1e-5, 1e-5)
     with pytest.raises(ToolError, match="no 'nope'.*main_graph"):
-        it.verify_module(module, inputs, outputs, 1e-5, 1e-5, function="nope")
+        verify_module(module, inputs, outputs, 1e-5, 1e-5, function="nope")
     not_a_module = tmp_path / "junk.vmfb"
     not_a_module.write_bytes(b"junk" * 10)
     with pytest.raises(ToolError, match="cannot load module .*junk.vmfb"):
-        it.verify_module(str(not_a_module), inputs, outputs, 1e-5, 1e-5)
+        verify_module(str(not_a_module), inputs, outputs, 1e-5, 1e-5)
 
 
 def test_compile_syntax_error_is_a_tool_error_with_diagnostic(tmp_path: Path) -> None:
     source, out, log = tmp_path / "bad.mlir", tmp_path / "bad.vmfb", tmp_path / "bad.log"
     source.write_text("func.func @f( {\n")
     with pytest.raises(ToolError) as info:
-        it.compile_module(str(source), str(out), "auto", it.target_flags("vmvx"), str(log))
+        compile_module(str(source), str(out), "auto", target_flags("vmvx"), str(log))
     message = str(info.value)
     assert "iree-compile failed on" in message and "exit code 1" in message
     assert "bad.mlir:1:14: error: expected non-function type" in message
@@ -237,11 +255,11 @@ def test_compiler_abort_is_a_tool_error_not_a_crash(tmp_path: Path) -> None:
     source = tmp_path / "add.mlir"
     source.write_text(PLAIN_MLIR)
     with pytest.raises(ToolError, match="LLVM ERROR"):
-        it.compile_module(
+        compile_module(
             str(source),
             str(tmp_path / "o.vmfb"),
             "auto",
-            it.target_flags("cpu:bogus"),
+            target_flags("cpu:bogus"),
             str(tmp_path / "o.log"),
         )
     assert not (tmp_path / "o.vmfb").exists()
@@ -254,10 +272,10 @@ def test_compile_log_records_command_on_success(built: dict[str, Any]) -> None:
 
 def test_load_tensor_pb_and_npy(tmp_path: Path) -> None:
     ints = np.arange(6, dtype=np.int64).reshape(2, 3)
-    loaded = it.load_tensor(save_pb(tmp_path / "t.pb", ints))
+    loaded = load_tensor(save_pb(tmp_path / "t.pb", ints))
     assert loaded.dtype == np.int64 and np.array_equal(loaded, ints)
     np.save(tmp_path / "t.npy", X)
-    assert np.array_equal(it.load_tensor(str(tmp_path / "t.npy")), X)
+    assert np.array_equal(load_tensor(str(tmp_path / "t.npy")), X)
 
 
 @pytest.mark.parametrize(
@@ -274,14 +292,14 @@ def test_load_tensor_rejects_bad_files(
 ) -> None:
     (tmp_path / name).write_bytes(content)
     with pytest.raises(ToolError, match=f"cannot load tensor .*{name}.*") as info:
-        it.load_tensor(str(tmp_path / name))
+        load_tensor(str(tmp_path / name))
     assert reason in str(info.value)
 
 
-def test_model_zoo_lists_models_with_existing_files() -> None:
-    models = it.model_zoo()
+def test_model_zoo_lists_models_with_existing_files(zoo: Any) -> None:
+    models = zoo.model_zoo()
     assert len(models) > 100
-    assert {m.category for m in models} == set(it.ZOO_CATEGORIES)
+    assert {m.category for m in models} == set(zoo.ZOO_CATEGORIES)
     assert len({m.name for m in models}) == len(models)
     for m in models:
         assert Path(m.model).is_file() and m.inputs and m.outputs
@@ -292,25 +310,43 @@ def test_model_zoo_lists_models_with_existing_files() -> None:
     assert Path(relu.inputs[0]).name == "input_0.pb"
 
 
-def test_model_zoo_sorts_numerically_and_rejects_unknown_categories(tmp_path: Path) -> None:
+def test_model_zoo_sorts_numerically_and_rejects_unknown_categories(
+    zoo: Any, tmp_path: Path
+) -> None:
     for n in (10, 2, 1):
         (tmp_path / f"input_{n}.pb").touch()
-    assert [Path(p).name for p in it._numbered(tmp_path, "input")] == [
+    assert [Path(p).name for p in zoo._numbered(tmp_path, "input")] == [
         "input_1.pb", "input_2.pb", "input_10.pb"
     ]  # fmt: skip
     with pytest.raises(UsageError, match="unknown model zoo category"):
-        it.model_zoo(["nope"])
+        zoo.model_zoo(["nope"])
     with pytest.raises(UsageError):
-        it.model_zoo(["../data"])
+        zoo.model_zoo(["../data"])
 
 
-def test_zoo_model_end_to_end(tmp_path: Path) -> None:
-    zoo = {m.name: m for m in it.model_zoo(["pytorch-converted"])}
+def test_zoo_model_end_to_end(zoo: Any, tmp_path: Path) -> None:
+    zoo = {m.name: m for m in zoo.model_zoo(["pytorch-converted"])}
     m = zoo["pytorch-converted__test_ReLU"]
-    it.import_onnx(m.model, str(tmp_path / "m.mlir"), None)
+    import_onnx(m.model, str(tmp_path / "m.mlir"), None)
     out = tmp_path / "m.vmfb"
-    it.compile_module(
-        str(tmp_path / "m.mlir"), str(out), "onnx", it.target_flags("cpu"), str(tmp_path / "log")
+    compile_module(
+        str(tmp_path / "m.mlir"), str(out), "onnx", target_flags("cpu"), str(tmp_path / "log")
     )
-    result = it.verify_module(str(out), list(m.inputs), list(m.outputs), 1e-4, 1e-5)
+    result = verify_module(str(out), list(m.inputs), list(m.outputs), 1e-4, 1e-5)
     assert result["passed"], result["summary"]
+
+
+def test_compiler_version_is_read_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A compile's params() asks for it on every key; the distribution's metadata is
+    # read once.
+    compiler_version.cache_clear()
+    calls: list[str] = []
+    real = importlib.metadata.version
+
+    def counting(name: str) -> str:
+        calls.append(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", counting)
+    assert compiler_version() == compiler_version() == real("iree-base-compiler")
+    assert calls == ["iree-base-compiler"]

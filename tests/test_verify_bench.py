@@ -207,8 +207,10 @@ def test_verify_definition_errors(kiln, write_module, tmp_path: Path):
     assert "verify of bad/add_vmvx.vmfb" in r.stderr and "needs the ONNX model" in r.stderr
 
 
-def test_a_shipped_model_on_generated_inputs_against_onnxruntime(kiln, write_module, tmp_path):
-    from kiln.actions._ireetools import model_zoo
+def test_a_shipped_model_on_generated_inputs_against_onnxruntime(kiln, write_module, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))
+    from zoo_models import model_zoo
 
     (shipped,) = [m for m in model_zoo(["pytorch-converted"]) if m.name.endswith("test_Softmax")]
     module = write_module(

@@ -62,3 +62,13 @@ def read_tail(path: Path | str, max_bytes: int = TAIL_BYTES, max_lines: int = TA
     if skipped:
         text = f"[... {skipped} earlier bytes not shown; the whole output is in {path}]\n{text}"
     return text
+
+
+def short_diagnostic(error: BaseException | str, max_lines: int = 8, max_chars: int = 600) -> str:
+    """Condense an exception or text to a few lines, so messages stay readable."""
+    text = str(error).strip() or type(error).__name__
+    lines = text.splitlines()
+    if len(lines) > max_lines:
+        lines = [*lines[:max_lines], f"... ({len(lines) - max_lines} more lines)"]
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."

@@ -17,6 +17,7 @@ import tempfile
 
 from kiln.errors import ToolError, UsageError
 from kiln.graph import BuildDependency, BuildMeta
+from kiln.targets import parse_target, target_flags
 
 # Names to probe, newest first, for the suggestion after a rejected target.
 CANDIDATES = {
@@ -87,9 +88,9 @@ def _not_newer(kind: str, arch: str) -> tuple[str, ...]:
 def check_target(spec: str, root: BuildDependency) -> None:
     """Raise UsageError when the installed compiler cannot compile for GPU target
     ``spec``, naming the reason and the newest supported architecture."""
-    from kiln.actions._ireetools import _parse_target, compiler_version, target_flags
+    from kiln.actions._compiler import compiler_version
 
-    kind, arch = _parse_target(spec)
+    kind, arch = parse_target(spec)
     if kind not in CANDIDATES:
         return
     error = _memo_probe(target_flags(spec), root)

@@ -61,9 +61,9 @@ def _write(path: str, result: dict[str, Any]) -> None:
 
 
 def _function(module: str, driver: str, function: str | None) -> str:
-    from kiln.actions._ireetools import _bind_function
+    from kiln.actions._runtime import bind_function
 
-    return function or _bind_function(module, driver, None)[1]
+    return function or bind_function(module, driver, None)[1]
 
 
 def _measure(bench: Bench, function: str, input_dir: str, count: int) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.actions import _ireetools
+from kiln.actions._compiler import compile_module, compiler_version
 from kiln.actions._devices import MACHINE_POOL, driver_for_flags
 from kiln.actions._targets import check_target
 from kiln.args import current_args_namespace
@@ -23,6 +23,7 @@ from kiln.graph import (
     FileNamespace,
 )
 from kiln.manifest import ManifestMeta
+from kiln.targets import target_flags, target_name
 
 
 class CompileSourceMeta(BuildMeta):
@@ -65,7 +66,7 @@ def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
     root = BuildContext.current().registry.get_context("")
     for spec in specs:
         check_target(spec, root)
-    found = [Target(_ireetools.target_name(s), tuple(_ireetools.target_flags(s))) for s in specs]
+    found = [Target(target_name(s), tuple(target_flags(s))) for s in specs]
     if explicit is None:
         for device in getattr(ns, "iree_hal_target_device", None) or []:
             found.append(_hal_device_target(device, ns))
@@ -133,12 +134,12 @@ class CompileAction(BuildAction):
             "target": self.target.name,
             "flags": self.flags,
             "input_type": CompileSourceMeta.get(self.input_file).input_type,
-            "compiler_version": _ireetools.compiler_version(),
+            "compiler_version": compiler_version(),
         }
 
     def _remotable_thunk(self) -> Callable[[], None]:
         return functools.partial(
-            _ireetools.compile_module,
+            compile_module,
             str(self.input_file.get_fs_path()),
             str(self.output_file.get_fs_path()),
             CompileSourceMeta.get(self.input_file).input_type,
@@ -202,6 +203,6 @@ def _for(target: Target | None) -> str:
 
 def _compiler_version_or_none() -> str | None:
     try:
-        return _ireetools.compiler_version()
+        return compiler_version()
     except ToolError:
         return None

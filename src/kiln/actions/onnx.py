@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln.actions._devices import MACHINE_POOL
-from kiln.actions._ireetools import import_onnx
+from kiln.actions._onnx_import import import_onnx
 from kiln.actions.iree import CompileSourceMeta
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 

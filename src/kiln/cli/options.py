@@ -15,6 +15,7 @@ from typing import IO, Any
 from kiln.args import ClArg, check_cl_args
 from kiln.cli.cache_options import add_cache_options
 from kiln.errors import HelpShown, UsageError
+from kiln.targets import target_name
 
 COMMANDS = ("build", "list", "explain", "clean", "graph", "report", "cache")
 
@@ -87,8 +88,6 @@ def output_dir(text: str) -> Path:
 
 def target_spec(text: str) -> str:
     """A ``--target`` value, checked now so that a typo fails even where nothing compiles."""
-    from kiln.actions._ireetools import target_name
-
     try:
         target_name(text)
     except UsageError as e:

@@ -1,0 +1,62 @@
+"""Running ``iree-compile``: the installed compiler's version (part of every
+compile's key, read once per process) and one compile of MLIR to a ``.vmfb``,
+run inside a worker process with its output streamed to the action's log."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import subprocess
+
+from kiln._redact import redact_urls
+from kiln.actions._files import atomic_output
+from kiln.actions._logs import open_log, read_tail, short_diagnostic
+from kiln.errors import ToolError
+
+DIAGNOSTIC_TAIL_LINES = 40
+
+
+@functools.cache
+def compiler_version() -> str:
+    """Return the installed iree-base-compiler version (part of compile action keys)."""
+    try:
+        return importlib.metadata.version("iree-base-compiler")
+    except importlib.metadata.PackageNotFoundError:
+        raise ToolError("iree-base-compiler is not installed (pip install 'kiln[iree]')") from None
+
+
+def compile_module(
+    source: str, output: str, input_type: str, flags: list[str], log_path: str
+) -> None:
+    """Compile MLIR to a .vmfb at `output` by running the iree-compile executable.
+
+    A child process isolates kiln from compiler crashes (LLVM aborts the whole
+    process).  Its output streams to `log_path` (never held in memory); on
+    failure a bounded tail of it is also the ToolError's message.
+    """
+    from iree.compiler.tools.binaries import find_tool
+
+    try:
+        exe = os.path.normpath(find_tool("iree-compile"))
+    except ValueError as e:
+        raise ToolError(f"cannot find iree-compile: {short_diagnostic(e)}") from e
+    with atomic_output(output, create=False) as tmp:
+        cmd = [exe, source, f"--iree-input-type={input_type}"]
+        cmd += ["--mlir-print-op-on-diagnostic=false", *flags, "-o", str(tmp)]
+        header = f"$ {redact_urls(subprocess.list2cmdline(cmd))}\n"
+        fd = open_log(log_path, header)
+        try:
+            returncode = subprocess.run(cmd, stdout=fd, stderr=fd).returncode
+        finally:
+            os.close(fd)
+        if returncode != 0:
+            status = f"exit code {returncode}"
+            if returncode < 0:
+                status = f"killed by signal {-returncode}"
+            tail = read_tail(log_path, max_lines=DIAGNOSTIC_TAIL_LINES)
+            raise ToolError(
+                f"iree-compile failed on {source} ({status}):\n{tail}\n(full log: {log_path})"
+            )
+        if not os.path.lexists(tmp):
+            raise ToolError(f"iree-compile finished without writing its output {output}")

@@ -1,0 +1,79 @@
+"""Importing an ONNX model to MLIR (torch-mlir's ONNX form) with the importer that
+ships in iree-base-compiler, run inside a worker process. Plain values in and
+out, so it pickles cheaply; onnx and iree are imported on first use."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from kiln.actions._files import atomic_write
+from kiln.actions._logs import short_diagnostic
+from kiln.errors import ToolError
+
+
+def _opset(model: Any) -> int:
+    """Return the model's default-domain opset version (0 when it declares none)."""
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return max(versions, default=0)
+
+
+def _infer_shapes(model: Any, source: str) -> Any:
+    """Check the model and infer shapes, which the importer needs for typed tensors."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model)
+    except ValueError:
+        # Over protobuf's 2 GB in-memory limit: infer through files instead (from
+        # `source` as is, so without opset upgrades, like upstream iree-import-onnx).
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(source))) as tmp:
+            inferred = os.path.join(tmp, "inferred.onnx")
+            onnx.shape_inference.infer_shapes_path(source, inferred, data_prop=True)
+            model = onnx.load(inferred, load_external_data=False)
+        onnx.load_external_data_for_model(model, os.path.dirname(os.path.abspath(source)))
+        return model
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
+def _load_onnx(source: str, opset_version: int | None) -> Any:
+    """Load, optionally upgrade, check and shape-infer an ONNX model."""
+    import onnx
+
+    try:
+        model = onnx.load(source)
+    except Exception as e:
+        raise ToolError(f"cannot read ONNX model {source}: {short_diagnostic(e)}") from e
+    try:
+        if not model.graph.name:  # the checker rejects it; the function needs a name
+            model.graph.name = "main_graph"
+        if opset_version and opset_version > _opset(model):
+            model = onnx.version_converter.convert_version(model, opset_version)
+            # The converter can add initializers (e.g. Pad's pads) that IR < 4 also
+            # wants as graph inputs; IR 4 drops that rule and means the same here.
+            model.ir_version = max(model.ir_version, 4)
+        return _infer_shapes(model, source)
+    except Exception as e:
+        raise ToolError(f"invalid ONNX model {source}: {short_diagnostic(e)}") from e
+
+
+def import_onnx(source: str, output: str, opset_version: int | None) -> None:
+    """Import an ONNX model to MLIR (torch-mlir ONNX form) at exactly `output`.
+
+    The function is named after the ONNX graph ("main_graph" when unnamed); with
+    `opset_version` the model is first upgraded, which can help shape inference.
+    """
+    from iree.compiler.extras import onnx_importer
+    from iree.compiler.ir import Context
+
+    model = _load_onnx(source, opset_version)
+    try:
+        info = onnx_importer.ModelInfo(model)
+        module = info.create_module(context=Context()).operation
+        onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
+        module.verify()
+    except Exception as e:
+        raise ToolError(f"cannot import ONNX model {source}: {short_diagnostic(e)}") from e
+    with atomic_write(output, "w") as f:
+        module.print(file=f, assume_verified=True)
