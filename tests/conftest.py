@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -44,7 +45,15 @@ def write_module(tmp_path: Path):
 
 
 @pytest.fixture
-def kiln(tmp_path: Path):
+def kiln(kiln_subprocess):
+    """Run ``python -m kiln ARGS`` in tmp_path (plain console); return its Result.
+    A test module whose tests need no process of their own overrides it with
+    ``kiln_in_process``."""
+    return kiln_subprocess
+
+
+@pytest.fixture
+def kiln_subprocess(tmp_path: Path):
     """Run ``python -m kiln ARGS`` in tmp_path (plain console); return its Result."""
 
     def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> Result:
@@ -58,6 +67,26 @@ def kiln(tmp_path: Path):
             env=full_env,
         )
         return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def kiln_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Run ``kiln ARGS`` in this process (``kiln.cli.main.run_cli``) in tmp_path, with
+    the streams captured; return its Result. For tests that need no process of their
+    own (no signal, no kill, no terminal, no start-up environment): much faster than
+    the ``kiln`` fixture's ``python -m kiln``."""
+    from kiln.cli.main import run_cli
+
+    def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> Result:
+        out, err = io.StringIO(), io.StringIO()
+        with monkeypatch.context() as m:
+            m.chdir(tmp_path)
+            for name, value in {"NO_COLOR": "1", **(env or {})}.items():
+                m.setenv(name, value)
+            code = run_cli(list(args), stdout=out, stderr=err)
+        return Result(code, out.getvalue(), err.getvalue())
 
     return run
 

@@ -42,3 +42,26 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def wait_gone(*pids: int, timeout: float = 10) -> bool:
+    """Wait until every one of ``pids`` is dead; False if one still runs after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not all(dead(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def assert_dead(*pids: int, grace_s: float = 5.0) -> None:
+    """Fail the test naming the survivors unless all of ``pids`` die within ``grace_s``."""
+    assert wait_gone(*pids, timeout=grace_s), f"still running: {[p for p in pids if not dead(p)]}"
+
+
+def wait_untagged(tag: str, timeout: float = 10) -> None:
+    """Wait until no process carries ``KILN_TEST_TAG=tag``; fail naming those left."""
+    deadline = time.monotonic() + timeout
+    while left := tagged_processes(tag):
+        assert time.monotonic() < deadline, f"processes left by the killed build: {left}"
+        time.sleep(0.05)

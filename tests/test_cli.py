@@ -10,9 +10,19 @@ from pathlib import Path
 
 import pytest
 
+
+@pytest.fixture
+def kiln(kiln_in_process):
+    """The command line runs in this process here (conftest's ``kiln_in_process``);
+    the tests that need a process of their own take ``kiln_subprocess``."""
+    return kiln_in_process
+
+
 HEADER = """\
 from kiln import cl_arg, entrypoint, run_command, source_file
 from kiln.executor import *
+
+
 """
 
 MODULE = HEADER + '''
@@ -325,7 +335,8 @@ def packaged():
     return pkg
 
 
-def test_build_module_by_name(package: Path, kiln, tmp_path: Path) -> None:
+def test_build_module_by_name(package: Path, kiln_subprocess, tmp_path: Path) -> None:
+    kiln = kiln_subprocess  # ``-m`` finds the package through the working directory
     r = kiln("build", "-m", "models_pkg.builds", "packaged")
 
     assert r.returncode == 0, r.stderr

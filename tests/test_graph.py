@@ -29,9 +29,19 @@ from kiln.executor import (
 )
 from kiln.scheduler import SchedulerOptions
 
+
+@pytest.fixture
+def kiln(kiln_in_process):
+    """The command line runs in this process here (conftest's ``kiln_in_process``);
+    the tests that need a process of their own take ``kiln_subprocess``."""
+    return kiln_in_process
+
+
 HEADER = """\
 from kiln import cl_arg, entrypoint, run_command, source_file
 from kiln.executor import *
+
+
 """
 
 

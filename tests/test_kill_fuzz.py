@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from procs import dead as _dead
-from procs import tagged_processes
+from procs import tagged_processes, wait_untagged
 
 MODULE = """
 import functools
@@ -149,10 +149,7 @@ def kill_after(root: Path, tag: str, delay: float) -> None:
     time.sleep(delay)
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 10
-    while left := tagged_processes(tag):
-        assert time.monotonic() < deadline, f"processes left by the killed build: {left}"
-        time.sleep(0.05)
+    wait_untagged(tag)
 
 
 def test_sigkill_at_random_moments_never_corrupts_the_next_build(

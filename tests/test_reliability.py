@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import dead as _dead
+from procs import assert_dead
 
 # Helpers of the build modules below: process actions whose thunks record the
 # pid of the process running them in MARKS, and a thread action that waits
@@ -134,13 +134,6 @@ def crashes(how=cl_arg("how", default="exit")):
     return [crashed, needs_crashed, cmd, before, *then_healthy(after_death("crash", "gate"))]
 """
 )
-
-
-def assert_dead(*pids: int, grace_s: float = 5.0) -> None:
-    deadline = time.monotonic() + grace_s
-    while not all(_dead(p) for p in pids):
-        assert time.monotonic() < deadline, f"still running: {[p for p in pids if not _dead(p)]}"
-        time.sleep(0.05)
 
 
 def marks(tmp_path: Path) -> dict[str, int]:
