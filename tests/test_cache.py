@@ -21,6 +21,13 @@ from httpserver import HTTPTestServer
 
 
 @pytest.fixture
+def kiln(kiln_in_process):
+    """The command line runs in this process here (conftest's ``kiln_in_process``);
+    the tests that need a process of their own take ``kiln_subprocess``."""
+    return kiln_in_process
+
+
+@pytest.fixture
 def cache(_private_cache: Path) -> Path:
     return _private_cache
 

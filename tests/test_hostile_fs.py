@@ -21,6 +21,14 @@ import pytest
 from kiln.errors import ConfinementError
 from kiln.executor import BuildContext, Executor
 
+
+@pytest.fixture
+def kiln(kiln_in_process):
+    """The command line runs in this process here (conftest's ``kiln_in_process``);
+    the tests that need a process of their own take ``kiln_subprocess``."""
+    return kiln_in_process
+
+
 HEADER = "from kiln import *\nfrom kiln.executor import *\n"
 # ``ep`` writes x.txt and notes each run in runs.log (beside the module, outside kiln-out).
 MODULE = HEADER + """
