@@ -172,6 +172,7 @@ def test_io_error_while_opening_the_state_keeps_it(write_module, kiln, tmp_path:
     assert again.returncode == 0 and "1 up to date" in again.stderr, again.stderr
 
 
+@pytest.mark.slow
 def test_state_held_by_another_program_is_not_corruption(
     write_module, kiln, tmp_path: Path
 ) -> None:

@@ -433,6 +433,7 @@ def _pipeline(tmp_path: Path, line: str, tag: str = "") -> subprocess.CompletedP
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_closed_stdout_after_a_build_ends_quietly(write_module, tmp_path: Path) -> None:
     write_module(BIG.replace("3000", "1000"))
     r = _pipeline(tmp_path, f"{sys.executable} -m kiln build build.py | head -1")

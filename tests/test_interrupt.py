@@ -119,6 +119,7 @@ def start_kiln(tmp_path: Path, tag: str, *args: str, **env: str) -> subprocess.P
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_stops_the_build_cleanly(
     write_module, tmp_path: Path, tag: str, signum: int

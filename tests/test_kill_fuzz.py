@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from procs import dead as _dead
 from procs import tagged_processes, wait_untagged
 
@@ -152,6 +153,7 @@ def kill_after(root: Path, tag: str, delay: float) -> None:
     wait_untagged(tag)
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_never_corrupts_the_next_build(
     tmp_path: Path, tag: str
 ) -> None:

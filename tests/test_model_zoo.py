@@ -22,6 +22,7 @@ def test_the_zoo_has_every_category(kiln):
         assert any(n.startswith(category) for n in names)
 
 
+@pytest.mark.slow
 def test_models_through_every_stage_with_the_table(tmp_path: Path):
     model, wrong = "pytorch-converted__test_AvgPool1d", "simple__test_sequence_model8"
     cmd = [sys.executable, str(ZOO), model, wrong, "--output-dir", str(tmp_path / "out"), "-j", "2"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from test_scheduler import RANDOM, Node, RandomBuild, closure, declare, random_builds, run_random
 
@@ -114,6 +115,7 @@ def test_a_database_without_durations_gains_the_table(tmp_path: Path) -> None:
     assert result.ok and result.built == [] and len(result.skipped) == 2
 
 
+@pytest.mark.slow
 @RANDOM
 @given(random_builds(max_actions=20))
 def test_random_graph_starts_a_longest_chain_first(spec: RandomBuild) -> None:
