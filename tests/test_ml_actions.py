@@ -12,6 +12,14 @@ from pathlib import Path
 import pytest
 from httpserver import HTTPTestServer
 
+
+@pytest.fixture
+def kiln(kiln_in_process):
+    """The command line runs in this process here (conftest's ``kiln_in_process``);
+    the tests that need a process of their own take ``kiln_subprocess``."""
+    return kiln_in_process
+
+
 onnx = pytest.importorskip("onnx")
 np = pytest.importorskip("numpy")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402

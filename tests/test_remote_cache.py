@@ -16,6 +16,13 @@ from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 
 @pytest.fixture
+def kiln(kiln_in_process):
+    """The command line runs in this process here (conftest's ``kiln_in_process``);
+    the tests that need a process of their own take ``kiln_subprocess``."""
+    return kiln_in_process
+
+
+@pytest.fixture
 def project(tmp_path: Path, write_module: Callable[..., Path]) -> Path:
     tool = write_tool(tmp_path)
     write_module(module_text(tool, tmp_path / "counter", ["m1", "m2"], size=100_000))
