@@ -22,14 +22,6 @@ from pathlib import Path
 import pytest
 from httpserver import HTTPTestServer
 
-
-@pytest.fixture
-def kiln(kiln_in_process):
-    """The command line runs in this process here (conftest's ``kiln_in_process``);
-    the tests that need a process of their own take ``kiln_subprocess``."""
-    return kiln_in_process
-
-
 STATE = Path(".kiln") / "state.db"
 
 SIMPLE = """
@@ -298,11 +290,8 @@ def test_dripping_headers_fail_within_the_timeout(
 
 
 def test_a_slow_drip_is_a_stall_without_a_timeout(
-    write_module, kiln_subprocess, server: HTTPTestServer
+    write_module, kiln, server: HTTPTestServer
 ) -> None:
-    # kiln in a process of its own: the test server, in this one, writes to the
-    # socket that kiln gave up on, and the SIGPIPE would reach kiln's handler.
-    kiln = kiln_subprocess
     url = server.drip("/s.bin", os.urandom(4000), every_s=0.1)
     fetch_module(write_module, url, stall_timeout=1.0, retries=1)
     r, took = timed_build(kiln)
