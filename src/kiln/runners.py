@@ -56,11 +56,23 @@ class _Worker:
         )
         self.process.start()
         child.close()
+        self._stop_lock = threading.Lock()
+        self._stopped = False
 
-    def stop(self) -> None:
-        """Kill the worker and its process group; ``reaped`` then tells when it is gone."""
+    def signal_kill(self) -> None:
+        """Kill the worker and its process group, leaving its pipe to the thread that
+        reads it (closing a descriptor another thread polls is a race on its number)."""
         if self.process.pid is not None:
             kill_group(self.process.pid)
+
+    def stop(self) -> None:
+        """Kill the worker and its process group and close its pipe, once however many
+        threads ask; ``reaped`` then tells when it is gone."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self.signal_kill()
         self.conn.close()
 
     def reaped(self, wait_s: float = 0) -> bool:
@@ -150,10 +162,10 @@ class ProcessPool:
         """Stop every worker, killing busy ones with their children."""
         with self._lock:
             self._closed = True
-            workers = [*self._busy, *self._dying]
+            busy, workers = list(self._busy), [*self._busy, *self._dying]
             self._dying.clear()
-        for w in workers:
-            w.stop()
+        for w in busy:  # their actions' threads see them die and close their pipes
+            w.signal_kill()
         deadline = time.monotonic() + 5
         for w in workers:
             w.reaped(max(0.0, deadline - time.monotonic()))
