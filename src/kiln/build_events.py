@@ -96,6 +96,10 @@ class BuildEmitter:
             ev.STARTED, action, time=self._times(action)[0] or time.time(), lane=lane,
             key=decision.key, reason=decision.reason, deps=self._producers(action)))  # fmt: skip
 
+    def set_lane(self, action: BuildAction, lane: str) -> None:
+        """Where ``action`` really ran (a cluster's worker), for its end event."""
+        self._lanes[action] = lane
+
     def up_to_date(self, action: BuildAction, decision: Decision) -> None:
         self._ended.add(action)
         self.stream.emit(self._action_event(ev.UP_TO_DATE, action, key=decision.key))

@@ -47,6 +47,7 @@ from kiln.trace import LastBuild
 
 if TYPE_CHECKING:
     from kiln.cache import BuildCache
+    from kiln.remote_exec.runner import RemoteRunner
 
 __all__ = [
     "ActionConcurrency",
@@ -103,6 +104,8 @@ class Executor:
         self.event_readers: list[EventReader] = []
         # The shared cache builds read and fill (the command line sets it; None: off).
         self.cache: BuildCache | None = None
+        # Where remotable actions run (``--executor dask...``); None: on this machine.
+        self.remote: RemoteRunner | None = None
         self._store: StateStore | None = None
         self._keyed: tuple[Plan, KeyMaker] | None = None  # the last plan checked, keyed
         BuildContext("", self)
@@ -246,7 +249,7 @@ class Executor:
             plan, store, self.reporter, options, keys,
             on_interrupt=self.run_context.kill_subprocesses,
             outputs=None if options.dry_run else self.layout.tree, readers=readers,
-            cache=self.cache,
+            cache=self.cache, remote=self.remote,
         )  # fmt: skip
         self.graph.runs.begin(scheduler.result.runs)
         try:

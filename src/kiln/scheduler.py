@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kiln import events as ev
 from kiln.action_outputs import ActionOutputs, Produced
@@ -50,6 +51,9 @@ from kiln.runners import ProcessPool, ThreadWorkers, run_with_deadline
 from kiln.state import ActionRecord, StateStore, StatKey
 
 __all__ = ["MAX_JOBS", "BuildResult", "Scheduler", "SchedulerOptions"]
+
+if TYPE_CHECKING:  # imported only by a build with a remote executor
+    from kiln.remote_exec.runner import RemoteRunner
 
 _INTERRUPT_WAIT_S = 5.0
 # The "error" of a queued action that the build stopped before it started.
@@ -82,6 +86,7 @@ class Scheduler:
         outputs: OutputTree | None = None,
         readers: list[ev.EventReader] | None = None,
         cache: BuildCache | None = None,
+        remote: RemoteRunner | None = None,
     ):
         self.plan = plan
         self.store = store
@@ -116,6 +121,8 @@ class Scheduler:
         self._environment = (dict(os.environ), os.getcwd())
         self._pool_lock = threading.Lock()
         self._cache = CacheStep(cache, plan)
+        # Runs remotable actions on a cluster (``--executor dask...``); None: here.
+        self.remote = remote
         # Actions whose outputs came from the cache, with the lane that restored them.
         self._served: dict[BuildAction, str] = {}
 
@@ -260,14 +267,16 @@ class Scheduler:
         error: BaseException | None = None
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
         try:
-            if action.concurrency is ActionConcurrency.PROCESS:
+            if self.remote is not None and self.remote.takes(action):
+                produced = self._run_remote(action)
+            elif action.concurrency is ActionConcurrency.PROCESS:
                 thunk = action._remotable_thunk()
                 self._process_pool().run(thunk, action.desc, action.timeout)
             elif action.timeout is not None and not action.enforces_own_timeout:
                 run_with_deadline(action._invoke, action.desc, action.timeout)
             else:
                 action._invoke()
-            produced = ActionOutputs.hash(action, self.plan.outputs[action])
+            produced = produced or ActionOutputs.hash(action, self.plan.outputs[action])
             self._cache.save(action, decision, produced)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             if isinstance(e, KeyboardInterrupt) and action.concurrency is ActionConcurrency.NONE:
@@ -279,6 +288,13 @@ class Scheduler:
                 self._stopping = True
         run.finish_time = time.time()
         self._done.put((action, decision, error, produced))
+
+    def _run_remote(self, action: BuildAction) -> Produced:
+        assert self.remote is not None
+        inputs = {f: self.checker.digests[f] or "" for f in self.plan.inputs[action]}
+        produced, worker = self.remote.run(action, inputs, self.plan.outputs[action])
+        self.events.set_lane(action, f"dask {worker}")
+        return produced
 
     def _serve_from_cache(self, action: BuildAction, decision: Decision) -> bool:
         """On a cache hit, materialize the outputs and report the action done."""
@@ -379,6 +395,8 @@ class Scheduler:
         """Stop everything running and remove what it half-wrote."""
         self._stopping = True
         self._on_interrupt()
+        if self.remote is not None:
+            self.remote.cancel_all()
         if self._processes is not None:
             self._processes.shutdown()
         # A second signal cuts the wait short, not the clean-up.

@@ -138,13 +138,21 @@ class CompileAction(BuildAction):
         }
 
     def _remotable_thunk(self) -> Callable[[], None]:
+        return self._thunk(lambda f: str(f.get_fs_path()), self.log_path)
+
+    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+        """The thunk with its files at ``path(file)`` in a remote sandbox; its
+        warnings log stays there (the failure carries the diagnostics)."""
+        return self._thunk(path, path(self.output_file) + ".log")
+
+    def _thunk(self, path: Callable[[BuildFile], str], log: str) -> Callable[[], None]:
         return functools.partial(
             compile_module,
-            str(self.input_file.get_fs_path()),
-            str(self.output_file.get_fs_path()),
+            path(self.input_file),
+            path(self.output_file),
             CompileSourceMeta.get(self.input_file).input_type,
             self.flags,
-            self.log_path,
+            log,
         )
 
 

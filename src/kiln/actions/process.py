@@ -6,7 +6,7 @@ import os
 import posixpath
 import subprocess
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from kiln._reaper import kill_leftovers
@@ -83,16 +83,25 @@ class CommandAction(BuildAction):
         input_paths = [str(f.get_fs_path()) for f in self.inputs]
         final = self.output.get_fs_path()
         with atomic_output(final, create=False) as tmp:
-            try:
-                argv = [a.format(out=str(tmp), inputs=input_paths) for a in self.argv]
-            except (IndexError, KeyError, ValueError) as e:
-                raise ActionFailed(
-                    f"'{self.desc}': cannot format the command {self.argv}: {e!r}; "
-                    "use {out} and {inputs[i]}, and {{ and }} for literal braces"
-                ) from None
-            self._run(argv)
+            self._run(self._format(str(tmp), input_paths))
             if not os.path.lexists(tmp):
                 raise ActionFailed(f"'{self.desc}' finished without writing its output {final}")
+
+    def _sandbox_command(self, path: Callable[[BuildFile], str]) -> tuple[list[str], list[str]]:
+        """The argv template and its inputs' places, for a run in a remote sandbox
+        (``kiln.remote_exec``): the worker formats it with sandbox paths."""
+        inputs = [path(f) for f in self.inputs]
+        self._format(path(self.output), inputs)  # a bad template fails here, not remotely
+        return list(self.argv), inputs
+
+    def _format(self, out: str, inputs: list[str]) -> list[str]:
+        try:
+            return [a.format(out=out, inputs=inputs) for a in self.argv]
+        except (IndexError, KeyError, ValueError) as e:
+            raise ActionFailed(
+                f"'{self.desc}': cannot format the command {self.argv}: {e!r}; "
+                "use {out} and {inputs[i]}, and {{ and }} for literal braces"
+            ) from None
 
     def _run(self, argv: list[str]) -> None:
         shown = redact_urls(subprocess.list2cmdline(argv))

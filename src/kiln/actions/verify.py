@@ -5,6 +5,7 @@ from the model's signature (see `kiln.actions._tensors`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -42,14 +43,14 @@ class ReferenceAction(BuildAction):
         output_file.deps.add(self)
 
     def _remotable_thunk(self) -> Callable[[], None]:
+        return self._sandbox_thunk(lambda f: str(f.get_fs_path()))
+
+    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+        """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
         return functools.partial(
-            write_reference,
-            str(self.model.get_fs_path()),
-            [str(f.get_fs_path()) for f in self.inputs],
-            self.shapes,
-            str(self.output_file.get_fs_path()),
-            self.upgrade_to,
-        )
+            write_reference, path(self.model), [path(f) for f in self.inputs], self.shapes,
+            path(self.output_file), self.upgrade_to,
+        )  # fmt: skip
 
 
 class _ReferenceMeta(BuildMeta):
@@ -143,6 +144,21 @@ class VerifyAction(BuildAction):
 
     def _remotable_thunk(self) -> Callable[[], None]:
         return functools.partial(run_check, self.check)
+
+    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+        """The check with every path of its files replaced by ``path(file)``."""
+        where = {f.fs_str: path(f) for f in [*self.files, self.output_file]}
+        c = self.check
+
+        def moved(p: str | None) -> str | None:
+            return where.get(p, p) if p is not None else None
+
+        check = dataclasses.replace(
+            c, result_path=path(self.output_file), module=where.get(c.module, c.module),
+            model=moved(c.model), inputs=[where.get(p, p) for p in c.inputs],
+            expected=[where.get(p, p) for p in c.expected], reference=moved(c.reference),
+        )  # fmt: skip
+        return functools.partial(run_check, check)
 
 
 def _tolerances(

@@ -179,6 +179,25 @@ class BuildCache:
                           "content does not match its name); removed it")  # fmt: skip
         raise _Miss
 
+    def materialize(self, digests: dict[BuildFile, str]) -> Produced | None:
+        """Put the blobs ``digests`` (from the CAS, local or remote) at their files:
+        the outputs of an action that ran remotely. None if one cannot be had."""
+        if self.broken:
+            return None
+        plan = [(f, CachedOutput(f.key, d, -1, -1)) for f, d in digests.items()]
+        try:
+            for _, out in plan:
+                if not self.local.has_blob(out.sha256) and (
+                    self.remote is None or not self.remote.fetch_blob(out.sha256, self.local)
+                ):
+                    return None
+            return self._materialize(plan)
+        except _Miss:
+            return None
+        except OSError as e:
+            self._local_failed(e)
+            return None
+
     def would_serve(
         self, key: str, outputs: list[BuildFile], known: dict[str, str] | None = None
     ) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+from kiln.cli.executor_options import open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.targets import output_paths, resolve_targets
 from kiln.reporting import format_root_causes, format_summary
@@ -46,8 +47,9 @@ def run(inv: Invocation) -> int:
     log = add_event_readers(inv)
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
+    remote = open_remote(inv.ns, executor.cache, executor.reporter.message)
     try:
-        with lock:
+        with lock, remote as executor.remote:
             # What actions print goes to stderr: stdout carries only the paths printed below.
             with contextlib.redirect_stdout(inv.stderr):
                 result = executor.run(targets, options, plan)

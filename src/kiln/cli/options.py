@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from kiln.args import ClArg, check_cl_args
 from kiln.cli.cache_options import add_cache_options
+from kiln.cli.executor_options import add_executor_options
 from kiln.errors import HelpShown, UsageError
 from kiln.targets import target_name
 
@@ -117,6 +118,7 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
                        metavar="NAME=N", help="bound the actions of resource pool NAME to N")
         add_cache_options(p)
     if command == "build":
+        add_executor_options(p)
         p.add_argument("--fail-fast", action="store_true",
                        help="start no new action after the first failure")
         p.add_argument("--dry-run", action="store_true", help="list what would run; run nothing")

@@ -1,0 +1,49 @@
+"""``--executor``: where a build's out-of-process actions run, and the cluster
+connection a build opens for it."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+
+from kiln.cache import BuildCache
+from kiln.errors import UsageError
+from kiln.remote_exec.runner import RemoteRunner
+from kiln.remote_exec.spec import parse_executor
+
+
+def add_executor_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("remote execution")
+    g.add_argument("--executor", default=None, metavar="WHERE",
+                   help="local (default: $KILN_EXECUTOR, else local), dask://HOST:PORT (a "
+                   "Dask scheduler) or dask-local:N (N Dask worker processes here); "
+                   "remote execution needs --remote-cache (docs/cluster.md)")  # fmt: skip
+
+
+@contextlib.contextmanager
+def open_remote(
+    ns: argparse.Namespace, cache: BuildCache | None, warn: Callable[[str], None]
+) -> Iterator[RemoteRunner | None]:
+    """The cluster a build with options ``ns`` runs on (None: this machine), closed
+    (and, for ``dask-local``, shut down) when the build ends."""
+    text = getattr(ns, "executor", None) or os.environ.get("KILN_EXECUTOR") or "local"
+    spec = parse_executor(text)
+    if not spec.remote or getattr(ns, "dry_run", False):
+        yield None
+        return
+    if cache is None or cache.remote is None:
+        raise UsageError(f"--executor {text} needs --remote-cache URL (and no --no-cache): "
+                         "inputs and outputs travel through the remote cache's CAS")  # fmt: skip
+    if not cache.remote.uploads:
+        raise UsageError(f"--executor {text} needs uploads to the remote cache: drop "
+                         "--remote-cache-upload no")  # fmt: skip
+    from kiln.remote_exec.dask_executor import DaskExecutor
+
+    executor = DaskExecutor(spec, cache.remote.url)
+    try:
+        warn(f"kiln: {executor.describe()}")
+        yield RemoteRunner(executor, cache, warn)
+    finally:
+        executor.close()

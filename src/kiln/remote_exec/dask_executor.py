@@ -1,0 +1,187 @@
+"""kiln's side of remote execution: a Dask client that runs remotable actions.
+
+The scheduler hands an action to ``DaskExecutor.run`` on one of its ``-j`` worker
+threads, so ``-j`` bounds the actions in flight on the cluster. ``run`` makes sure
+the action's inputs are in the remote CAS, submits a ``RemoteTask``, waits for its
+``RemoteResult`` and returns the outputs' digests and the worker that ran it; the
+scheduler then materializes them from the CAS, as for a cache hit.
+
+Faults: a worker that dies mid-task is Dask's to handle (the task is rescheduled
+up to ``distributed.scheduler.allowed-failures`` times, then ``KilledWorker``);
+failures around the action (a CAS that did not answer) are retried ``RETRIES``
+times. Losing the scheduler fails the actions in flight, and every later one at
+once, naming the address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import cloudpickle
+
+from kiln.errors import ActionFailed, UsageError
+from kiln.graph import BuildAction, BuildFile
+from kiln.remote_exec.spec import ExecutorSpec
+from kiln.remote_exec.task import RemoteResult, RemoteTask, RemoteTaskError, run_task
+
+RETRIES = 2
+_CONNECT_TIMEOUT_S = 10
+
+
+def sandbox_paths(action: BuildAction, inputs: list[BuildFile],
+                  outputs: list[BuildFile]) -> dict[BuildFile, str]:  # fmt: skip
+    """Where each file of ``action`` lies in its sandbox: outputs at their place in
+    the output directory, source files under ``in/N/`` by their own name."""
+    paths = {}
+    for i, f in enumerate(inputs):
+        if f.source is not None:
+            paths[f] = f"in/{i}/{PurePosixPath(f.path).name}"
+        else:
+            paths[f] = f"out/{f.executor.relative_path(f)}"
+    for f in outputs:
+        paths[f] = f"out/{f.executor.relative_path(f)}"
+    return paths
+
+
+def remotable(action: BuildAction) -> bool:
+    """Whether ``action`` can say where its files are in a sandbox."""
+    return callable(getattr(action, "_sandbox_command", None)) or callable(
+        getattr(action, "_sandbox_thunk", None)
+    )
+
+
+class DaskExecutor:
+    """One build's connection to a Dask scheduler (and the LocalCluster behind it,
+    for ``dask-local:N``).
+
+    Invariants: every submitted future is in ``_futures`` until its result is
+    taken; once ``lost`` is set no task is submitted; after ``close`` the cluster
+    kiln started is gone.
+    """
+
+    def __init__(self, spec: ExecutorSpec, cas_url: str, *, connect_timeout_s: float = 10.0):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise UsageError("--executor dask needs Dask: pip install 'kiln[dask]'") from None
+        self.spec = spec
+        self.cas_url = cas_url
+        self.lost: str | None = None
+        self._lock = threading.Lock()
+        self._futures: set[Any] = set()
+        self._cluster: Any = None
+        if spec.kind == "dask-local":
+            self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,
+                                         processes=True, host="127.0.0.1",
+                                         dashboard_address=None)  # fmt: skip
+            address = self._cluster.scheduler_address
+        else:
+            address = spec.address
+        self.address = address
+        try:
+            self.client = Client(address, timeout=connect_timeout_s, set_as_default=False)
+        except (OSError, TimeoutError) as e:
+            self._close_cluster()
+            raise UsageError(f"--executor: cannot reach the Dask scheduler at {address}: "
+                             f"{e}") from None  # fmt: skip
+        self.resources = self._advertised_resources()
+
+    def _advertised_resources(self) -> set[str]:
+        info = self.client.scheduler_info()
+        return {r for w in info.get("workers", {}).values() for r in w.get("resources", {})}
+
+    def describe(self) -> str:
+        workers = len(self.client.scheduler_info().get("workers", {}))
+        return f"executing on Dask at {self.address} ({workers} workers)"
+
+    def run(
+        self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile],
+        upload: Callable[[str, Path], bool],
+    ) -> RemoteResult:
+        """Run ``action`` on the cluster; ``inputs`` are its files' digests, ``upload``
+        puts a blob into the remote CAS. The result names the worker; its ``outputs``
+        map each output (by sandbox path) to its digest. Raises ActionFailed."""
+        if self.lost is not None:
+            raise ActionFailed(f"'{action.desc}' not run: {self.lost}")
+        paths = sandbox_paths(action, list(inputs), outputs)
+        for f, digest in inputs.items():
+            if not upload(digest, Path(f.fs_str)):
+                raise ActionFailed(f"'{action.desc}': cannot put its input {f.path} into the "
+                                   "remote cache (see --remote-cache)")  # fmt: skip
+        task = self._task(action, inputs, outputs, paths)
+        resources = {p: 1 for p in [action.pool] if p is not None and p in self.resources}
+        future = self.client.submit(
+            run_task, task, key=f"kiln-{uuid.uuid4().hex}", pure=False, retries=RETRIES,
+            resources=resources or None,
+        )  # fmt: skip
+        with self._lock:
+            self._futures.add(future)
+        try:
+            return self._result(action, future)
+        finally:
+            with self._lock:
+                self._futures.discard(future)
+
+    def _task(self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile],
+              paths: dict[BuildFile, str]) -> RemoteTask:  # fmt: skip
+        common = dict(
+            desc=action.desc, cas_url=self.cas_url,
+            inputs=tuple((paths[f], d) for f, d in inputs.items()),
+            outputs=tuple(paths[f] for f in outputs),
+            timeout=getattr(action, "timeout", None),
+        )  # fmt: skip
+        command = getattr(action, "_sandbox_command", None)
+        if callable(command):
+            argv, command_inputs = command(paths.__getitem__)
+            return RemoteTask(command=tuple(argv), command_inputs=tuple(command_inputs),
+                              **common)  # type: ignore[arg-type]  # fmt: skip
+        thunk = action._sandbox_thunk(paths.__getitem__)  # type: ignore[attr-defined]
+        return RemoteTask(thunk=cloudpickle.dumps(thunk), **common)  # type: ignore[arg-type]
+
+    def _result(self, action: BuildAction, future: Any) -> RemoteResult:
+        from distributed.scheduler import KilledWorker
+
+        try:
+            result = future.result()
+        except KilledWorker as e:
+            raise ActionFailed(
+                f"'{action.desc}': every Dask worker that ran it died ({e.allowed_failures + 1} "
+                f"tries); the last was {e.last_worker.address}"
+            ) from None
+        except RemoteTaskError as e:
+            raise ActionFailed(f"'{action.desc}': {e} (after {RETRIES + 1} tries)") from None
+        except Exception as e:  # noqa: BLE001 - the connection, not the action, failed
+            if self.client.status not in ("running", "connecting"):
+                self.lost = f"lost the Dask scheduler at {self.address} ({type(e).__name__})"
+                raise ActionFailed(f"'{action.desc}': {self.lost}") from None
+            raise ActionFailed(f"'{action.desc}' failed on the cluster: "
+                               f"{type(e).__name__}: {e}") from None  # fmt: skip
+        assert isinstance(result, RemoteResult)
+        if result.error is not None:
+            raise ActionFailed(f"'{action.desc}' (on Dask worker {result.worker}): {result.error}")
+        return result
+
+    def cancel_all(self) -> None:
+        """Cancel every task in flight (Ctrl-C)."""
+        with self._lock:
+            futures = list(self._futures)
+        if futures and self.lost is None:
+            with contextlib.suppress(Exception):
+                self.client.cancel(futures, force=True)
+
+    def close(self) -> None:
+        self.cancel_all()
+        with contextlib.suppress(Exception):
+            self.client.close(timeout=5)
+        self._close_cluster()
+
+    def _close_cluster(self) -> None:
+        if self._cluster is not None:
+            with contextlib.suppress(Exception):
+                self._cluster.close(timeout=10)
+            self._cluster = None

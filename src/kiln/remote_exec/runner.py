@@ -1,0 +1,68 @@
+"""The scheduler's hook into remote execution: which actions go to the cluster,
+and how what came back becomes outputs in the output directory."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from kiln.cache import BuildCache
+from kiln.errors import ActionFailed
+from kiln.graph import ActionConcurrency, BuildAction, BuildFile
+from kiln.remote_exec.dask_executor import DaskExecutor, remotable, sandbox_paths
+from kiln.state import StatKey
+
+Produced = dict[BuildFile, tuple[StatKey, str]]
+
+
+class RemoteRunner:
+    """Runs remotable actions on ``executor`` and materializes their outputs through
+    ``cache`` (which has a remote). Invariant: each action type that stays local is
+    reported once."""
+
+    def __init__(self, executor: DaskExecutor, cache: BuildCache, warn: Callable[[str], None]):
+        assert cache.remote is not None
+        self.executor = executor
+        self.cache = cache
+        self._warn = warn
+        self._noted: set[str] = set()
+        self._lock = threading.Lock()
+
+    def takes(self, action: BuildAction) -> bool:
+        """Whether ``action`` runs on the cluster: a remotable command or thunk; an
+        in-process action never; a process action that cannot be remapped stays
+        here, with a note."""
+        if remotable(action):
+            return True
+        if action.concurrency is ActionConcurrency.PROCESS:
+            kind = type(action).__qualname__
+            with self._lock:
+                first = kind not in self._noted
+                self._noted.add(kind)
+            if first:
+                self._warn(f"kiln: {kind} actions run on this machine, not on the cluster: "
+                           "they define no _sandbox_thunk(path) to say where their files are "
+                           "in a remote sandbox")  # fmt: skip
+        return False
+
+    def run(self, action: BuildAction, inputs: dict[BuildFile, str],
+            outputs: list[BuildFile]) -> tuple[Produced, str]:  # fmt: skip
+        """Run ``action`` remotely; its outputs, materialized, and the worker."""
+        result = self.executor.run(action, inputs, outputs, self._upload)
+        paths = sandbox_paths(action, list(inputs), outputs)
+        digests = {f: result.outputs[paths[f]] for f in outputs}
+        produced = self.cache.materialize(digests)
+        if produced is None:
+            raise ActionFailed(f"'{action.desc}' ran on Dask worker {result.worker}, but its "
+                               "outputs cannot be fetched from the remote cache")  # fmt: skip
+        return produced, result.worker
+
+    def _upload(self, digest: str, path: Path) -> bool:
+        remote = self.cache.remote
+        assert remote is not None
+        remote.put_blob(digest, path)
+        return not remote.disabled and remote.uploads
+
+    def cancel_all(self) -> None:
+        self.executor.cancel_all()
