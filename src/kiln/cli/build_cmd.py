@@ -49,7 +49,8 @@ def run(inv: Invocation) -> int:
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
     remote = open_remote(inv.ns, executor.cache, executor.reporter.message)
     try:
-        with lock, remote as executor.remote:
+        # The cluster first: an executor that cannot be used leaves no output directory.
+        with remote as executor.remote, lock:
             # What actions print goes to stderr: stdout carries only the paths printed below.
             with contextlib.redirect_stdout(inv.stderr):
                 result = executor.run(targets, options, plan)

@@ -16,6 +16,7 @@ once, naming the address.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -71,6 +72,9 @@ class DaskExecutor:
             raise UsageError("--executor dask needs Dask: pip install 'kiln[dask]'") from None
         self.spec = spec
         self.cas_url = cas_url
+        # Dask's own logs (reconnect tracebacks, worker chatter) are not kiln's
+        # output: kiln reports what they mean for the build.
+        self._log_levels = _quiet_loggers()
         self.lost: str | None = None
         self._lock = threading.Lock()
         self._futures: set[Any] = set()
@@ -78,7 +82,8 @@ class DaskExecutor:
         if spec.kind == "dask-local":
             self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,
                                          processes=True, host="127.0.0.1",
-                                         dashboard_address=None)  # fmt: skip
+                                         dashboard_address=None,
+                                         silence_logs=logging.CRITICAL)  # fmt: skip
             address = self._cluster.scheduler_address
         else:
             address = spec.address
@@ -156,11 +161,10 @@ class DaskExecutor:
         except RemoteTaskError as e:
             raise ActionFailed(f"'{action.desc}': {e} (after {RETRIES + 1} tries)") from None
         except Exception as e:  # noqa: BLE001 - the connection, not the action, failed
-            if self.client.status not in ("running", "connecting"):
-                self.lost = f"lost the Dask scheduler at {self.address} ({type(e).__name__})"
+            if _connection_lost(e) or self.client.status not in ("running", "connecting"):
+                self.lost = f"lost the Dask scheduler at {self.address} ({_short(e)})"
                 raise ActionFailed(f"'{action.desc}': {self.lost}") from None
-            raise ActionFailed(f"'{action.desc}' failed on the cluster: "
-                               f"{type(e).__name__}: {e}") from None  # fmt: skip
+            raise ActionFailed(f"'{action.desc}' failed on the cluster: {_short(e)}") from None
         assert isinstance(result, RemoteResult)
         if result.error is not None:
             raise ActionFailed(f"'{action.desc}' (on Dask worker {result.worker}): {result.error}")
@@ -185,3 +189,30 @@ class DaskExecutor:
             with contextlib.suppress(Exception):
                 self._cluster.close(timeout=10)
             self._cluster = None
+        for name, level in self._log_levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` says the client lost its scheduler (kiln cancels futures
+    only when the build stops, and then no longer waits for them)."""
+    from distributed.utils import CancelledError
+
+    return isinstance(error, CancelledError | OSError | TimeoutError)
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _quiet_loggers() -> dict[str, int]:
+    """Silence Dask's loggers (they are configured one by one); their old levels."""
+    names = ["distributed", *(n for n in logging.root.manager.loggerDict
+                              if n.startswith("distributed."))]  # fmt: skip
+    levels = {}
+    for name in names:
+        logger = logging.getLogger(name)
+        levels[name] = logger.level
+        logger.setLevel(logging.CRITICAL)
+    return levels
