@@ -274,13 +274,18 @@ def test_ctrl_c_cancels_the_clusters_work_and_exits_130(
 @entrypoint
 def top():
     return run_command(name="long.txt", command=["sh", "-c",
-                       "pwd > {marker}; sleep 60; echo done > {{out}}"])
+                       "echo $$ > {marker}; sleep 60; echo done > {{out}}"])
 """)
     proc = start_kiln(tmp_path, *remote_args(dask_cluster, nginx_cache, "out"))
-    wait_for(marker, proc)
+    pid = int(wait_for(marker, proc))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
+    # The command on the worker is stopped, not left to run its minute.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}")
     from distributed import Client
 
     with Client(dask_cluster.address, timeout=10) as client:

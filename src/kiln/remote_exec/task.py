@@ -14,19 +14,25 @@ did not answer).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from kiln.cache.local import LocalCache, copy_verified
 from kiln.state import hash_file
 
 _TAIL_BYTES = 4000
+_POLL_S = 0.1
 # Runs a cloudpickled thunk read from stdin; an exception is its message on stderr.
 _RUN_THUNK = (
     "import sys, cloudpickle\n"
@@ -95,7 +101,7 @@ def run_task(task: RemoteTask) -> RemoteResult:
         _fetch_inputs(task, sandbox, LocalCache(root / "cache"), remote)
         for rel in task.outputs:
             inside(sandbox, rel).parent.mkdir(parents=True, exist_ok=True)
-        error = _run(task, sandbox)
+        error = _run(task, sandbox, _cancel_check(worker))
         if error is not None:
             return RemoteResult(worker.address, str(sandbox), error=error)
         try:
@@ -127,7 +133,7 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: obje
         os.chmod(dest, 0o644)
 
 
-def _run(task: RemoteTask, sandbox: Path) -> str | None:
+def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
     """Run the command or thunk in ``sandbox``; the failure's text, or None."""
     log = sandbox / ".kiln-action.log"
     if task.command is not None:
@@ -140,17 +146,55 @@ def _run(task: RemoteTask, sandbox: Path) -> str | None:
         stdin = task.thunk
     with open(log, "wb") as fd:
         try:
-            proc = subprocess.run(argv, input=stdin, stdout=fd, stderr=fd, cwd=sandbox,
-                                  timeout=task.timeout, check=False)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return f"ran past its timeout of {task.timeout:g} s and was killed"
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else None, stdout=fd,
+                                    stderr=fd, cwd=sandbox, start_new_session=True)  # fmt: skip
         except OSError as e:
             return f"cannot run {argv[0]!r}: {e.strerror}"
+    stopped = _wait(proc, stdin, task.timeout, cancelled)
+    if stopped is not None:
+        return stopped
     if proc.returncode == 0:
         return None
     tail = log.read_bytes()[-_TAIL_BYTES:].decode(errors="replace").rstrip()
     what = "command" if task.command is not None else "action"
     return f"{what} exited with status {proc.returncode}\n{tail}".rstrip()
+
+
+def _wait(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout: float | None,
+          cancelled: Callable[[], bool]) -> str | None:  # fmt: skip
+    """Wait for ``proc``; kill its process group if it runs past ``timeout`` or the
+    task is cancelled (the build was interrupted), and say which."""
+    if proc.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(stdin or b"")
+        proc.stdin.close()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            proc.wait(timeout=_POLL_S)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        late = deadline is not None and time.monotonic() > deadline
+        if late or cancelled():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if late:
+                return f"ran past its timeout of {timeout:g} s and was killed"
+            return "cancelled: the build stopped"
+
+
+def _cancel_check(worker: Any) -> Callable[[], bool]:
+    """Whether the client cancelled this task (Dask cannot interrupt a running task:
+    the task looks at its own state on the worker instead)."""
+    key = worker.get_current_task()
+
+    def cancelled() -> bool:
+        ts = worker.state.tasks.get(key)
+        return ts is None or ts.state in ("cancelled", "released", "forgotten")
+
+    return cancelled
 
 
 def _store_outputs(task: RemoteTask, sandbox: Path, remote: object) -> dict[str, str]:
