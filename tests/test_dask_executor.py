@@ -127,7 +127,9 @@ def top():
     assert len(worker_addresses) == 3
     assert all(lane.startswith("dask tcp://127.0.0.1:") for lane in worker_addresses.values())
     manifest = json.loads((tmp_path / "remote/manifest.json").read_text())
-    assert "top" in json.dumps(manifest)
+    (c_entry,) = manifest["entrypoints"]["top"]["outputs"]
+    assert c_entry["worker"] == worker_addresses["Running top/c.txt"].removeprefix("dask ")
+    assert f"Running top/c.txt: ran on Dask worker {c_entry['worker']}" in remote.stderr
     # The outputs went through the CAS; a rebuild runs nothing.
     assert len(nginx_cache.files("cas")) >= 4
     again = kiln(*remote_args(dask_cluster, nginx_cache, "remote"))

@@ -238,6 +238,9 @@ def describe_output(
             digest = executor.store().digest(f.fs_str)
             status = "built" if digest is not None else "not built"
     entry.update(status=status, built=digest is not None)
+    worker = getattr(producers[0], "remote_worker", None) if producers else None
+    if worker is not None and status == "built":  # it ran on a cluster in this build
+        entry["worker"] = worker
     if digest is not None:
         entry.update(sha256=digest, size=os.lstat(path).st_size)
         entry["cached"] = (entry["path"], digest) in (cached or set())

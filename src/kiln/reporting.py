@@ -25,6 +25,12 @@ if TYPE_CHECKING:
     from kiln.result import BuildResult
 
 
+def remote_worker(event: ev.BuildEvent) -> str | None:
+    """The cluster worker that ran an action (``kiln.remote_exec``), else None."""
+    lane = event.lane or ""
+    return lane.removeprefix("dask ") if lane.startswith("dask ") else None
+
+
 class ProgressReporter:
     """Receives build events; every method may be called from any thread.
 
@@ -116,6 +122,8 @@ class PlainReporter(ProgressReporter):
                 self._write(f"{heading}\n{indent(failure_text(event, self.verbose))}")
             elif self.verbose and event.log:
                 self._write(f"  log of {event.desc}: {event.log}")
+            if kind == ev.FINISHED and remote_worker(event) is not None:
+                self._write(f"  {event.desc}: ran on Dask worker {remote_worker(event)}")
         elif kind == ev.UP_TO_DATE:
             self.done += 1
             if self.verbose:

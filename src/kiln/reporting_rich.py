@@ -21,7 +21,13 @@ from rich.text import Text
 
 from kiln import events as ev
 from kiln.graph import BuildDependency
-from kiln.reporting import ProgressReporter, failure_heading, failure_text, indent
+from kiln.reporting import (
+    ProgressReporter,
+    failure_heading,
+    failure_text,
+    indent,
+    remote_worker,
+)
 
 _MAX_RUNNING_SHOWN = 8
 _REFRESH_S = 0.125
@@ -160,6 +166,8 @@ class RichReporter(ProgressReporter):
                 self._report_failure(event)
             elif self.verbose and event.log:
                 self._print(Text(f"  log of {event.desc}: {event.log}"))
+            if kind == ev.FINISHED and remote_worker(event) is not None:
+                self._print(Text(f"{event.desc}: ran on Dask worker {remote_worker(event)}"))
         elif kind == ev.UP_TO_DATE:
             self._progress.advance(self._task)
         elif kind == ev.CACHED:

@@ -56,6 +56,8 @@ class RemoteRunner:
         if produced is None:
             raise ActionFailed(f"'{action.desc}' ran on Dask worker {result.worker}, but its "
                                "outputs cannot be fetched from the remote cache")  # fmt: skip
+        # For the manifest: which worker made these outputs (``kiln.manifest``).
+        action.remote_worker = result.worker  # type: ignore[attr-defined]
         return produced, result.worker
 
     def _upload(self, digest: str, path: Path) -> bool:
