@@ -75,6 +75,8 @@ class BuildCache:
         self._warn = warn
         self._lock = threading.Lock()
         self._reported: set[str] = set()
+        # Blobs known to be in the remote CAS (a remote worker put them there).
+        self._remote_has: set[str] = set()
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -185,6 +187,8 @@ class BuildCache:
         if self.broken:
             return None
         plan = [(f, CachedOutput(f.key, d, -1, -1)) for f, d in digests.items()]
+        with self._lock:
+            self._remote_has.update(digests.values())
         try:
             for _, out in plan:
                 if not self.local.has_blob(out.sha256) and (
@@ -240,7 +244,8 @@ class BuildCache:
         self._count("stored")
         if self.remote is not None and self.remote.uploads:
             for out in outputs:
-                self.remote.put_blob(out.sha256, self.local.blob_path(out.sha256))
+                if out.sha256 not in self._remote_has:
+                    self.remote.put_blob(out.sha256, self.local.blob_path(out.sha256))
             self.remote.put_entry(key, data)
 
     def end_build(self) -> None:
