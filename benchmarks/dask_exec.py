@@ -52,7 +52,6 @@ def kiln_argv(*args: str) -> list[str]:
 
 def zoo_stage(count: int, work: Path, cache_url: str, runs: int) -> dict[str, list[float]]:
     from _zoo_models import ENV
-
     from kiln.actions._ireetools import model_zoo
 
     listing = work / "models.json"
