@@ -28,7 +28,7 @@ import cloudpickle
 from kiln.errors import ActionFailed, UsageError
 from kiln.graph import BuildAction, BuildFile
 from kiln.remote_exec.spec import ExecutorSpec
-from kiln.remote_exec.task import RemoteResult, RemoteTask, RemoteTaskError, run_task
+from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure, run_task
 
 RETRIES = 2
 _CONNECT_TIMEOUT_S = 10
@@ -158,7 +158,7 @@ class DaskExecutor:
                 f"'{action.desc}': every Dask worker that ran it died ({e.allowed_failures + 1} "
                 f"tries); the last was {e.last_worker.address}"
             ) from None
-        except RemoteTaskError as e:
+        except _SandboxFailure as e:
             raise ActionFailed(f"'{action.desc}': {e} (after {RETRIES + 1} tries)") from None
         except Exception as e:  # noqa: BLE001 - the connection, not the action, failed
             if _connection_lost(e) or self.client.status not in ("running", "connecting"):

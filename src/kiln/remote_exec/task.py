@@ -45,7 +45,7 @@ _RUN_THUNK = (
 )
 
 
-class RemoteTaskError(Exception):
+class _SandboxFailure(Exception):
     """The sandbox could not be prepared or the outputs not stored (Dask retries it)."""
 
 
@@ -81,7 +81,7 @@ def inside(root: Path, rel: str) -> Path:
     """``rel`` under ``root``; a path that would leave it is refused."""
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or not p.parts:
-        raise RemoteTaskError(f"refusing sandbox path {rel!r}")
+        raise _SandboxFailure(f"refusing sandbox path {rel!r}")
     return root.joinpath(*p.parts)
 
 
@@ -109,7 +109,7 @@ def run_task(task: RemoteTask) -> RemoteResult:
         except _Missing as e:
             return RemoteResult(worker.address, str(sandbox), error=str(e))
         if remote.disabled or not remote.uploads:
-            raise RemoteTaskError(f"cannot store the outputs of '{task.desc}' in the remote "
+            raise _SandboxFailure(f"cannot store the outputs of '{task.desc}' in the remote "
                                   f"cache: {'; '.join(warnings) or 'uploads refused'}")  # fmt: skip
         return RemoteResult(worker.address, str(sandbox), outputs=outputs)
     finally:
@@ -123,12 +123,12 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: obje
     for rel, digest in task.inputs:
         dest = inside(sandbox, rel)
         if not cas.has_blob(digest) and not remote.fetch_blob(digest, cas):
-            raise RemoteTaskError(f"input {rel} of '{task.desc}' (sha256 {digest}) is not in "
+            raise _SandboxFailure(f"input {rel} of '{task.desc}' (sha256 {digest}) is not in "
                                   f"the remote cache {remote.shown}")  # fmt: skip
         dest.parent.mkdir(parents=True, exist_ok=True)
         if copy_verified(cas.blob_path(digest), dest) != digest:
             cas.remove_blob(digest)
-            raise RemoteTaskError(f"input {rel} of '{task.desc}': the worker's cached copy "
+            raise _SandboxFailure(f"input {rel} of '{task.desc}': the worker's cached copy "
                                   "was damaged; removed it")  # fmt: skip
         os.chmod(dest, 0o644)
 
@@ -216,5 +216,5 @@ def _store_outputs(task: RemoteTask, sandbox: Path, remote: object) -> dict[str,
     return outputs
 
 
-class _Missing(RemoteTaskError):
+class _Missing(_SandboxFailure):
     """The action ran but its output is not there."""
