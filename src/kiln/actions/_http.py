@@ -99,7 +99,9 @@ def _shut(sock: socket.socket) -> None:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-class _WatchedHTTPConnection(http.client.HTTPConnection):
+class _Watched(http.client.HTTPConnection):
+    """A connection whose socket the watchdog can cut once it is connected."""
+
     def __init__(self, *args: Any, watchdog: Watchdog, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._watchdog = watchdog
@@ -109,14 +111,12 @@ class _WatchedHTTPConnection(http.client.HTTPConnection):
         self._watchdog.attach(self.sock)
 
 
-class _WatchedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, watchdog: Watchdog, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._watchdog = watchdog
+class _WatchedHTTPConnection(_Watched):
+    pass
 
-    def connect(self) -> None:
-        super().connect()
-        self._watchdog.attach(self.sock)
+
+class _WatchedHTTPSConnection(_Watched, http.client.HTTPSConnection):
+    pass
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
