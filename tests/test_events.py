@@ -277,3 +277,16 @@ def test_reporters_of_the_seed_api_still_get_their_calls(tmp_path: Path) -> None
             ("start_graph", "6"), *first, ("start_dep", "b"), ("report_failure", "b"),
             ("finish_dep", "b"), ("end_graph", ""),
         ]  # fmt: skip
+
+
+def test_a_fifo_planted_at_the_last_events_file_never_blocks_the_build(
+    write_module, kiln, tmp_path
+) -> None:
+    write_module(MODULE)
+    assert kiln("build", "build.py", "chain").returncode == 0
+    planted = tmp_path / "kiln-out/.kiln/last-events.jsonl"
+    planted.unlink()
+    os.mkfifo(planted)
+    r = kiln("build", "build.py", "chain", timeout=60)  # opening it for writing would block
+    assert r.returncode == 0, r.stderr
+    assert "cannot keep this build's events" in r.stderr and "FIFO" in r.stderr

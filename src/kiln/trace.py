@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kiln import events as ev
-from kiln.errors import UsageError
-from kiln.outputs import atomic_output
+from kiln.errors import StateError, UsageError
+from kiln.outputs import atomic_output, open_own_file
 
 LAST_EVENTS = "last-events.jsonl"
 LAST_TRACE = "last-trace.json"
@@ -251,9 +251,12 @@ class LastBuild:
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
             (state_dir / LAST_TRACE).unlink(missing_ok=True)
-            self._log = EventLog(open_for_writing(state_dir / LAST_EVENTS), flush_each=False)
-        except OSError as e:
-            warn(f"warning: cannot keep this build's events in {state_dir}: {e.strerror}")
+            # kiln's own file: never through a link, never blocked on a planted FIFO.
+            fd = open_own_file(state_dir / LAST_EVENTS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            self._log = EventLog(os.fdopen(fd, "w", encoding="utf-8"), flush_each=False)
+        except (OSError, StateError) as e:
+            reason = e.strerror if isinstance(e, OSError) else str(e)
+            warn(f"warning: cannot keep this build's events in {state_dir}: {reason}")
 
     def handle(self, event: ev.BuildEvent) -> None:
         if self._log is None:
