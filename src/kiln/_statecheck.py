@@ -88,11 +88,12 @@ def decode_field(index: int, text: Any) -> Any:
         return BAD
     if index == 0:
         return value if value is None or isinstance(value, dict) else BAD
-    if isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        return value
-    return BAD
+    if type(value) is not dict:
+        return BAD
+    for v in value.values():  # JSON object keys are always strings
+        if type(v) is not str:
+            return BAD
+    return value
 
 
 def metadata_dict(text: Any) -> dict[str, Any]:

@@ -44,9 +44,16 @@ class Decision:
 
 
 def action_id(action: BuildAction, outputs: list[BuildFile]) -> str:
+    if len(outputs) == 1:
+        return outputs[0]._key
     if outputs:
-        return "|".join(f.key for f in outputs)
+        return "|".join(f._key for f in outputs)
     return f"{action.action_type}:{action.desc}"
+
+
+# The key's JSON text: one encoder for every action (json.dumps with options makes
+# one per call). The text is the same as ``json.dumps(..., sort_keys=True)``'s.
+_KEY_TEXT = json.JSONEncoder(sort_keys=True).encode
 
 
 class UpToDateChecker:
@@ -62,6 +69,7 @@ class UpToDateChecker:
             keys.all(plan.actions)
         self.keys = keys
         self.digests: dict[BuildFile, str | None] = {}
+        self._records: dict[str, ActionRecord] | None = None  # the store's, read once
 
     def file_digest(self, f: BuildFile) -> str | None:
         if f in self.digests:
@@ -74,13 +82,20 @@ class UpToDateChecker:
         outputs = self.plan.outputs[action]
         aid = action_id(action, outputs)
         params = self.keys.params_of[action]
-        inputs = {f.key: self.file_digest(f) or "missing" for f in self.plan.inputs[action]}
+        digests = self.digests
+        inputs = {}
+        for f in self.plan.inputs[action]:
+            digest = digests[f] if f in digests else self.file_digest(f)
+            inputs[f._key] = digest or "missing"
         unkeyed = None
         if params is not None and action in self.keys.deferred:
             params, unkeyed = complete_params(self.keys, action, params)
-        blob = json.dumps([action.action_type, action.VERSION, params, inputs], sort_keys=True)
+        blob = _KEY_TEXT([action.action_type, action.VERSION, params, inputs])
         key = UNKEYED if unkeyed else hashlib.sha256(blob.encode()).hexdigest()
-        record = self.store.records().get(aid)
+        records = self._records
+        if records is None:
+            records = self._records = self.store.records()
+        record = records.get(aid)
         if params is None:
             reason: str | None = "marked always-run"
         elif record is None:
@@ -98,23 +113,35 @@ class UpToDateChecker:
         return Decision(aid, key, params, inputs, reason)
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
+        recorded = record.outputs  # a damaged record has none
+        cached = self.store.cached_output_digest
         for f in outputs:
+            path = f.fs_str
             # Read only a regular file reached through real directories: anything else
             # there counts as modified, and is never followed or opened.
-            problem = f.layout.tree.dir_problem(os.path.dirname(f.fs_str))
+            problem = f._layout.tree.dir_problem(path[: path.rindex("/")])
             if problem is not None:
                 return f"output {f.path} was modified: {problem}"
-            try:
-                digest = self.store.digest(f.fs_str, output=True)
-            except NotRegularFile:
-                kind = file_kind(os.lstat(f.fs_str).st_mode)
-                return f"output {f.path} was modified: it is {kind}, not a regular file"
-            if digest is None:
-                return f"output {f.path} is missing"
-            if record.outputs.get(f.key) != digest:  # a damaged record has none
-                return f"output {f.path} was modified"
+            digest = cached(path)  # the stat cache's digest: no Path, no hashing
+            if digest is None or recorded.get(f._key) != digest:
+                why = self._output_change(f, recorded)
+                if why is not None:
+                    return why
         for f in outputs:
-            self.digests[f] = record.outputs[f.key]
+            self.digests[f] = recorded[f._key]
+        return None
+
+    def _output_change(self, f: BuildFile, recorded: dict[str, str]) -> str | None:
+        """Why output ``f`` no longer matches its record (the stat cache missed)."""
+        try:
+            digest = self.store.digest(f.fs_str, output=True)
+        except NotRegularFile:
+            kind = file_kind(os.lstat(f.fs_str).st_mode)
+            return f"output {f.path} was modified: it is {kind}, not a regular file"
+        if digest is None:
+            return f"output {f.path} is missing"
+        if recorded.get(f._key) != digest:
+            return f"output {f.path} was modified"
         return None
 
 

@@ -328,6 +328,20 @@ class StateStore:
         cached = self._files.get(spath)
         return cached[1] if cached is not None and cached[0] == skey else None
 
+    def cached_output_digest(self, path: str) -> str | None:
+        """``cached_digest(path, output=True)`` for a string path, as lean as it gets:
+        an up-to-date check asks it for every output of every action."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        cached = self._files.get(path)
+        if cached is None or not stat.S_ISREG(st.st_mode):
+            return None
+        if cached[0] != (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns):
+            return None
+        return cached[1]
+
     def remember_digest(self, path: str, skey: StatKey, digest: str) -> None:
         with self._lock:
             self._files[path] = (skey, digest)
