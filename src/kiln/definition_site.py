@@ -23,19 +23,29 @@ class DefinitionSite:
     @classmethod
     def capture(cls, owner: object = None) -> DefinitionSite:
         """The first caller outside kiln and outside the ``__init__`` methods of
-        ``owner``'s classes (a user's subclass of an action calls ``super().__init__``)."""
-        inits: set[CodeType] = set()
-        if owner is not None:
-            for klass in type(owner).__mro__:
-                code = getattr(vars(klass).get("__init__"), "__code__", None)
-                if code is not None:
-                    inits.add(code)
+        ``owner``'s classes (a user's subclass of an action calls ``super().__init__``).
+
+        Called for every node of the graph: the walk compares file names only, and
+        looks at ``owner``'s classes only for a frame of an ``__init__`` outside kiln."""
         frame = sys._getframe(1)
-        while frame.f_back is not None and (
-            frame.f_code.co_filename.startswith(_KILN_DIR) or frame.f_code in inits
-        ):
+        kiln_dir = _KILN_DIR
+        while frame.f_back is not None:
+            code = frame.f_code
+            if not code.co_filename.startswith(kiln_dir) and (
+                owner is None or code.co_name != "__init__" or not _is_init_of(owner, code)
+            ):
+                break
             frame = frame.f_back
         return cls(frame.f_code.co_filename, frame.f_lineno)
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno}"
+
+
+def _is_init_of(owner: object, code: CodeType) -> bool:
+    """Whether ``code`` is the ``__init__`` of one of ``owner``'s classes."""
+    for klass in type(owner).__mro__:
+        init = vars(klass).get("__init__")
+        if getattr(init, "__code__", None) is code:
+            return True
+    return False

@@ -72,7 +72,19 @@ class BuildDependency:
         self.executor = executor
         self._graph: GraphRegistry = executor.graph
         self.deps: set[BuildDependency] = set(deps) if deps else set()
-        self._metadata: dict[str, BuildMeta] = {}
+
+    @property
+    def _metadata(self) -> dict[str, BuildMeta]:
+        """``BuildMeta`` attached to this node, by key (made on first use: few nodes
+        carry any, and a graph has many nodes)."""
+        values = self.__dict__.get("_meta")
+        if values is None:
+            values = self.__dict__["_meta"] = {}
+        return values
+
+    @_metadata.setter
+    def _metadata(self, values: dict[str, BuildMeta]) -> None:
+        self.__dict__["_meta"] = values
 
     def _last_run(self) -> NodeRun | None:
         return self._graph.runs.get(self)
@@ -131,7 +143,6 @@ class BuildFile(BuildDependency):
         self.path = path
         self.namespace = namespace
         self.source = source  # absolute path of a source-tree file, else None
-        self.runfiles: set[BuildFile] = set()
         self._key = (
             f"src:{posixpath.relpath(source, self._graph.source_root)}"
             if source is not None
@@ -143,6 +154,18 @@ class BuildFile(BuildDependency):
         self._layout: OutputLayout = executor.layout
         self._run_context: RunContext = executor.run_context
         self._graph.register(path, self)
+
+    @property
+    def runfiles(self) -> set[BuildFile]:
+        """Files that go with this one (as in iree.build); made on first use."""
+        files = self.__dict__.get("_runfiles")
+        if files is None:
+            files = self.__dict__["_runfiles"] = set()
+        return files
+
+    @runfiles.setter
+    def runfiles(self, files: set[BuildFile]) -> None:
+        self.__dict__["_runfiles"] = files
 
     @property
     def layout(self) -> OutputLayout:

@@ -54,7 +54,7 @@ class GraphRegistry:
                 f"{existing.def_site}; give one of them another name"
             )
         if isinstance(node, BuildFile) and node.source is None:
-            self._names.add(self.layout.relative_path(node), str(node.def_site))
+            self._names.add(self.layout.relative_path(node), node.def_site)
         self.all[path] = node
 
     def add_entrypoint(self, bep: BuildEntrypoint) -> None:

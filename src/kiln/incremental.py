@@ -114,7 +114,9 @@ class UpToDateChecker:
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
         recorded = record.outputs  # a damaged record has none
-        cached = self.store.cached_output_digest
+        # The stat cache's digest, no Path, no hashing (a store that has no such
+        # lookup, such as the manifest's stat-cache view, answers through ``digest``).
+        cached = getattr(self.store, "cached_output_digest", None) or self._output_digest
         for f in outputs:
             path = f.fs_str
             # Read only a regular file reached through real directories: anything else
@@ -122,7 +124,7 @@ class UpToDateChecker:
             problem = f._layout.tree.dir_problem(path[: path.rindex("/")])
             if problem is not None:
                 return f"output {f.path} was modified: {problem}"
-            digest = cached(path)  # the stat cache's digest: no Path, no hashing
+            digest = cached(path)
             if digest is None or recorded.get(f._key) != digest:
                 why = self._output_change(f, recorded)
                 if why is not None:
@@ -130,6 +132,12 @@ class UpToDateChecker:
         for f in outputs:
             self.digests[f] = recorded[f._key]
         return None
+
+    def _output_digest(self, path: str) -> str | None:
+        try:
+            return self.store.digest(path, output=True)
+        except NotRegularFile:
+            return None
 
     def _output_change(self, f: BuildFile, recorded: dict[str, str]) -> str | None:
         """Why output ``f`` no longer matches its record (the stat cache missed)."""

@@ -25,8 +25,9 @@ def name_problem(rel: str) -> str | None:
     bad = _CONTROL.search(rel)
     if bad is not None:
         return f"holds the control character {bad.group()!r}; use printable characters"
+    ascii_only = rel.isascii()  # then a component's length is its size in bytes
     for part in rel.split("/"):
-        size = len(os.fsencode(part))
+        size = len(part) if ascii_only else len(os.fsencode(part))
         if size > NAME_MAX:
             return (f"has a component of {size} bytes ({part[:24]}...); file systems allow "
                     f"{NAME_MAX}: shorten it")  # fmt: skip
@@ -41,25 +42,38 @@ class OutputNames:
 
     Invariant: ``_files`` maps each output's path (relative to the output root) to
     where it was defined; ``_dirs`` maps each directory those paths imply to the
-    first output below it. ``_journal`` lists the additions in order, to undo them.
+    first output below it, and holds every ancestor of each directory it holds.
+    ``_journal`` lists the additions in order, to undo them: a path alone, or a
+    path and the directories it added.
     """
 
     def __init__(self, root: str):
         self._root = root
-        self._files: dict[str, str] = {}
-        self._dirs: dict[str, tuple[str, str]] = {}
-        self._journal: list[tuple[str, list[str]]] = []
+        self._root_size = len(os.fsencode(root)) + 1
+        self._files: dict[str, object] = {}
+        self._dirs: dict[str, tuple[str, object]] = {}
+        self._journal: list[str | tuple[str, list[str]]] = []
 
-    def add(self, rel: str, site: str) -> None:
-        """Register the output ``rel`` defined at ``site``, or raise naming both."""
+    def add(self, rel: str, site: object) -> None:
+        """Register the output ``rel`` defined at ``site`` (shown with ``str``), or
+        raise naming both."""
         problem = name_problem(rel)
-        if problem is None and len(os.fsencode(f"{self._root}/{rel}")) >= PATH_MAX:
-            problem = f"makes a path longer than the {PATH_MAX} bytes file systems allow"
+        if problem is None:
+            size = len(rel) if rel.isascii() else len(os.fsencode(rel))
+            if self._root_size + size >= PATH_MAX:
+                problem = f"makes a path longer than the {PATH_MAX} bytes file systems allow"
         if problem is not None:
             raise BuildDefinitionError(f"output name {rel!r} (at {site}) {problem}")
         if rel in self._dirs:
             below, below_site = self._dirs[rel]
             raise self._clash(rel, site, below, below_site)
+        cut = rel.rfind("/")
+        if cut < 0 or rel[:cut] in self._dirs:
+            # Its directory and all above it are known directories, so none is a file.
+            if rel not in self._files:
+                self._files[rel] = site
+            self._journal.append(rel)
+            return
         parts = rel.split("/")
         parents = ["/".join(parts[:i]) for i in range(1, len(parts))]
         for parent in parents:
@@ -72,7 +86,9 @@ class OutputNames:
         self._journal.append((rel, made))
 
     @staticmethod
-    def _clash(file: str, file_site: str, below: str, below_site: str) -> BuildDefinitionError:
+    def _clash(
+        file: str, file_site: object, below: str, below_site: object
+    ) -> BuildDefinitionError:
         return BuildDefinitionError(
             f"output {file!r} (at {file_site}) would be both a file and a directory: "
             f"{below!r} (at {below_site}) lies below it; rename one of them"
@@ -84,7 +100,8 @@ class OutputNames:
     def undo(self, mark: int) -> None:
         """Forget the outputs added since ``mark`` (an entrypoint that failed)."""
         while len(self._journal) > mark:
-            rel, made = self._journal.pop()
+            entry = self._journal.pop()
+            rel, made = (entry, []) if isinstance(entry, str) else entry
             self._files.pop(rel, None)
             for parent in made:
                 self._dirs.pop(parent, None)

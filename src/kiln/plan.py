@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from kiln._gc import gc_paused
 from kiln.errors import BuildDefinitionError
 from kiln.graph import BuildAction, BuildContext, BuildDependency, BuildFile
 
-_WHITE, _GREY, _BLACK = 0, 1, 2
+_GREY, _BLACK = 1, 2
 
 
 def node_name(node: BuildDependency) -> str:
@@ -56,14 +57,15 @@ def make_plan(targets: Iterable[BuildDependency], files: Iterable[BuildFile]) ->
 
 def _make_plan(targets: Iterable[BuildDependency], files: Iterable[BuildFile]) -> Plan:
     plan = Plan(list(dict.fromkeys(targets)))
-    color: dict[BuildDependency, int] = {}
+    color: dict[BuildDependency, int] = {}  # absent: white (not reached yet)
     consumers = plan.consumers
     order = plan.order
     for root in plan.targets:
-        if color.get(root, _WHITE) != _WHITE:
+        if root in color:
             continue
         color[root] = _GREY
-        consumers.setdefault(root, [])
+        if root not in consumers:
+            consumers[root] = []
         stack: list[tuple[BuildDependency, list[BuildDependency]]] = [(root, list(root.deps))]
         while stack:
             node, pending = stack[-1]
@@ -73,27 +75,40 @@ def _make_plan(targets: Iterable[BuildDependency], files: Iterable[BuildFile]) -
                 order.append(node)
                 continue
             dep = pending.pop()
-            consumers.setdefault(dep, []).append(node)
-            state = color.get(dep, _WHITE)
-            if state == _GREY:
-                raise BuildDefinitionError(_cycle_message([n for n, _ in stack], dep))
-            if state == _WHITE:
+            users = consumers.get(dep)
+            if users is None:
+                consumers[dep] = [node]
+            else:
+                users.append(node)
+            state = color.get(dep)
+            if state is None:
                 color[dep] = _GREY
                 stack.append((dep, list(dep.deps)))
-    outputs = plan.outputs
-    for node in order:
+            elif state == _GREY:
+                raise BuildDefinitionError(_cycle_message([n for n, _ in stack], dep))
+    _link_files(plan, files)
+    return plan
+
+
+def _link_files(plan: Plan, files: Iterable[BuildFile]) -> None:
+    """Fill ``plan.inputs`` and ``plan.outputs``, each list sorted by file key."""
+    by_key = attrgetter("_key")
+    inputs, outputs = plan.inputs, plan.outputs
+    for node in plan.order:
         if isinstance(node, BuildAction):
-            plan.inputs[node] = sorted(
-                (d for d in node.deps if isinstance(d, BuildFile)), key=lambda f: f.key
-            )
+            read = [d for d in node.deps if isinstance(d, BuildFile)]
+            if len(read) > 1:
+                read.sort(key=by_key)
+            inputs[node] = read
             outputs[node] = []
     for f in files:
         for producer in f.deps:
-            if producer in outputs:
-                outputs[producer].append(f)
+            produced = outputs.get(producer)  # type: ignore[call-overload]
+            if produced is not None:
+                produced.append(f)
     for produced in outputs.values():
-        produced.sort(key=lambda f: f.key)
-    return plan
+        if len(produced) > 1:
+            produced.sort(key=by_key)
 
 
 def _cycle_message(path: list[BuildDependency], back_to: BuildDependency) -> str:
