@@ -7,11 +7,14 @@ import argparse
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-from kiln.cache import BuildCache
 from kiln.errors import UsageError
-from kiln.remote_exec.runner import RemoteRunner
 from kiln.remote_exec.spec import parse_executor
+
+if TYPE_CHECKING:  # imported when a build runs on a cluster, not on every build
+    from kiln.cache import BuildCache
+    from kiln.remote_exec.runner import RemoteRunner
 
 
 def add_executor_options(p: argparse.ArgumentParser) -> None:
@@ -40,6 +43,7 @@ def open_remote(
         raise UsageError(f"--executor {text} needs uploads to the remote cache: drop "
                          "--remote-cache-upload no")  # fmt: skip
     from kiln.remote_exec.dask_executor import DaskExecutor
+    from kiln.remote_exec.runner import RemoteRunner
 
     executor = DaskExecutor(spec, cache.remote.url)
     try:
