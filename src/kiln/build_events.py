@@ -101,8 +101,18 @@ class BuildEmitter:
         self._lanes[action] = lane
 
     def up_to_date(self, action: BuildAction, decision: Decision) -> None:
+        """The one event of an action a no-op build has: made without the caches of
+        ``_action_event``, since no other event of this action follows."""
         self._ended.add(action)
-        self.stream.emit(self._action_event(ev.UP_TO_DATE, action, key=decision.key))
+        aid = self._ids.setdefault(action, decision.action_id)
+        info = self._info.get(action)
+        if info is None:
+            outputs = self.plan.outputs[action]
+            target = ev.target_of((outputs[0].path,)) if outputs else None
+            info = (action.action_type, target)
+        self.stream.emit(ev.BuildEvent(
+            ev.UP_TO_DATE, action=aid, desc=action.desc, type=info[0], target=info[1],
+            subject=action, key=decision.key))  # fmt: skip
 
     def cached(
         self, action: BuildAction, decision: Decision, outputs: Produced, start: float,
