@@ -146,7 +146,7 @@ class BuildFile(BuildDependency):
         self._key = (
             f"src:{posixpath.relpath(source, self._graph.source_root)}"
             if source is not None
-            else f"{namespace.value}/{path}"
+            else f"{namespace._value_}/{path}"  # ``value`` is a slower descriptor
         )
         self._fs_path: Path | None = source
         self._fs_str: str | None = None
@@ -370,8 +370,8 @@ class BuildContext(BuildDependency):
         return BuildFile(executor=self.executor, path=rel, namespace=namespace)
 
     def _resolve_new_path(self, path: str, namespace: FileNamespace) -> str:
-        root = self._graph.layout.root(namespace)
         if os.path.isabs(path):
+            root = self._graph.layout.root(namespace)
             try:
                 path = Path(path).resolve().relative_to(root.resolve()).as_posix()
             except ValueError:
@@ -383,6 +383,7 @@ class BuildContext(BuildDependency):
         else:
             joined = posixpath.normpath(join_namespace(self.path, path))
         if joined == ".." or joined.startswith("../") or joined in ("", "."):
+            root = self._graph.layout.root(namespace)
             where = DefinitionSite.capture()
             raise BuildDefinitionError(
                 f"path '{path}' (in '{self.path or '/'}', at {where}) leaves the "
