@@ -167,16 +167,19 @@ class Scheduler:
                 continue
 
     def _drain_ready(self) -> None:
-        while self._ready and not self._stopping:
-            node = self._ready.popleft()
+        # Once per node of a no-op build: the bound methods are looked up once.
+        ready, succeed, decide = self._ready, self._succeed, self.checker.decide
+        skipped, up_to_date = self.result.skipped, self.events.up_to_date
+        while ready and not self._stopping:
+            node = ready.popleft()
             if not isinstance(node, BuildAction):
-                self._succeed(node)
+                succeed(node)
                 continue
-            decision = self.checker.decide(node)
-            if decision.up_to_date:
-                self.result.skipped.append(node)
-                self.events.up_to_date(node, decision)
-                self._succeed(node)
+            decision = decide(node)
+            if decision.reason is None:  # up to date
+                skipped.append(node)
+                up_to_date(node, decision)
+                succeed(node)
             elif self.opts.dry_run:
                 self._pretend(node, decision)
             else:
