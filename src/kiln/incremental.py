@@ -51,6 +51,7 @@ def action_id(action: BuildAction, outputs: list[BuildFile]) -> str:
     return f"{action.action_type}:{action.desc}"
 
 
+_UNKNOWN = "<not looked at yet>"  # compared by identity: no digest is this object
 # The key's JSON text: one encoder for every action (json.dumps with options makes
 # one per call). The text is the same as ``json.dumps(..., sort_keys=True)``'s.
 _KEY_TEXT = json.JSONEncoder(sort_keys=True).encode
@@ -85,7 +86,9 @@ class UpToDateChecker:
         digests = self.digests
         inputs = {}
         for f in self.plan.inputs[action]:
-            digest = digests[f] if f in digests else self.file_digest(f)
+            digest = digests.get(f, _UNKNOWN)
+            if digest is _UNKNOWN:
+                digest = self.file_digest(f)
             inputs[f._key] = digest or "missing"
         unkeyed = None
         if params is not None and action in self.keys.deferred:
