@@ -263,6 +263,23 @@ def test_manifest_of_the_wrong_kind_is_replaced(kiln, project: Path, kind: str) 
     assert victim.read_text() == "precious\n"
 
 
+def test_manifest_temporary_of_a_killed_build_is_swept(kiln, project: Path) -> None:
+    """A build killed while it wrote the manifest leaves its temporary beside it; the
+    next build, a no-op included, removes it (and nothing else)."""
+    from kiln.outputs import temporary_for
+
+    out = built(kiln, project)
+    left = temporary_for(out / "manifest.json")
+    left.write_text('{"half": ')
+    mine = out / "notes.json"
+    mine.write_text("mine\n")
+    r = kiln("build", "build.py")
+    assert r.returncode == 0, r.stderr
+    assert not left.exists()
+    assert mine.read_text() == "mine\n"
+    assert '"format": "kiln-manifest/2"' in (out / "manifest.json").read_text()
+
+
 def test_manifest_turned_into_a_directory_of_user_files_is_kept(kiln, project: Path) -> None:
     out = built(kiln, project)
     (out / "manifest.json").unlink()
