@@ -159,12 +159,15 @@ class Scheduler:
             if not self._running:
                 return
             try:
-                item = self._done.get(timeout=0.5)
-                while True:  # take every completion waiting: one wake-up, many results
-                    self._complete(*item)
-                    item = self._done.get_nowait()
+                batch = [self._done.get(timeout=0.5)]
             except queue.Empty:
                 continue
+            while True:  # every completion waiting: one wake-up, one commit
+                try:
+                    batch.append(self._done.get_nowait())
+                except queue.Empty:
+                    break
+            self._complete_all(batch)
 
     def _drain_ready(self) -> None:
         while self._ready and not self._stopping:
@@ -198,23 +201,28 @@ class Scheduler:
             self._waiting.clear()
             return
         deferred: list[_Waiting] = []
+        chosen: list[_Waiting] = []
+        busy = len(self._running)
         # Up to ``jobs`` more than run are queued for the worker threads, so a thread
         # that finishes starts its next action without waiting for this thread. Only
         # ``jobs`` threads exist, so no more than ``jobs`` actions run; an in-line
         # action starts only when it fits within ``jobs`` with everything queued.
-        while self._waiting and len(self._running) < 2 * self._jobs:
+        while self._waiting and busy + len(chosen) < 2 * self._jobs:
             entry = heapq.heappop(self._waiting)
-            action, decision = entry[2], entry[3]
+            action = entry[2]
             inline = action.concurrency is ActionConcurrency.NONE
-            if inline and len(self._running) >= self._jobs:
+            if (inline and busy + len(chosen) >= self._jobs) or not self._pools.take(action):
                 deferred.append(entry)
                 continue
-            if not self._pools.take(action):
-                deferred.append(entry)
-                continue
-            self._start(action, decision, entry[:2])
+            chosen.append(entry)
         for entry in deferred:
             heapq.heappush(self._waiting, entry)
+        if not chosen:
+            return
+        # One transaction drops the old records and claims the outputs of all of them.
+        self._outputs.claim((e[3].action_id, self.plan.outputs[e[2]]) for e in chosen)
+        for entry in chosen:
+            self._start(entry[2], entry[3], entry[:2])
 
     def _start(
         self, action: BuildAction, decision: Decision, order: tuple[float, int] = (0.0, 0)
@@ -320,31 +328,57 @@ class Scheduler:
         error: BaseException | None,
         produced: dict[BuildFile, tuple[StatKey, str]],
     ) -> None:
+        self._complete_all([(action, decision, error, produced)])
+
+    def _complete_all(self, batch: list[_Done]) -> None:
+        """Process the completions of one wake-up: their records go to the state in
+        one transaction, before any is reported built or releases its dependents."""
+        succeeded: list[_Done] = []
+        records: list[tuple[str, ActionRecord]] = []
+        for item in batch:
+            record = self._settle(*item)
+            if record is not None:
+                succeeded.append(item)
+                records.append((item[1].action_id, record))
+        if not records:
+            return
+        self.store.record_many(records)
+        for action, decision, _, produced in succeeded:
+            run = self._runs[action]
+            lane = self._served.pop(action, None)
+            if lane is not None:
+                self.result.cached.append(action)
+                self.events.cached(action, decision, produced, run.start_time or time.time(), lane)
+            else:
+                self.result.built.append(action)
+                self.events.finished(action, decision, produced)
+            self._succeed(action)
+
+    def _settle(
+        self,
+        action: BuildAction,
+        decision: Decision,
+        error: BaseException | None,
+        produced: dict[BuildFile, tuple[StatKey, str]],
+    ) -> ActionRecord | None:
+        """Take ``action`` off the running set; a failure is reported now, a success
+        gives the record to write."""
         self._running.discard(action)
         self._pools.release(action)
         if error is _CANCELLED:
-            return  # counted as not run
+            return None  # counted as not run
         run = self._runs[action]
         if run.start_time is not None and run.finish_time is not None:
             self.store.remember_duration(decision.action_id, run.finish_time - run.start_time)
         if error is not None:
             self._fail(action, decision, error)
-            return
+            return None
         outputs = {}
         for f, (skey, digest) in produced.items():
             self.store.remember_digest(f.fs_str, skey, digest)
             self.checker.digests[f] = digest
             outputs[f.key] = digest
-        record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)
-        self.store.record(decision.action_id, record)
-        lane = self._served.pop(action, None)
-        if lane is not None:
-            self.result.cached.append(action)
-            self.events.cached(action, decision, produced, run.start_time or time.time(), lane)
-        else:
-            self.result.built.append(action)
-            self.events.finished(action, decision, produced)
-        self._succeed(action)
+        return ActionRecord(decision.key, decision.params, decision.inputs, outputs)
 
     def _pretend(self, action: BuildAction, decision: Decision) -> None:
         """Dry run: count the action as run; its outputs' new digests are unknown."""
