@@ -1,9 +1,11 @@
-"""What bounds how many actions run at once: ``-j`` (capped by kiln and by the
-size of the build) and the named resource pools (``--pool NAME=N``)."""
+"""What bounds how many actions run at once, and where: ``-j`` (capped by kiln and
+by the size of the build), the named resource pools (``--pool NAME=N``), and which
+thread actions are small enough to run in-line (``TinyActions``)."""
 
 from __future__ import annotations
 
 import os
+import threading
 
 from kiln.graph import BuildAction
 
@@ -57,3 +59,64 @@ class ResourcePools:
         pool = action.pool
         if pool in self._use:
             self._use[pool] = 0 if action.exclusive else self._use[pool] - 1
+
+
+class TinyActions:
+    """Which thread actions run in-line, on the scheduler's thread, as they are too
+    small to be worth a worker thread.
+
+    Handing an action to a worker and its result back costs two thread switches
+    and contention for the GIL, more than a pure-Python action of a few dozen
+    microseconds takes; and such actions hold the GIL, so threads run them one at
+    a time anyway. Actions are judged by type, in windows of ``SAMPLES`` runs. A
+    type becomes tiny when a window of its runs on workers took, on average, under
+    ``CPU_S`` of their thread's CPU time and under ``WALL_S`` from start to end: an
+    action that waits (I/O, a subprocess, a sleep) or computes for long without
+    the GIL (which shows as CPU time) stays on the workers, where ``-j`` of them
+    run at once. A tiny type goes back to the workers (and is judged there again)
+    when a window of its in-line runs averages over ``WALL_S``, or one in-line run
+    takes over ``LONG_S``.
+
+    Invariant: ``_seen[t]`` holds the current window of type ``t`` (count, CPU
+    seconds, wall seconds), of in-line runs when ``t`` is in ``_tiny``, else of
+    runs on workers. Called from several threads: updated under a lock.
+    """
+
+    SAMPLES = 8
+    CPU_S = 0.0003
+    WALL_S = 0.002
+    LONG_S = 0.05
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[type, list[float]] = {}
+        self._tiny: set[type] = set()
+
+    def is_tiny(self, action: BuildAction) -> bool:
+        return type(action) in self._tiny
+
+    def observe(self, action: BuildAction, cpu_s: float, wall_s: float, inline: bool) -> None:
+        """Note one run of ``action``: on a worker, or in-line."""
+        kind = type(action)
+        with self._lock:
+            if inline != (kind in self._tiny):
+                return  # judged under the other mode: it changed while this one ran
+            seen = self._seen.setdefault(kind, [0, 0.0, 0.0])
+            seen[0] += 1
+            seen[1] += cpu_s
+            seen[2] += wall_s
+            if inline and wall_s > self.LONG_S:
+                self._switch(kind, tiny=False)
+            elif seen[0] >= self.SAMPLES:
+                small = seen[2] < self.WALL_S * seen[0]
+                if not inline:
+                    small = small and seen[1] < self.CPU_S * seen[0]
+                self._switch(kind, tiny=small)
+
+    def _switch(self, kind: type, tiny: bool) -> None:
+        """End ``kind``'s window, tiny (in-line) or not from now on."""
+        del self._seen[kind]
+        if tiny:
+            self._tiny.add(kind)
+        else:
+            self._tiny.discard(kind)
