@@ -101,7 +101,8 @@ class LocalCache:
         self.root = Path(root)
         self.base = self.root / FORMAT_DIR
         self._tmp = self.base / "tmp"
-        self._made: set[Path] = set()
+        self._base_str = str(self.base)
+        self._made: set[str] = set()
         # Temporary names: this process's random tag and a counter (thread-safe).
         self._tag = f"{os.getpid()}-{os.urandom(4).hex()}"
         self._serial = itertools.count()
@@ -109,22 +110,27 @@ class LocalCache:
     # -- paths ---------------------------------------------------------------
 
     def entry_path(self, key: str) -> Path:
+        return Path(self._entry_str(key))
+
+    def _entry_str(self, key: str) -> str:
+        """``entry_path`` as a string: made per action, so without pathlib's cost."""
         name = key_name(key)
-        return self.base / "ac" / name[:2] / name
+        return f"{self._base_str}/ac/{name[:2]}/{name}"
 
     def blob_path(self, digest: str) -> Path:
         return self.base / "cas" / digest[:2] / digest
 
-    def _mkdir(self, path: Path) -> None:
-        if path not in self._made:
-            path.mkdir(parents=True, exist_ok=True)
-            self._made.add(path)
+    def _mkdir(self, path: Path | str) -> None:
+        key = str(path)
+        if key not in self._made:
+            os.makedirs(key, exist_ok=True)
+            self._made.add(key)
 
     # -- action cache --------------------------------------------------------
 
     def get_entry(self, key: str, touch: bool = True) -> bytes | None:
         """The entry for ``key``, marked used unless ``touch`` is False; None if absent."""
-        path = self.entry_path(key)
+        path = self._entry_str(key)
         try:
             data = read_regular(path)
         except (FileNotFoundError, NotADirectoryError, NotRegularFile):
@@ -137,7 +143,7 @@ class LocalCache:
         return self.entry_path(key).is_file()
 
     def put_entry(self, key: str, data: bytes) -> None:
-        with self._writing(self.entry_path(key)) as f:
+        with self._writing(self._entry_str(key)) as f:
             f.write(data)
 
     # -- blobs ---------------------------------------------------------------
@@ -184,7 +190,7 @@ class LocalCache:
 
     @contextlib.contextmanager
     def _writing(
-        self, target: Path, expect: Callable[[], bool] = lambda: True, mode: int = 0o444
+        self, target: Path | str, expect: Callable[[], bool] = lambda: True, mode: int = 0o444
     ) -> Iterator[IO[bytes]]:
         """A new file under ``tmp/``, renamed onto ``target`` if the body succeeds
         and ``expect()`` holds, removed otherwise."""
@@ -195,7 +201,7 @@ class LocalCache:
                 yield f
             if expect():
                 os.chmod(name, mode)
-                self._mkdir(target.parent)
+                self._mkdir(os.path.dirname(target))
                 os.replace(name, target)
                 committed = True
         finally:
@@ -312,7 +318,7 @@ def _is_regular(path: Path) -> bool:
         return False
 
 
-def _touch(path: Path) -> None:
+def _touch(path: Path | str) -> None:
     """Mark ``path`` used now, for eviction; a read-only cache is used as it is."""
     try:
         os.utime(path)
