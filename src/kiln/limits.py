@@ -68,29 +68,36 @@ class TinyActions:
     Handing an action to a worker and its result back costs two thread switches
     and contention for the GIL, more than a pure-Python action of a few dozen
     microseconds takes; and such actions hold the GIL, so threads run them one at
-    a time anyway. Actions are judged by type, in windows of ``SAMPLES`` runs. A
-    type becomes tiny when a window of its runs on workers took, on average, under
-    ``CPU_S`` of their thread's CPU time and under ``WALL_S`` from start to end: an
-    action that waits (I/O, a subprocess, a sleep) or computes for long without
-    the GIL (which shows as CPU time) stays on the workers, where ``-j`` of them
-    run at once. A tiny type goes back to the workers (and is judged there again)
-    when a window of its in-line runs averages over ``WALL_S``, or one in-line run
-    takes over ``LONG_S``.
+    a time anyway. Actions are judged by type, in windows of ``SAMPLES`` runs, by
+    the vote of most (``QUORUM``) of the window, so that a run the OS preempted
+    does not decide. A run is small when it took under ``CPU_S`` of its thread's
+    CPU time and under ``WALL_S`` from start to end: a type whose window on workers
+    is small becomes tiny. An action that computes for long without the GIL (which
+    shows as CPU time) stays on the workers, where ``-j`` of them run at once. A
+    tiny type goes back to the workers (and is judged there again) when its
+    in-line window is not small or one in-line run takes over ``LONG_S``; and for
+    the rest of the build when most of its in-line runs waited (wall time over
+    twice their CPU time, plus ``WAIT_SLACK_S``): an action that waits for I/O or
+    a subprocess belongs on a worker, however short.
 
-    Invariant: ``_seen[t]`` holds the current window of type ``t`` (count, CPU
-    seconds, wall seconds), of in-line runs when ``t`` is in ``_tiny``, else of
-    runs on workers. Called from several threads: updated under a lock.
+    Invariant: ``_seen[t]`` holds the current window of type ``t`` (runs, small
+    runs, runs that waited), of in-line runs when ``t`` is in ``_tiny``, else of
+    runs on workers; no type in ``_waits`` is in ``_tiny``. Called from several
+    threads: updated under a lock.
     """
 
     SAMPLES = 8
+    QUORUM = 6
     CPU_S = 0.0003
     WALL_S = 0.002
     LONG_S = 0.05
+    WAIT_SLACK_S = 0.0002
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: dict[type, list[float]] = {}
+        self._seen: dict[type, list[int]] = {}
         self._tiny: set[type] = set()
+        self._waits: set[type] = set()
 
     def is_tiny(self, action: BuildAction) -> bool:
         return type(action) in self._tiny
@@ -99,21 +106,21 @@ class TinyActions:
         """Note one run of ``action``: on a worker, or in-line."""
         kind = type(action)
         with self._lock:
-            if inline != (kind in self._tiny):
-                return  # judged under the other mode: it changed while this one ran
-            seen = self._seen.setdefault(kind, [0, 0.0, 0.0])
+            if inline != (kind in self._tiny) or kind in self._waits:
+                return  # judged under the other mode (it changed while this one ran)
+            seen = self._seen.setdefault(kind, [0, 0, 0])
             seen[0] += 1
-            seen[1] += cpu_s
-            seen[2] += wall_s
+            seen[1] += cpu_s < self.CPU_S and wall_s < self.WALL_S
+            seen[2] += wall_s > 2 * cpu_s + self.WAIT_SLACK_S
             if inline and wall_s > self.LONG_S:
-                self._switch(kind, tiny=False)
+                self._end_window(kind, tiny=False)
             elif seen[0] >= self.SAMPLES:
-                small = seen[2] < self.WALL_S * seen[0]
-                if not inline:
-                    small = small and seen[1] < self.CPU_S * seen[0]
-                self._switch(kind, tiny=small)
+                if inline and seen[2] >= self.QUORUM:
+                    self._waits.add(kind)
+                small = seen[1] >= self.QUORUM and kind not in self._waits
+                self._end_window(kind, tiny=small)
 
-    def _switch(self, kind: type, tiny: bool) -> None:
+    def _end_window(self, kind: type, tiny: bool) -> None:
         """End ``kind``'s window, tiny (in-line) or not from now on."""
         del self._seen[kind]
         if tiny:

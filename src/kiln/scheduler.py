@@ -303,7 +303,7 @@ class Scheduler:
         error: BaseException | None = None
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
         inline = threading.get_ident() == self._ident
-        cpu = time.thread_time()
+        cpu, wall = time.thread_time(), time.perf_counter()  # the run's own cost
         try:
             if self.remote is not None and self.remote.takes(action):
                 produced = self._run_remote(action)
@@ -326,8 +326,8 @@ class Scheduler:
                 self._stopping = True
         run.finish_time = time.time()
         if action.concurrency is ActionConcurrency.THREAD:
-            self._tiny.observe(action, time.thread_time() - cpu,
-                               run.finish_time - run.start_time, inline)  # fmt: skip
+            self._tiny.observe(action, time.thread_time() - cpu, time.perf_counter() - wall,
+                               inline)  # fmt: skip
         self._done.put((action, decision, error, produced))
 
     def _run_remote(self, action: BuildAction) -> Produced:
