@@ -70,15 +70,15 @@ class TinyActions:
     microseconds takes; and such actions hold the GIL, so threads run them one at
     a time anyway. Actions are judged by type, in windows of ``SAMPLES`` runs, by
     the vote of most (``QUORUM``) of the window, so that a run the OS preempted
-    does not decide. A run is small when it took under ``CPU_S`` of its thread's
-    CPU time and under ``WALL_S`` from start to end: a type whose window on workers
-    is small becomes tiny. An action that computes for long without the GIL (which
-    shows as CPU time) stays on the workers, where ``-j`` of them run at once. A
-    tiny type goes back to the workers (and is judged there again) when its
-    in-line window is not small or one in-line run takes over ``LONG_S``; and for
-    the rest of the build when most of its in-line runs waited (wall time over
-    twice their CPU time, plus ``WAIT_SLACK_S``): an action that waits for I/O or
-    a subprocess belongs on a worker, however short.
+    does not decide. A run waited when its wall time was over twice its thread's
+    CPU time, plus ``WAIT_SLACK_S`` (for I/O, a subprocess, a sleep); it is small
+    when it did not wait and took under ``CPU_S`` of CPU time and under ``WALL_S``
+    from start to end. A type whose window on workers is small becomes tiny: an
+    action that waits, or computes for long without the GIL (which shows as CPU
+    time), stays on the workers, where ``-j`` of them run at once. A tiny type goes
+    back to the workers (and is judged there again) when its in-line window is not
+    small or one in-line run takes over ``LONG_S``; and for the rest of the build
+    when most of its in-line runs waited.
 
     Invariant: ``_seen[t]`` holds the current window of type ``t`` (runs, small
     runs, runs that waited), of in-line runs when ``t`` is in ``_tiny``, else of
@@ -109,9 +109,10 @@ class TinyActions:
             if inline != (kind in self._tiny) or kind in self._waits:
                 return  # judged under the other mode (it changed while this one ran)
             seen = self._seen.setdefault(kind, [0, 0, 0])
+            waited = wall_s > 2 * cpu_s + self.WAIT_SLACK_S
             seen[0] += 1
-            seen[1] += cpu_s < self.CPU_S and wall_s < self.WALL_S
-            seen[2] += wall_s > 2 * cpu_s + self.WAIT_SLACK_S
+            seen[1] += cpu_s < self.CPU_S and wall_s < self.WALL_S and not waited
+            seen[2] += waited
             if inline and wall_s > self.LONG_S:
                 self._end_window(kind, tiny=False)
             elif seen[0] >= self.SAMPLES:
