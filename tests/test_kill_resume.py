@@ -5,6 +5,7 @@ and the outputs equal a clean build's."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -382,3 +383,24 @@ def test_builds_killed_at_any_point_keep_what_they_finished(
     assert recorded(out) == all_actions
     assert outputs(out) == clean_build(runs, "-j", "4")
     assert f"0 built, {len(all_actions)} up to date" in runs.run().stderr
+
+
+def test_a_manifest_temporary_left_by_a_kill_is_removed(
+    tmp_path: Path, runs: Runs, write_module: Callable[..., Path]
+) -> None:
+    """SIGKILL while the manifest is being written leaves its temporary beside it;
+    the next build's manifest write removes it (found by the kill fuzz test)."""
+    from kiln.outputs import temporary_for
+
+    write_module(CHAIN, header=False)
+    (tmp_path / "tool.py").write_text(TOOL)
+    (tmp_path / "a.txt").write_text("alpha")
+    (tmp_path / "b.txt").write_text("beta")
+    assert runs.run().returncode == 0
+    manifest = tmp_path / "kiln-out" / "manifest.json"
+    left = temporary_for(manifest)
+    left.write_text('{"half": ')
+    again = runs.run()
+    assert again.returncode == 0, again.stderr
+    assert not left.exists()
+    assert json.loads(manifest.read_text())["entrypoints"]
