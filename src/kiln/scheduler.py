@@ -304,6 +304,7 @@ class Scheduler:
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
         inline = threading.get_ident() == self._ident
         cpu, wall = time.thread_time(), time.perf_counter()  # the run's own cost
+        spent: tuple[float, float] | None = None  # ... up to its outputs' hashes
         try:
             if self.remote is not None and self.remote.takes(action):
                 produced = self._run_remote(action)
@@ -315,6 +316,7 @@ class Scheduler:
             else:
                 action._invoke()
             produced = produced or ActionOutputs.hash(action, self.plan.outputs[action])
+            spent = (time.thread_time() - cpu, time.perf_counter() - wall)
             self._cache.save(action, decision, produced)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             if isinstance(e, KeyboardInterrupt) and inline:
@@ -325,9 +327,9 @@ class Scheduler:
             if self.opts.fail_fast:  # now, so that no queued action starts after it
                 self._stopping = True
         run.finish_time = time.time()
-        if action.concurrency is ActionConcurrency.THREAD:
-            self._tiny.observe(action, time.thread_time() - cpu, time.perf_counter() - wall,
-                               inline)  # fmt: skip
+        if action.concurrency is ActionConcurrency.THREAD:  # judged by itself, not the cache
+            spent = spent or (time.thread_time() - cpu, time.perf_counter() - wall)
+            self._tiny.observe(action, *spent, inline)
         self._done.put((action, decision, error, produced))
 
     def _run_remote(self, action: BuildAction) -> Produced:
