@@ -3,6 +3,7 @@ damaged blobs, concurrent builds, eviction, ``kiln cache``, and what is never ca
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 from cache_build import blob, module_text, runs, tree, write_tool
 from httpserver import HTTPTestServer
+
+from kiln.cache.entry import INLINE_MAX
 
 
 @pytest.fixture
@@ -162,8 +165,11 @@ def test_concurrent_builds_share_one_cache(
     assert "0 built, 12 cached" in r.stderr, r.stderr
     assert tree(tmp_path / "fresh") == expected
     assert list((cache / "v1" / "tmp").iterdir()) == []  # no temporaries left behind
-    for path, data in expected.items():
-        assert blob(cache, data).read_bytes() == data, path
+    for path, data in expected.items():  # small outputs live in their entries
+        if len(data) > INLINE_MAX:
+            assert blob(cache, data).read_bytes() == data, path
+        else:
+            assert not blob(cache, data).exists(), path
 
 
 def test_eviction_keeps_the_cache_within_its_size_least_recently_used_first(
@@ -192,6 +198,37 @@ def test_eviction_keeps_the_cache_within_its_size_least_recently_used_first(
     assert "0 hits (0 remote), 2 misses, 2 stored" in stats.stdout
 
 
+def test_small_outputs_live_in_their_entry_and_are_checked_when_served(
+    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    """An output of at most 2 KiB is kept in its action-cache entry (one file, not
+    two); it is served byte for byte, and damaged data in the entry is a miss."""
+    project(["m1"], size=100)
+    build(kiln, "o1")
+    small = (tmp_path / "o1/bin/m1/m1.bin").read_bytes()
+    assert len(small) == 100
+    assert not (cache / "v1" / "cas").exists()  # no blob for either output
+    entries = sorted(p for p in (cache / "v1" / "ac").rglob("*") if p.is_file())
+    assert len(entries) == 2
+    datas = [o.get("data") for e in entries for o in json.loads(e.read_bytes())["outputs"]]
+    assert all(isinstance(d, str) for d in datas)
+    assert "0 built, 2 cached" in build(kiln, "o2").stderr
+    assert tree(tmp_path / "o2") == tree(tmp_path / "o1")
+
+    for e in entries:  # the right size, the wrong bytes
+        data = json.loads(e.read_bytes())
+        for out in data["outputs"]:
+            out["data"] = base64.b64encode(b"x" * out["size"]).decode()
+        os.chmod(e, 0o644)
+        e.write_text(json.dumps(data))
+    r = build(kiln, "o3")
+    assert "2 built" in r.stderr and "does not match its digest" in r.stderr, r.stderr
+    assert tree(tmp_path / "o3") == tree(tmp_path / "o1")
+    assert runs(tmp_path / "counter").count("m1") == 2
+    assert "0 built, 2 cached" in build(kiln, "o4").stderr  # the run stored good entries
+    assert tree(tmp_path / "o4") == tree(tmp_path / "o1")
+
+
 def test_cache_stats_gc_and_clear(
     tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any]
 ) -> None:
@@ -201,13 +238,14 @@ def test_cache_stats_gc_and_clear(
     project(["m1", "m2"])
     build(kiln, "o1")
     stats = kiln("cache", "stats")
-    assert "entries: 4" in stats.stdout and "blobs: 4" in stats.stdout
+    # The 64-byte .sum outputs are kept in their entries: 2 blobs, not 4.
+    assert "entries: 4" in stats.stdout and "blobs: 2" in stats.stdout
     size = re.search(r"size: ([\d.]+) KiB of 10.0 GiB", stats.stdout)
     assert size and 6.0 < float(size[1]) < 9.0, stats.stdout  # 2 × 3,000 + 2 × 64 bytes + JSON
     gc = kiln("cache", "gc")
     assert gc.returncode == 0 and "removed 0 file(s)" in gc.stderr
     gc = kiln("cache", "gc", "--max-size", "0")
-    assert gc.returncode == 0 and "removed 8 file(s)" in gc.stderr, gc.stderr
+    assert gc.returncode == 0 and "removed 6 file(s)" in gc.stderr, gc.stderr
     assert "entries: 0" in kiln("cache", "stats").stdout
     build(kiln, "o2")
     assert kiln("cache", "clear").returncode == 0

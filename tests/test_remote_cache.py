@@ -3,6 +3,8 @@ results, read-only consumers, and remotes that are down or serve wrong bytes."""
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import time
 from collections.abc import Callable
@@ -99,11 +101,21 @@ def test_a_remote_serving_wrong_bytes_is_a_miss_and_never_reaches_the_output(
     bad = b"not what the digest says" * 100
     for blob in nginx_cache.files("cas"):
         blob.write_bytes(bad)
+    inline = 0
+    for entry in nginx_cache.files("ac"):  # small outputs travel in their entry
+        data = json.loads(entry.read_bytes())
+        for out in data["outputs"]:
+            if "data" in out:
+                out["data"] = base64.b64encode(bad[: out["size"]]).decode()
+                inline += 1
+        entry.write_text(json.dumps(data))
+    assert inline == 2  # the two 64-byte .sum outputs
 
     r = build(kiln, "o2", "cache-b", "--remote-cache", nginx_cache.url,
               "--remote-cache-upload=no")  # fmt: skip
     found = warnings(r.stderr)
-    assert found and all("another digest" in w for w in found), r.stderr
+    assert found and all("another digest" in w or "does not match its digest" in w
+                         for w in found), r.stderr  # fmt: skip
     assert "4 built" in r.stderr
     assert tree(tmp_path / "o2") == expected
     assert len(runs(project)) == 8

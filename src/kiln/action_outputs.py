@@ -33,11 +33,28 @@ class ActionOutputs:
         self._tree = tree
         self._sweeper = TemporarySweeper()
         self._written: set[str] | None = None
+        self._claimed: set[BuildFile] = set()  # claimed by ``claim``, not yet prepared
+
+    def claim(self, runs: Iterable[tuple[str, Iterable[BuildFile]]]) -> None:
+        """Before a round of actions (``(action id, outputs)``) starts, in one
+        transaction: drop their records and claim their outputs as kiln's to write."""
+        ids, paths = [], []
+        for action_id, outputs in runs:
+            ids.append(action_id)
+            for f in outputs:
+                paths.append(f.layout.relative_path(f))
+                self._claimed.add(f)
+        self._store.prepare_runs(ids, paths)
 
     def prepare(self, outputs: Iterable[BuildFile]) -> None:
-        """Record ``outputs`` as kiln's to write, then make their places ready."""
+        """Record ``outputs`` as kiln's to write (unless ``claim`` did), then make
+        their places ready."""
         outputs = list(outputs)
-        self._store.claim_outputs([f.layout.relative_path(f) for f in outputs])
+        claimed = self._claimed
+        unclaimed = [f.layout.relative_path(f) for f in outputs if f not in claimed]
+        if unclaimed:
+            self._store.claim_outputs(unclaimed)
+        claimed.difference_update(outputs)
         for f in outputs:
             if self._tree is not None:
                 self._tree.prepare_output(f.fs_str, self._kiln_wrote)

@@ -1,9 +1,11 @@
-"""What bounds how many actions run at once: ``-j`` (capped by kiln and by the
-size of the build) and the named resource pools (``--pool NAME=N``)."""
+"""What bounds how many actions run at once, and where: ``-j`` (capped by kiln and
+by the size of the build), the named resource pools (``--pool NAME=N``), and which
+thread actions are small enough to run in-line (``TinyActions``)."""
 
 from __future__ import annotations
 
 import os
+import threading
 
 from kiln.graph import BuildAction
 
@@ -57,3 +59,72 @@ class ResourcePools:
         pool = action.pool
         if pool in self._use:
             self._use[pool] = 0 if action.exclusive else self._use[pool] - 1
+
+
+class TinyActions:
+    """Which thread actions run in-line, on the scheduler's thread, as they are too
+    small to be worth a worker thread.
+
+    Handing an action to a worker and its result back costs two thread switches
+    and contention for the GIL, more than a pure-Python action of a few dozen
+    microseconds takes; and such actions hold the GIL, so threads run them one at
+    a time anyway. Actions are judged by type, in windows of ``SAMPLES`` runs, by
+    the vote of most (``QUORUM``) of the window, so that a run the OS preempted
+    does not decide. A run waited when its wall time was over twice its thread's
+    CPU time, plus ``WAIT_SLACK_S`` (for I/O, a subprocess, a sleep); it is small
+    when it did not wait and took under ``CPU_S`` of CPU time and under ``WALL_S``
+    from start to end. A type whose window on workers is small becomes tiny: an
+    action that waits, or computes for long without the GIL (which shows as CPU
+    time), stays on the workers, where ``-j`` of them run at once. A tiny type goes
+    back to the workers (and is judged there again) when its in-line window is not
+    small or one in-line run takes over ``LONG_S``; and for the rest of the build
+    when most of its in-line runs waited.
+
+    Invariant: ``_seen[t]`` holds the current window of type ``t`` (runs, small
+    runs, runs that waited), of in-line runs when ``t`` is in ``_tiny``, else of
+    runs on workers; no type in ``_waits`` is in ``_tiny``. Called from several
+    threads: updated under a lock.
+    """
+
+    SAMPLES = 8
+    QUORUM = 6
+    CPU_S = 0.0003
+    WALL_S = 0.002
+    LONG_S = 0.05
+    WAIT_SLACK_S = 0.0002
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[type, list[int]] = {}
+        self._tiny: set[type] = set()
+        self._waits: set[type] = set()
+
+    def is_tiny(self, action: BuildAction) -> bool:
+        return type(action) in self._tiny
+
+    def observe(self, action: BuildAction, cpu_s: float, wall_s: float, inline: bool) -> None:
+        """Note one run of ``action``: on a worker, or in-line."""
+        kind = type(action)
+        with self._lock:
+            if inline != (kind in self._tiny) or kind in self._waits:
+                return  # judged under the other mode (it changed while this one ran)
+            seen = self._seen.setdefault(kind, [0, 0, 0])
+            waited = wall_s > 2 * cpu_s + self.WAIT_SLACK_S
+            seen[0] += 1
+            seen[1] += cpu_s < self.CPU_S and wall_s < self.WALL_S and not waited
+            seen[2] += waited
+            if inline and wall_s > self.LONG_S:
+                self._end_window(kind, tiny=False)
+            elif seen[0] >= self.SAMPLES:
+                if inline and seen[2] >= self.QUORUM:
+                    self._waits.add(kind)
+                small = seen[1] >= self.QUORUM and kind not in self._waits
+                self._end_window(kind, tiny=small)
+
+    def _end_window(self, kind: type, tiny: bool) -> None:
+        """End ``kind``'s window, tiny (in-line) or not from now on."""
+        del self._seen[kind]
+        if tiny:
+            self._tiny.add(kind)
+        else:
+            self._tiny.discard(kind)

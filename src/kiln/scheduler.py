@@ -41,7 +41,7 @@ from kiln.errors import (
 )
 from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFile
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
-from kiln.limits import MAX_JOBS, ResourcePools, cap_jobs
+from kiln.limits import MAX_JOBS, ResourcePools, TinyActions, cap_jobs
 from kiln.output_tree import OutputTree
 from kiln.plan import Plan, node_name
 from kiln.priority import remaining_paths
@@ -58,6 +58,8 @@ if TYPE_CHECKING:  # imported only by a build with a remote executor
 _INTERRUPT_WAIT_S = 5.0
 # The "error" of a queued action that the build stopped before it started.
 _CANCELLED = ActionFailed("not started: the build stopped")
+# The most in-line actions run in a row before the scheduler takes completions.
+_INLINE_BATCH = 64
 
 
 _Done = tuple[BuildAction, Decision, BaseException | None, Produced]
@@ -111,6 +113,8 @@ class Scheduler:
         self._running: set[BuildAction] = set()
         self._finished: set[BuildDependency] = set()
         self._pools = ResourcePools(options.pools)
+        self._tiny = TinyActions()
+        self._ident = threading.get_ident()  # the scheduler's thread (set again by ``run``)
         self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self._stopping = False
         self._threads: ThreadWorkers | None = None
@@ -128,6 +132,7 @@ class Scheduler:
 
     def run(self) -> BuildResult:
         start = time.monotonic()
+        self._ident = threading.get_ident()
         if self._cap_note is not None:
             self.reporter.message(self._cap_note)
         self.events.build_started(self.opts.jobs)
@@ -159,12 +164,15 @@ class Scheduler:
             if not self._running:
                 return
             try:
-                item = self._done.get(timeout=0.5)
-                while True:  # take every completion waiting: one wake-up, many results
-                    self._complete(*item)
-                    item = self._done.get_nowait()
+                batch = [self._done.get(timeout=0.5)]
             except queue.Empty:
                 continue
+            while True:  # every completion waiting: one wake-up, one commit
+                try:
+                    batch.append(self._done.get_nowait())
+                except queue.Empty:
+                    break
+            self._complete_all(batch)
 
     def _drain_ready(self) -> None:
         # Once per node of a no-op build: the bound methods are looked up once.
@@ -201,23 +209,51 @@ class Scheduler:
             self._waiting.clear()
             return
         deferred: list[_Waiting] = []
+        chosen: list[_Waiting] = []  # for the worker threads, then in-line ones
+        inline: list[_Waiting] = []
+        busy = len(self._running)
         # Up to ``jobs`` more than run are queued for the worker threads, so a thread
         # that finishes starts its next action without waiting for this thread. Only
-        # ``jobs`` threads exist, so no more than ``jobs`` actions run; an in-line
-        # action starts only when it fits within ``jobs`` with everything queued.
-        while self._waiting and len(self._running) < 2 * self._jobs:
+        # ``jobs`` threads exist, so no more than ``jobs`` actions run; in-line actions
+        # run one after the other, each only when it fits within ``jobs`` with
+        # everything queued, at most ``_INLINE_BATCH`` before completions are taken.
+        while self._waiting and busy + len(chosen) < 2 * self._jobs:
+            if len(inline) >= _INLINE_BATCH:
+                break
             entry = heapq.heappop(self._waiting)
-            action, decision = entry[2], entry[3]
-            inline = action.concurrency is ActionConcurrency.NONE
-            if inline and len(self._running) >= self._jobs:
+            action = entry[2]
+            here = self._runs_inline(action)
+            # With in-line actions to run, one of the ``jobs`` places is theirs.
+            room = self._jobs if here or not inline else self._jobs - 1
+            if (here or inline) and busy + len(chosen) >= room:
                 deferred.append(entry)
                 continue
             if not self._pools.take(action):
                 deferred.append(entry)
                 continue
-            self._start(action, decision, entry[:2])
+            (inline if here else chosen).append(entry)
         for entry in deferred:
             heapq.heappush(self._waiting, entry)
+        chosen += inline
+        if not chosen:
+            return
+        # One transaction drops the old records and claims the outputs of all of them.
+        self._outputs.claim((e[3].action_id, self.plan.outputs[e[2]]) for e in chosen)
+        for entry in chosen:
+            self._start(entry[2], entry[3], entry[:2])
+
+    def _runs_inline(self, action: BuildAction) -> bool:
+        """In-line: an action that asks for it, or a thread action of a tiny type
+        (``TinyActions``) that needs no deadline thread and no cluster."""
+        concurrency = action.concurrency
+        if concurrency is ActionConcurrency.NONE:
+            return True
+        return (
+            concurrency is ActionConcurrency.THREAD
+            and self._tiny.is_tiny(action)
+            and action.timeout is None
+            and (self.remote is None or not self.remote.takes(action))
+        )
 
     def _start(
         self, action: BuildAction, decision: Decision, order: tuple[float, int] = (0.0, 0)
@@ -238,7 +274,7 @@ class Scheduler:
             return
         if self.opts.explain:
             self.reporter.explain(action, decision.reason or "")
-        if action.concurrency is ActionConcurrency.NONE:
+        if self._runs_inline(action):
             self._execute(action, decision)
             return
         if self._threads is None:
@@ -269,6 +305,9 @@ class Scheduler:
         self.events.started(action, decision)
         error: BaseException | None = None
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
+        inline = threading.get_ident() == self._ident
+        cpu, wall = time.thread_time(), time.perf_counter()  # the run's own cost
+        spent: tuple[float, float] | None = None  # ... up to its outputs' hashes
         try:
             if self.remote is not None and self.remote.takes(action):
                 produced = self._run_remote(action)
@@ -280,9 +319,10 @@ class Scheduler:
             else:
                 action._invoke()
             produced = produced or ActionOutputs.hash(action, self.plan.outputs[action])
+            spent = (time.thread_time() - cpu, time.perf_counter() - wall)
             self._cache.save(action, decision, produced)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
-            if isinstance(e, KeyboardInterrupt) and action.concurrency is ActionConcurrency.NONE:
+            if isinstance(e, KeyboardInterrupt) and inline:
                 # Ctrl-C reached an in-line action, on the scheduler's thread: stop the build.
                 self._running.discard(action)
                 raise
@@ -290,6 +330,9 @@ class Scheduler:
             if self.opts.fail_fast:  # now, so that no queued action starts after it
                 self._stopping = True
         run.finish_time = time.time()
+        if action.concurrency is ActionConcurrency.THREAD:  # judged by itself, not the cache
+            spent = spent or (time.thread_time() - cpu, time.perf_counter() - wall)
+            self._tiny.observe(action, *spent, inline)
         self._done.put((action, decision, error, produced))
 
     def _run_remote(self, action: BuildAction) -> Produced:
@@ -323,31 +366,57 @@ class Scheduler:
         error: BaseException | None,
         produced: dict[BuildFile, tuple[StatKey, str]],
     ) -> None:
+        self._complete_all([(action, decision, error, produced)])
+
+    def _complete_all(self, batch: list[_Done]) -> None:
+        """Process the completions of one wake-up: their records go to the state in
+        one transaction, before any is reported built or releases its dependents."""
+        succeeded: list[_Done] = []
+        records: list[tuple[str, ActionRecord]] = []
+        for item in batch:
+            record = self._settle(*item)
+            if record is not None:
+                succeeded.append(item)
+                records.append((item[1].action_id, record))
+        if not records:
+            return
+        self.store.record_many(records)
+        for action, decision, _, produced in succeeded:
+            run = self._runs[action]
+            lane = self._served.pop(action, None)
+            if lane is not None:
+                self.result.cached.append(action)
+                self.events.cached(action, decision, produced, run.start_time or time.time(), lane)
+            else:
+                self.result.built.append(action)
+                self.events.finished(action, decision, produced)
+            self._succeed(action)
+
+    def _settle(
+        self,
+        action: BuildAction,
+        decision: Decision,
+        error: BaseException | None,
+        produced: dict[BuildFile, tuple[StatKey, str]],
+    ) -> ActionRecord | None:
+        """Take ``action`` off the running set; a failure is reported now, a success
+        gives the record to write."""
         self._running.discard(action)
         self._pools.release(action)
         if error is _CANCELLED:
-            return  # counted as not run
+            return None  # counted as not run
         run = self._runs[action]
         if run.start_time is not None and run.finish_time is not None:
             self.store.remember_duration(decision.action_id, run.finish_time - run.start_time)
         if error is not None:
             self._fail(action, decision, error)
-            return
+            return None
         outputs = {}
         for f, (skey, digest) in produced.items():
             self.store.remember_digest(f.fs_str, skey, digest)
             self.checker.digests[f] = digest
             outputs[f.key] = digest
-        record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)
-        self.store.record(decision.action_id, record)
-        lane = self._served.pop(action, None)
-        if lane is not None:
-            self.result.cached.append(action)
-            self.events.cached(action, decision, produced, run.start_time or time.time(), lane)
-        else:
-            self.result.built.append(action)
-            self.events.finished(action, decision, produced)
-        self._succeed(action)
+        return ActionRecord(decision.key, decision.params, decision.inputs, outputs)
 
     def _pretend(self, action: BuildAction, decision: Decision) -> None:
         """Dry run: count the action as run; its outputs' new digests are unknown."""

@@ -399,41 +399,42 @@ class StateStore:
 
     def record(self, action_id: str, rec: ActionRecord) -> None:
         """Record a finished action and its outputs' digests, in one transaction."""
+        self.record_many([(action_id, rec)])
+
+    def record_many(self, finished: list[tuple[str, ActionRecord]]) -> None:
+        """Record finished actions with the digests and durations remembered so far,
+        all in one transaction (a group commit): a kill keeps all of them or none."""
         with self._lock:
-            self.records()[action_id] = rec
-            rows = [(p, *s, d) for p, (s, d) in self._dirty_files.items()]
+            files = [(p, *s, d) for p, (s, d) in self._dirty_files.items()]
+            durations = list(self._dirty_durations.items())
+            actions = [(action_id, rec.key, json.dumps(rec.params), json.dumps(rec.inputs),
+                        json.dumps(rec.outputs)) for action_id, rec in finished]  # fmt: skip
             self._dirty_files.clear()
-            try:
-                self._db.execute("BEGIN")
-                self._db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", rows)
-                self._db.executemany("INSERT OR REPLACE INTO durations VALUES (?,?)",
-                                     list(self._dirty_durations.items()))  # fmt: skip
-                self._dirty_durations.clear()
-                self._db.execute(
-                    "INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)",
-                    (
-                        action_id, rec.key, json.dumps(rec.params), json.dumps(rec.inputs),
-                        json.dumps(rec.outputs),
-                    ),
-                )  # fmt: skip
-                self._db.execute("COMMIT")
-            except sqlite3.Error as e:
-                self._rollback()
-                raise StateError(f"cannot write the build state {self.path}: {e}") from e
-            except BaseException:  # Ctrl-C mid-transaction: leave none open
-                self._rollback()
-                raise
+            self._dirty_durations.clear()
+            self._transaction([
+                ("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", files),
+                ("INSERT OR REPLACE INTO durations VALUES (?,?)", durations),
+                ("INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)", actions),
+            ])  # fmt: skip
+            self.records().update(finished)
 
     def forget(self, action_id: str) -> None:
         """Drop an action's record before it runs again."""
-        with self._lock:
-            if self.records().pop(action_id, None) is not None:
-                self._write("DELETE FROM actions WHERE id = ?", [(action_id,)])
+        self.prepare_runs([action_id], [])
 
     def claim_outputs(self, paths: list[str]) -> None:
         """Record that kiln lets an action write ``paths`` (relative to the output dir)."""
+        self.prepare_runs([], paths)
+
+    def prepare_runs(self, action_ids: list[str], paths: list[str]) -> None:
+        """Before actions run, in one transaction: drop their records (a half-run
+        action is never trusted) and record that kiln lets them write ``paths``."""
         with self._lock:
-            self._write("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths])
+            records = self.records()
+            gone = [(a,) for a in action_ids if records.pop(a, None) is not None]
+            self._transaction([("DELETE FROM actions WHERE id = ?", gone),
+                               ("INSERT OR IGNORE INTO written VALUES (?)",
+                                [(p,) for p in paths])])  # fmt: skip
 
     def written_outputs(self) -> set[str]:
         """Every output path kiln ever let an action write here."""
@@ -444,9 +445,17 @@ class StateStore:
                 return set()
 
     def _write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self._transaction([(sql, rows)])
+
+    def _transaction(self, steps: list[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        """Each statement over its rows, all in one transaction (none if no rows)."""
+        steps = [(sql, rows) for sql, rows in steps if rows]
+        if not steps:
+            return
         try:
             self._db.execute("BEGIN")
-            self._db.executemany(sql, rows)
+            for sql, rows in steps:
+                self._db.executemany(sql, rows)
             self._db.execute("COMMIT")
         except sqlite3.Error as e:
             self._rollback()

@@ -13,17 +13,18 @@ its own failures (``kiln.cache.remote``).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln.cache.entry import CachedOutput, CacheEntry, is_digest
+from kiln.cache.entry import INLINE_MAX, CachedOutput, CacheEntry, is_digest
 from kiln.cache.local import LocalCache, copy_verified
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.outputs import atomic_output
+from kiln.outputs import atomic_output, read_regular
 from kiln.state import StatKey, stat_key
 
 if TYPE_CHECKING:  # imported only by a build that has a remote cache
@@ -126,7 +127,7 @@ class BuildCache:
         if plan is None:
             return None
         for _, out in plan:
-            if not self.local.has_blob(out.sha256):
+            if out.data is None and not self.local.has_blob(out.sha256):
                 if self.remote is None or not self.remote.fetch_blob(out.sha256, self.local):
                     return None
                 remote = True
@@ -164,15 +165,30 @@ class BuildCache:
             with contextlib.ExitStack() as stack:
                 for f, out in plan:
                     tmp = stack.enter_context(atomic_output(f.get_fs_path()))
-                    blob = self.local.blob_path(out.sha256)
-                    if copy_verified(blob, tmp) != out.sha256:
-                        self._corrupt(blob, out.sha256)
+                    if out.data is not None:
+                        self._write_inline(out, tmp)
+                    else:
+                        blob = self.local.blob_path(out.sha256)
+                        if copy_verified(blob, tmp) != out.sha256:
+                            self._corrupt(blob, out.sha256)
+                        self.local.touch_blob(out.sha256)
                     if out.mode >= 0:
                         os.chmod(tmp, out.mode)
-                    self.local.touch_blob(out.sha256)
             return {f: (stat_key(os.lstat(f.fs_str)), out.sha256) for f, out in plan}
         except (OSError, NotRegularFile):  # a blob evicted meanwhile, an output path that
             raise _Miss from None  # cannot be written: the action meets it and says so
+
+    def _write_inline(self, out: CachedOutput, tmp: Path) -> None:
+        """Write an output kept in its entry, once its bytes are checked."""
+        assert out.data is not None
+        if hashlib.sha256(out.data).hexdigest() != out.sha256:
+            self._count("corrupt")
+            self._report_once(f"ac/{out.sha256}", "warning: a cache entry holds an output "
+                              f"({out.path}) whose content does not match its digest; "
+                              "ignored it")  # fmt: skip
+            raise _Miss
+        with open(tmp, "wb") as f:
+            f.write(out.data)
 
     def _corrupt(self, blob: Path, digest: str) -> None:
         self.local.remove_blob(digest)
@@ -211,7 +227,9 @@ class BuildCache:
             entry = CacheEntry.decode(key, data) if data is not None else None
             if entry is not None:
                 plan = _match(entry, outputs)
-                digests = [o.sha256 for _, o in plan] if plan is not None else []
+                if plan is not None and all(o.data is not None for _, o in plan):
+                    return True
+                digests = [o.sha256 for _, o in plan if o.data is None] if plan else []
             else:
                 digests = list(known.values()) if known else []
             if digests and all(self.local.has_blob(d) for d in digests):
@@ -230,9 +248,16 @@ class BuildCache:
         try:
             for f, ((size, *_), digest) in produced.items():
                 mode = os.lstat(f.fs_str).st_mode & 0o7777
-                if not self.local.put_file(f.fs_str, digest):
-                    return  # changed since it was hashed: nothing to vouch for
-                outputs.append(CachedOutput(f.key, digest, size, mode))
+                data = None
+                if size <= INLINE_MAX:  # kept in the entry: no blob to write
+                    data = read_regular(f.fs_str, INLINE_MAX + 1)
+                    if hashlib.sha256(data).hexdigest() != digest:
+                        return  # changed since it was hashed: nothing to vouch for
+                elif not self.local.put_file(f.fs_str, digest):
+                    return
+                if data is not None:
+                    size = len(data)
+                outputs.append(CachedOutput(f.key, digest, size, mode, data))
             entry = CacheEntry(key, desc, tuple(sorted(outputs, key=lambda o: o.path)))
             data = entry.encode()
             self.local.put_entry(key, data)
@@ -243,9 +268,10 @@ class BuildCache:
             return
         self._count("stored")
         if self.remote is not None and self.remote.uploads:
-            for out in outputs:
+            for out in outputs:  # the CAS holds every blob, for readers that ignore data
                 if out.sha256 not in self._remote_has:
-                    self.remote.put_blob(out.sha256, self.local.blob_path(out.sha256))
+                    body = out.data if out.data is not None else self.local.blob_path(out.sha256)
+                    self.remote.put_blob(out.sha256, body)
             self.remote.put_entry(key, data)
 
     def end_build(self) -> None:

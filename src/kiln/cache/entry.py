@@ -9,18 +9,27 @@ Format ``kiln-ac/1`` (UTF-8 JSON, one object)::
       "action": "<description of the action, for people reading the cache>",
       "outputs": [
         {"path": "bin/mnist/mnist_cpu.vmfb", "sha256": "<64 hex>", "size": 1234,
-         "mode": 420}
+         "mode": 420},
+        {"path": "gen/graph/n0_0.txt", "sha256": "<64 hex>", "size": 81, "mode": 420,
+         "data": "<base64 of the 81 bytes>"}
       ]
     }
 
 ``path`` is the output's file key: its namespace (``gen``, ``params``, ``bin``,
 ``platform_bin``) and its path in the build graph, so an entry names nothing of the
-machine or output directory that made it. ``mode`` is the permission bits. Anything
-that does not parse as this format, or names another key, is not an entry: a miss.
+machine or output directory that made it. ``mode`` is the permission bits. ``data``
+(optional, for outputs of at most ``INLINE_MAX`` bytes) is the output's content in
+base64: served from the entry itself, checked against ``sha256`` like a blob, so
+that a small output costs one file in the cache, not two. A reader that ignores
+``data`` (an older kiln) looks for the blob in the CAS instead: at worst a miss.
+Anything that does not parse as this format, or names another key, is not an
+entry: a miss.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
@@ -28,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 FORMAT = "kiln-ac/1"
+# Outputs up to this size are kept in their entry (``data``) rather than as blobs.
+INLINE_MAX = 2048
 _SAFE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -46,12 +57,14 @@ def is_digest(text: str) -> bool:
 
 @dataclass(frozen=True)
 class CachedOutput:
-    """One output file of a cached action."""
+    """One output file of a cached action; ``data``, when known, is its content
+    (unchecked: whoever serves it checks it against ``sha256``)."""
 
     path: str
     sha256: str
     size: int
     mode: int
+    data: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -68,10 +81,7 @@ class CacheEntry:
             "format": FORMAT,
             "key": self.key,
             "action": self.action,
-            "outputs": [
-                {"path": o.path, "sha256": o.sha256, "size": o.size, "mode": o.mode}
-                for o in self.outputs
-            ],
+            "outputs": [_encode_output(o) for o in self.outputs],
         }
         return json.dumps(data, sort_keys=True).encode()
 
@@ -90,9 +100,24 @@ class CacheEntry:
         return cls(key, str(data.get("action", "")), outputs)
 
 
+def _encode_output(out: CachedOutput) -> dict[str, Any]:
+    item: dict[str, Any] = {"path": out.path, "sha256": out.sha256, "size": out.size,
+                            "mode": out.mode}  # fmt: skip
+    if out.data is not None:
+        item["data"] = base64.b64encode(out.data).decode("ascii")
+    return item
+
+
 def _output(item: Any) -> CachedOutput:
+    data = item.get("data")
+    try:
+        content = None if data is None else base64.b64decode(str(data), validate=True)
+    except binascii.Error as e:
+        raise ValueError(f"bad data in cache entry: {e}") from e
     out = CachedOutput(str(item["path"]), str(item["sha256"]), int(item["size"]),
-                       int(item["mode"]))  # fmt: skip
+                       int(item["mode"]), content)  # fmt: skip
     if not is_digest(out.sha256) or out.size < 0 or not 0 <= out.mode <= 0o7777:
         raise ValueError(f"bad output in cache entry: {item!r}")
+    if content is not None and len(content) != out.size:
+        raise ValueError(f"bad data in cache entry: {len(content)} bytes, not {out.size}")
     return out

@@ -23,11 +23,11 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ _CHUNK = 1 << 20
 _FICLONE = 0x40049409  # Linux ioctl: share the source's extents (btrfs, xfs)
 _STALE_TMP_S = 3600.0
 _LOG_KEEP = 100
+_NEW_TMP = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -100,27 +101,36 @@ class LocalCache:
         self.root = Path(root)
         self.base = self.root / FORMAT_DIR
         self._tmp = self.base / "tmp"
-        self._made: set[Path] = set()
+        self._base_str = str(self.base)
+        self._made: set[str] = set()
+        # Temporary names: this process's random tag and a counter (thread-safe).
+        self._tag = f"{os.getpid()}-{os.urandom(4).hex()}"
+        self._serial = itertools.count()
 
     # -- paths ---------------------------------------------------------------
 
     def entry_path(self, key: str) -> Path:
+        return Path(self._entry_str(key))
+
+    def _entry_str(self, key: str) -> str:
+        """``entry_path`` as a string: made per action, so without pathlib's cost."""
         name = key_name(key)
-        return self.base / "ac" / name[:2] / name
+        return f"{self._base_str}/ac/{name[:2]}/{name}"
 
     def blob_path(self, digest: str) -> Path:
         return self.base / "cas" / digest[:2] / digest
 
-    def _mkdir(self, path: Path) -> None:
-        if path not in self._made:
-            path.mkdir(parents=True, exist_ok=True)
-            self._made.add(path)
+    def _mkdir(self, path: Path | str) -> None:
+        key = str(path)
+        if key not in self._made:
+            os.makedirs(key, exist_ok=True)
+            self._made.add(key)
 
     # -- action cache --------------------------------------------------------
 
     def get_entry(self, key: str, touch: bool = True) -> bytes | None:
         """The entry for ``key``, marked used unless ``touch`` is False; None if absent."""
-        path = self.entry_path(key)
+        path = self._entry_str(key)
         try:
             data = read_regular(path)
         except (FileNotFoundError, NotADirectoryError, NotRegularFile):
@@ -133,7 +143,7 @@ class LocalCache:
         return self.entry_path(key).is_file()
 
     def put_entry(self, key: str, data: bytes) -> None:
-        with self._writing(self.entry_path(key)) as f:
+        with self._writing(self._entry_str(key)) as f:
             f.write(data)
 
     # -- blobs ---------------------------------------------------------------
@@ -155,17 +165,18 @@ class LocalCache:
         if _is_regular(target):
             _touch(target)
             return True
-        self._mkdir(self._tmp)
-        fd, tmp = tempfile.mkstemp(dir=self._tmp, prefix="b-")
+        fd, tmp = self._new_tmp("b-")
         os.close(fd)
+        stored = False
         try:
-            if copy_verified(src, tmp) != digest:
-                return False
-            self._commit(Path(tmp), target)
+            if copy_verified(src, tmp) == digest:
+                self._commit(Path(tmp), target)
+                stored = True
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        return True
+            if not stored:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        return stored
 
     def put_stream(self, digest: str, read: Callable[[int], bytes]) -> bool:
         """Store what ``read`` yields until it returns b'' as blob ``digest``; False
@@ -179,20 +190,35 @@ class LocalCache:
 
     @contextlib.contextmanager
     def _writing(
-        self, target: Path, expect: Callable[[], bool] = lambda: True, mode: int = 0o444
+        self, target: Path | str, expect: Callable[[], bool] = lambda: True, mode: int = 0o444
     ) -> Iterator[IO[bytes]]:
         """A new file under ``tmp/``, renamed onto ``target`` if the body succeeds
         and ``expect()`` holds, removed otherwise."""
-        self._mkdir(self._tmp)
-        fd, name = tempfile.mkstemp(dir=self._tmp, prefix="w-")
+        fd, name = self._new_tmp("w-")
+        committed = False
         try:
             with os.fdopen(fd, "wb") as f:
                 yield f
             if expect():
-                self._commit(Path(name), target, mode)
+                os.chmod(name, mode)
+                self._mkdir(os.path.dirname(target))
+                os.replace(name, target)
+                committed = True
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
+            if not committed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)
+
+    def _new_tmp(self, prefix: str) -> tuple[int, str]:
+        """A new, empty file under ``tmp/``: its descriptor (open for writing) and name,
+        unique among the processes and threads sharing the cache."""
+        self._mkdir(self._tmp)
+        while True:
+            name = f"{self._tmp}/{prefix}{self._tag}-{next(self._serial)}"
+            try:
+                return os.open(name, _NEW_TMP, 0o600), name
+            except FileExistsError:  # left by a process of the same tag: the next name
+                continue
 
     def _commit(self, tmp: Path, target: Path, mode: int = 0o444) -> None:
         os.chmod(tmp, mode)
@@ -292,7 +318,7 @@ def _is_regular(path: Path) -> bool:
         return False
 
 
-def _touch(path: Path) -> None:
+def _touch(path: Path | str) -> None:
     """Mark ``path`` used now, for eviction; a read-only cache is used as it is."""
     try:
         os.utime(path)

@@ -116,7 +116,7 @@ class RemoteCache:
             )
         return stored is True
 
-    def put_blob(self, digest: str, path: Path) -> None:
+    def put_blob(self, digest: str, path: Path | bytes) -> None:
         if not self._call(lambda: self._head(f"cas/{digest}")):
             self._upload(f"cas/{digest}", path)
 

@@ -1,0 +1,162 @@
+"""Tiny thread actions run in-line on the scheduler's thread (``kiln.limits.TinyActions``);
+actions that wait or compute for long stay on the worker threads, ``-j`` at once."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kiln.graph import BuildAction
+from kiln.limits import TinyActions
+
+MODULE = """
+import threading, time
+from kiln import entrypoint, run_command
+from kiln.executor import BuildAction, BuildContext
+
+RUNNING = [0, 0]  # running now, most at once
+LOCK = threading.Lock()
+
+
+class Step(BuildAction):
+    \"\"\"Writes its name; ``sleep`` seconds in the middle.\"\"\"
+
+    def __init__(self, *, output, sleep=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.output = output
+        self.sleep = sleep
+        output.deps.add(self)
+
+    def _invoke(self):
+        with LOCK:
+            RUNNING[0] += 1
+            RUNNING[1] = max(RUNNING)
+        if self.sleep:
+            time.sleep(self.sleep)
+        with LOCK:
+            RUNNING[0] -= 1
+        self.output.get_fs_path().write_text(f"{self.output.path} {RUNNING[1]}\\n")
+
+
+class Sleeper(Step):
+    pass
+
+
+@entrypoint
+def tiny():
+    ctx = BuildContext.current()
+    outs = []
+    for i in range(120):
+        out = ctx.allocate_file(f"t{i}.txt")
+        Step(output=out, desc=f"tiny {i}", executor=ctx.executor)
+        outs.append(out)
+    return outs
+
+
+@entrypoint
+def sleepy():
+    ctx = BuildContext.current()
+    outs = []
+    for i in range(24):
+        out = ctx.allocate_file(f"s{i}.txt")
+        Sleeper(output=out, sleep=0.03, desc=f"sleepy {i}", executor=ctx.executor)
+        outs.append(out)
+    return outs
+
+
+@entrypoint
+def commands():
+    return [run_command(name=f"c{i}.txt", command=["sh", "-c", ": > {out}"])
+            for i in range(40)]
+"""
+
+
+def lanes(events: Path) -> dict[str, list[str]]:
+    """The lanes of the finished actions, by the first word of their description."""
+    found: dict[str, list[str]] = {}
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        if e["event"] == "finished":
+            found.setdefault(e["desc"].split()[0], []).append(e["lane"])
+    return found
+
+
+@pytest.mark.parametrize("jobs", ["1", "4"])
+def test_tiny_actions_run_in_line_within_jobs(write_module, kiln, tmp_path: Path,
+                                              jobs: str) -> None:  # fmt: skip
+    write_module(MODULE, header=False)
+    r = kiln("build", "build.py", "tiny", "-j", jobs, "--no-cache", "--events", "ev.jsonl")
+    assert r.returncode == 0, r.stderr
+    found = lanes(tmp_path / "ev.jsonl")["tiny"]
+    assert len(found) == 120
+    assert found.count("main") >= 60, found  # after the first windows on workers
+    most = max(int(p.read_text().split()[1])
+               for p in (tmp_path / "kiln-out/genfiles/tiny").iterdir())  # fmt: skip
+    assert most <= int(jobs)
+    again = kiln("build", "build.py", "tiny", "-j", jobs)
+    assert "0 built, 120 up to date" in again.stderr
+
+
+def test_waiting_actions_stay_on_workers_jobs_at_once(write_module, kiln, tmp_path: Path) -> None:
+    write_module(MODULE, header=False)
+    r = kiln("build", "build.py", "sleepy", "commands", "-j", "4", "--no-cache",
+             "--events", "ev.jsonl")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    found = lanes(tmp_path / "ev.jsonl")
+    assert len(found["sleepy"]) == 24 and len(found["Running"]) == 40
+    assert all(lane.startswith("kiln-") for lane in found["sleepy"] + found["Running"]), found
+    most = max(int(p.read_text().split()[1])
+               for p in (tmp_path / "kiln-out/genfiles/sleepy").iterdir())  # fmt: skip
+    assert most == 4  # -j 4 of them at once
+
+
+class _A(BuildAction):
+    pass
+
+
+class _B(BuildAction):
+    pass
+
+
+def _feed(judge: TinyActions, action: Any, runs: list[tuple[float, float]], inline: bool) -> None:
+    for cpu, wall in runs:
+        judge.observe(action, cpu, wall, inline)
+
+
+def test_judge_promotes_by_window_and_demotes_by_vote() -> None:
+    judge = TinyActions()
+    a, b = object.__new__(_A), object.__new__(_B)
+    _feed(judge, a, [(0.0001, 0.0002)] * 7, inline=False)
+    assert not judge.is_tiny(a)  # a window is not full yet
+    _feed(judge, a, [(0.0001, 0.03)], inline=False)  # one slow run (preempted) does not decide
+    assert judge.is_tiny(a) and not judge.is_tiny(b)
+    _feed(judge, a, [(0.0001, 0.0001)] * 3, inline=False)  # late worker runs are ignored
+    _feed(judge, a, [(0.003, 0.003)] * 8, inline=True)  # in-line, too slow: back to workers
+    assert not judge.is_tiny(a)
+    _feed(judge, a, [(0.0001, 0.0002)] * 8, inline=False)
+    assert judge.is_tiny(a)
+    _feed(judge, a, [(0.06, 0.06)], inline=True)  # one very long run is enough
+    assert not judge.is_tiny(a)
+    _feed(judge, a, [(0.0001, 0.0002)] * 8, inline=False)
+    _feed(judge, a, [(0.0001, 0.0015)] * 8, inline=True)  # short, but waiting: never again
+    assert not judge.is_tiny(a)
+    _feed(judge, a, [(0.0001, 0.0002)] * 16, inline=False)
+    assert not judge.is_tiny(a)
+    _feed(judge, b, [(0.001, 0.0012)] * 8, inline=False)  # too much CPU: stays on workers
+    assert not judge.is_tiny(b)
+
+
+def test_judge_is_safe_from_many_threads() -> None:
+    judge = TinyActions()
+    a = object.__new__(_A)
+    threads = [threading.Thread(target=_feed, args=(judge, a, [(0.0001, 0.0002)] * 800, False))
+               for _ in range(4)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert judge.is_tiny(a)
