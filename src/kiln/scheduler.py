@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import heapq
 import itertools
 import os
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kiln import events as ev
+from kiln._spawn import Finish, SpawnsCommand
 from kiln.action_outputs import ActionOutputs, Produced
 from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
@@ -58,11 +60,17 @@ if TYPE_CHECKING:  # imported only by a build with a remote executor
 _INTERRUPT_WAIT_S = 5.0
 # The "error" of a queued action that the build stopped before it started.
 _CANCELLED = ActionFailed("not started: the build stopped")
+# A command whose output is at most this large is finished on the reaper thread.
+_FINISH_INLINE_BYTES = 1 << 20
 
 
 _Done = tuple[BuildAction, Decision, BaseException | None, Produced]
 # A waiting action: (minus its remaining path, arrival number, action, decision).
 _Waiting = tuple[float, int, BuildAction, Decision]
+
+
+def _reraise(error: BaseException) -> None:
+    raise error
 
 
 class Scheduler:
@@ -205,10 +213,10 @@ class Scheduler:
         while self._waiting and len(self._running) < 2 * self._jobs:
             entry = heapq.heappop(self._waiting)
             action, decision = entry[2], entry[3]
-            inline = action.concurrency is ActionConcurrency.NONE
+            inline = action.concurrency is ActionConcurrency.NONE or self._spawns(action)
             if inline and len(self._running) >= self._jobs:
-                deferred.append(entry)
-                continue
+                heapq.heappush(self._waiting, entry)  # the best waits for a free slot
+                break
             if not self._pools.take(action):
                 deferred.append(entry)
                 continue
@@ -235,16 +243,16 @@ class Scheduler:
             return
         if self.opts.explain:
             self.reporter.explain(action, decision.reason or "")
-        if action.concurrency is ActionConcurrency.NONE:
+        if action.concurrency is ActionConcurrency.NONE or (
+            self._spawns(action) and not self._cache.applies(action, decision)
+        ):  # a command starts here, at once (a cache lookup is left to a worker)
             self._execute(action, decision)
             return
-        if self._threads is None:
-            self._threads = ThreadWorkers(self._jobs)
         # The worker that takes this turn runs the best action queued by then, so one
         # that became ready later but lies on a longer path overtakes the queue.
         with self._dispatch_lock:
             heapq.heappush(self._dispatch, (*order, action, decision))
-        self._threads.submit(self._execute_next)
+        self._workers().submit(self._execute_next)
 
     def _execute_next(self) -> None:
         with self._dispatch_lock:
@@ -264,6 +272,9 @@ class Scheduler:
         if self._serve_from_cache(action, decision):
             return
         self.events.started(action, decision)
+        if self._spawns(action):
+            self._spawn(action, decision)
+            return
         error: BaseException | None = None
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
         try:
@@ -288,6 +299,55 @@ class Scheduler:
                 self._stopping = True
         run.finish_time = time.time()
         self._done.put((action, decision, error, produced))
+
+    # -- commands: started without a thread, finished by the reaper (kiln._spawn) ----
+
+    def _spawns(self, action: BuildAction) -> bool:
+        """Whether ``action`` is a command started here and reaped by the runner."""
+        return isinstance(action, SpawnsCommand) and (
+            self.remote is None or not self.remote.takes(action)
+        )
+
+    def _spawn(self, action: BuildAction, decision: Decision) -> None:
+        """Start a command action; the runner's reaper thread calls ``finished``."""
+        assert isinstance(action, SpawnsCommand)
+
+        def finished(finish: Finish, size: int) -> None:
+            if size > _FINISH_INLINE_BYTES:  # a large output: hashed off the reaper
+                self._workers().submit(lambda: self._finish(action, decision, finish))
+            else:
+                self._finish(action, decision, finish)
+
+        try:
+            action._spawn(finished)
+        except KeyboardInterrupt:  # Ctrl-C on the scheduler's thread: stop the build
+            self._running.discard(action)
+            raise
+        except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            self._finish(action, decision, functools.partial(_reraise, e))
+
+    def _finish(self, action: BuildAction, decision: Decision, finish: Finish) -> None:
+        """After a command ended: the action's own checks, then hash its outputs."""
+        error: BaseException | None = None
+        produced: Produced = {}
+        try:
+            finish()
+            produced = ActionOutputs.hash(action, self.plan.outputs[action])
+            self._cache.save(action, decision, produced)
+        except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            error = e
+            if self.opts.fail_fast:
+                self._stopping = True
+        self._runs[action].finish_time = time.time()
+        self._done.put((action, decision, error, produced))
+
+    def _workers(self) -> ThreadWorkers:
+        with self._pool_lock:  # the reaper thread asks for them too
+            if self._threads is None:
+                self._threads = ThreadWorkers(self._jobs)
+            return self._threads
+
+    # -----------------------------------------------------------------------------
 
     def _run_remote(self, action: BuildAction) -> Produced:
         assert self.remote is not None
