@@ -118,6 +118,7 @@ class CommandRunner:
         self._close_fds = _inherited_fds()
         # (pid, descriptor of /proc/PID/task/PID/children), opened when first needed.
         self._children = (-1, -1)
+        self._closed = False
 
     # -- starting ------------------------------------------------------------------
 
@@ -202,6 +203,24 @@ class CommandRunner:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)
 
+    def close(self) -> None:
+        """No more commands: the reaper ends once those running ended, and the
+        runner's descriptors are closed."""
+        with self._lock:
+            self._closed = True
+            if not self._reaping:
+                self._release()
+        self._wake()
+
+    def _release(self) -> None:
+        """Close the runner's descriptors (under ``_lock``, with no reaper running)."""
+        for fd in (self._wake_r, self._wake_w, self._children[1]):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._children = (-1, -1)
+        if self._epoll is not None:
+            self._epoll.close()
+
     # -- the reaper thread -----------------------------------------------------------
 
     def _reap_loop(self) -> None:
@@ -212,11 +231,13 @@ class CommandRunner:
                 self._expire(now)
                 if self._live:
                     idle_since = None
+                elif self._closed or (idle_since is not None and now - idle_since >= _IDLE_S):
+                    self._reaping = False
+                    if self._closed:
+                        self._release()
+                    return
                 elif idle_since is None:
                     idle_since = now
-                elif now - idle_since >= _IDLE_S:
-                    self._reaping = False
-                    return
                 wait = self._deadlines[0].at - now if self._deadlines else _IDLE_S
             for command, status in self._wait(max(0.0, min(wait, _IDLE_S))):
                 self._ended(command, status)

@@ -76,6 +76,14 @@ class RunContext:
                 self._commands = CommandRunner()
             return self._commands
 
+    def end_build(self) -> None:
+        """The build ended: its command runner goes (its reaper thread and
+        descriptors with it); the next build makes a new one."""
+        with self._lock:
+            commands, self._commands = self._commands, None
+        if commands is not None:
+            commands.close()
+
     def kill_subprocesses(self) -> None:
         with self._lock:
             procs = list(self._subprocesses)

@@ -133,6 +133,8 @@ class Scheduler:
         self.remote = remote
         # Actions whose outputs came from the cache, with the lane that restored them.
         self._served: dict[BuildAction, str] = {}
+        # The running commands' slots: their lanes in the trace.
+        self._slots: dict[BuildAction, int] = {}
 
     def run(self) -> BuildResult:
         start = time.monotonic()
@@ -271,10 +273,13 @@ class Scheduler:
         run.start_time = run.invoke_time = time.time()
         if self._serve_from_cache(action, decision):
             return
-        self.events.started(action, decision)
-        if self._spawns(action):
+        if self._spawns(action):  # a lane per running command, for the trace
+            lane = f"kiln-{self._slot(action)}"
+            run.start_time = run.invoke_time = time.time()  # within its lane
+            self.events.started(action, decision, lane)
             self._spawn(action, decision)
             return
+        self.events.started(action, decision)
         error: BaseException | None = None
         produced: dict[BuildFile, tuple[StatKey, str]] = {}
         try:
@@ -326,6 +331,14 @@ class Scheduler:
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             self._finish(action, decision, functools.partial(_reraise, e))
 
+    def _slot(self, action: BuildAction) -> int:
+        """The lowest command slot free (fewer than ``jobs`` commands run at once)."""
+        with self._pool_lock:
+            taken = set(self._slots.values())
+            slot = next(i for i in itertools.count() if i not in taken)
+            self._slots[action] = slot
+            return slot
+
     def _finish(self, action: BuildAction, decision: Decision, finish: Finish) -> None:
         """After a command ended: the action's own checks, then hash its outputs."""
         error: BaseException | None = None
@@ -339,6 +352,8 @@ class Scheduler:
             if self.opts.fail_fast:
                 self._stopping = True
         self._runs[action].finish_time = time.time()
+        with self._pool_lock:
+            self._slots.pop(action, None)
         self._done.put((action, decision, error, produced))
 
     def _workers(self) -> ThreadWorkers:
