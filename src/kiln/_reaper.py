@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from types import TracebackType
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -172,10 +172,11 @@ def reap_group(pgid: int) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def kill_leftovers(env_entry: str) -> list[str]:
+def kill_leftovers(env_entry: str, skip: Collection[int] = ()) -> list[str]:
     """Kill the descendants of kiln that carry ``env_entry`` (``NAME=VALUE``) in their
     environment: what a command left running. Returns how each live one reads (pid
-    and command line).
+    and command line). ``skip``: kiln's children known to be other commands, still
+    running (their environment is not read).
 
     Not its process group: the command's own process is reaped by now, so its pid,
     and with it the group's number, may already belong to another command.
@@ -183,7 +184,7 @@ def kill_leftovers(env_entry: str) -> list[str]:
     entry = env_entry.encode()
     found: list[str] = []
     for _ in range(5):  # a process can move under kiln while its parent exits
-        roots = _tagged_children(entry)
+        roots = _tagged_children(entry, skip)
         stray = roots + [pid for root in roots for pid in descendants(root)]
         if not stray:
             break
@@ -192,7 +193,7 @@ def kill_leftovers(env_entry: str) -> list[str]:
     return found
 
 
-def _tagged_children(entry: bytes) -> list[int]:
+def _tagged_children(entry: bytes, skip: Collection[int]) -> list[int]:
     """kiln's children that carry ``entry``: the command's own process is gone, so
     what it left hangs under kiln, and the top of each such subtree is kiln's child
     (cheaper than walking every descendant). Two listings, since one can miss a
@@ -200,7 +201,12 @@ def _tagged_children(entry: bytes) -> list[int]:
     me = os.getpid()
     deadline = time.monotonic() + _REAP_WAIT_S
     while True:
-        children = set(_children_of(me) or descendants(me)) | set(_children_of(me) or [])
+        first, second = _children_of(me), _children_of(me)
+        if first is None or second is None:  # no such files: the slow way
+            children = set(descendants(me))
+        else:
+            children = set(first) | set(second)
+        children.difference_update(skip)
         seen = {pid: _has_env(pid, entry) for pid in children}
         if None not in seen.values() or time.monotonic() > deadline:
             return [pid for pid, tagged in seen.items() if tagged]

@@ -88,9 +88,10 @@ class BuildEmitter:
             if isinstance(p, BuildAction) and p in self.plan.outputs
         ]
 
-    def started(self, action: BuildAction, decision: Decision) -> None:
+    def started(self, action: BuildAction, decision: Decision, lane: str | None = None) -> None:
+        """``lane``: where it runs, when not on this thread (a command's slot)."""
         name = threading.current_thread().name
-        lane = "main" if name == "MainThread" else name
+        lane = lane or ("main" if name == "MainThread" else name)
         self._lanes[action] = lane
         self.stream.emit(self._action_event(
             ev.STARTED, action, time=self._times(action)[0] or time.time(), lane=lane,

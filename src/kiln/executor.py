@@ -262,6 +262,7 @@ class Executor:
             self.failed_deps.update(
                 n for n, run in scheduler.result.runs.items() if run.failure is not None
             )
+            self.run_context.end_build()
             if last is not None:
                 last.close()
             if self.cache is not None and not options.dry_run:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kiln._spawn import CommandRunner
 from kiln.layout import OutputLayout
 from kiln.reporting import ProgressReporter
 from kiln.runners import kill_group
@@ -37,6 +38,7 @@ class RunContext:
         self.reporter = reporter
         self._store = store
         self._subprocesses: set[subprocess.Popen[bytes]] = set()
+        self._commands: CommandRunner | None = None
         self._lock = threading.Lock()
         self._metadata_lock = threading.RLock()
 
@@ -66,8 +68,27 @@ class RunContext:
             else:
                 self._subprocesses.discard(proc)
 
+    @property
+    def commands(self) -> CommandRunner:
+        """What starts and reaps the commands of actions (``run_command``)."""
+        with self._lock:
+            if self._commands is None:
+                self._commands = CommandRunner()
+            return self._commands
+
+    def end_build(self) -> None:
+        """The build ended: its command runner goes (its reaper thread and
+        descriptors with it); the next build makes a new one."""
+        with self._lock:
+            commands, self._commands = self._commands, None
+        if commands is not None:
+            commands.close()
+
     def kill_subprocesses(self) -> None:
         with self._lock:
             procs = list(self._subprocesses)
+            commands = self._commands
         for proc in procs:
             kill_group(proc.pid)
+        if commands is not None:
+            commands.kill_all()

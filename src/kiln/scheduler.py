@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import heapq
 import itertools
 import os
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kiln import events as ev
+from kiln._spawn import Finish, SpawnsCommand
 from kiln.action_outputs import ActionOutputs, Produced
 from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
@@ -60,11 +62,17 @@ _INTERRUPT_WAIT_S = 5.0
 _CANCELLED = ActionFailed("not started: the build stopped")
 # The most in-line actions run in a row before the scheduler takes completions.
 _INLINE_BATCH = 64
+# A command whose output is at most this large is finished on the reaper thread.
+_FINISH_INLINE_BYTES = 1 << 20
 
 
 _Done = tuple[BuildAction, Decision, BaseException | None, Produced]
 # A waiting action: (minus its remaining path, arrival number, action, decision).
 _Waiting = tuple[float, int, BuildAction, Decision]
+
+
+def _reraise(error: BaseException) -> None:
+    raise error
 
 
 class Scheduler:
@@ -129,6 +137,8 @@ class Scheduler:
         self.remote = remote
         # Actions whose outputs came from the cache, with the lane that restored them.
         self._served: dict[BuildAction, str] = {}
+        # The running commands' slots: their lanes in the trace.
+        self._slots: dict[BuildAction, int] = {}
 
     def run(self) -> BuildResult:
         start = time.monotonic()
@@ -223,11 +233,12 @@ class Scheduler:
             entry = heapq.heappop(self._waiting)
             action = entry[2]
             here = self._runs_inline(action)
-            # With in-line actions to run, one of the ``jobs`` places is theirs.
+            # With in-line actions to run, one of the ``jobs`` places is theirs. A
+            # command holds its place until it is reaped: no queuing ahead for it.
             room = self._jobs if here or not inline else self._jobs - 1
-            if (here or inline) and busy + len(chosen) >= room:
-                deferred.append(entry)
-                continue
+            if (here or inline or self._spawns(action)) and busy + len(chosen) >= room:
+                heapq.heappush(self._waiting, entry)  # the best waits for a free place
+                break
             if not self._pools.take(action):
                 deferred.append(entry)
                 continue
@@ -274,16 +285,16 @@ class Scheduler:
             return
         if self.opts.explain:
             self.reporter.explain(action, decision.reason or "")
-        if self._runs_inline(action):
+        if self._runs_inline(action) or (
+            self._spawns(action) and not self._cache.applies(action, decision)
+        ):  # a command starts here, at once (a cache lookup is left to a worker)
             self._execute(action, decision)
             return
-        if self._threads is None:
-            self._threads = ThreadWorkers(self._jobs)
         # The worker that takes this turn runs the best action queued by then, so one
         # that became ready later but lies on a longer path overtakes the queue.
         with self._dispatch_lock:
             heapq.heappush(self._dispatch, (*order, action, decision))
-        self._threads.submit(self._execute_next)
+        self._workers().submit(self._execute_next)
 
     def _execute_next(self) -> None:
         with self._dispatch_lock:
@@ -301,6 +312,12 @@ class Scheduler:
         run = self._runs[action]
         run.start_time = run.invoke_time = time.time()
         if self._serve_from_cache(action, decision):
+            return
+        if self._spawns(action):  # a lane per running command, for the trace
+            lane = f"kiln-{self._slot(action)}"
+            run.start_time = run.invoke_time = time.time()  # within its lane
+            self.events.started(action, decision, lane)
+            self._spawn(action, decision)
             return
         self.events.started(action, decision)
         error: BaseException | None = None
@@ -334,6 +351,65 @@ class Scheduler:
             spent = spent or (time.thread_time() - cpu, time.perf_counter() - wall)
             self._tiny.observe(action, *spent, inline)
         self._done.put((action, decision, error, produced))
+
+    # -- commands: started without a thread, finished by the reaper (kiln._spawn) ----
+
+    def _spawns(self, action: BuildAction) -> bool:
+        """Whether ``action`` is a command started here and reaped by the runner."""
+        return isinstance(action, SpawnsCommand) and (
+            self.remote is None or not self.remote.takes(action)
+        )
+
+    def _spawn(self, action: BuildAction, decision: Decision) -> None:
+        """Start a command action; the runner's reaper thread calls ``finished``."""
+        assert isinstance(action, SpawnsCommand)
+
+        def finished(finish: Finish, size: int) -> None:
+            if size > _FINISH_INLINE_BYTES:  # a large output: hashed off the reaper
+                self._workers().submit(lambda: self._finish(action, decision, finish))
+            else:
+                self._finish(action, decision, finish)
+
+        try:
+            action._spawn(finished)
+        except KeyboardInterrupt:  # Ctrl-C on the scheduler's thread: stop the build
+            self._running.discard(action)
+            raise
+        except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            self._finish(action, decision, functools.partial(_reraise, e))
+
+    def _slot(self, action: BuildAction) -> int:
+        """The lowest command slot free (fewer than ``jobs`` commands run at once)."""
+        with self._pool_lock:
+            taken = set(self._slots.values())
+            slot = next(i for i in itertools.count() if i not in taken)
+            self._slots[action] = slot
+            return slot
+
+    def _finish(self, action: BuildAction, decision: Decision, finish: Finish) -> None:
+        """After a command ended: the action's own checks, then hash its outputs."""
+        error: BaseException | None = None
+        produced: Produced = {}
+        try:
+            finish()
+            produced = ActionOutputs.hash(action, self.plan.outputs[action])
+            self._cache.save(action, decision, produced)
+        except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            error = e
+            if self.opts.fail_fast:
+                self._stopping = True
+        self._runs[action].finish_time = time.time()
+        with self._pool_lock:
+            self._slots.pop(action, None)
+        self._done.put((action, decision, error, produced))
+
+    def _workers(self) -> ThreadWorkers:
+        with self._pool_lock:  # the reaper thread asks for them too
+            if self._threads is None:
+                self._threads = ThreadWorkers(self._jobs)
+            return self._threads
+
+    # -----------------------------------------------------------------------------
 
     def _run_remote(self, action: BuildAction) -> Produced:
         assert self.remote is not None

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kiln._reaper import kill_leftovers
 from kiln._redact import redact_urls
+from kiln._spawn import Ended, Finish, Finished, SpawnsCommand
 from kiln.actions._files import atomic_output
 from kiln.actions._logs import open_log, read_tail
 from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError
@@ -23,10 +27,6 @@ from kiln.graph import (
     FileNamespace,
     join_namespace,
 )
-from kiln.runners import kill_group
-
-# The environment variable that marks every process of one command.
-_COMMAND_TAG = "KILN_COMMAND_ID"
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
@@ -51,12 +51,16 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
     return BuildFile(executor=context.executor, path=graph_path, source=fs_path)
 
 
-class CommandAction(BuildAction):
+class CommandAction(BuildAction, SpawnsCommand):
     """Runs ``argv`` (no shell) with ``{out}`` and ``{inputs[i]}`` substituted; the
     output is renamed into place only when the command exits 0 having written it.
     What the command prints goes to its log file, never into kiln's memory; a
     failure shows a tail of the log bounded in bytes. Its ``timeout`` kills the
-    command and everything it started."""
+    command and everything it started.
+
+    The command is started by the build's ``CommandRunner`` (``kiln._spawn``):
+    no thread waits for it; the runner's reaper thread calls back when it ended.
+    """
 
     enforces_own_timeout = True
 
@@ -74,18 +78,81 @@ class CommandAction(BuildAction):
         self.inputs = inputs
         self.output = output
         self.timeout = timeout
+        self._log: str | None = None  # the log of its last run
 
     @property
     def log_path(self) -> str:
-        return self.run_context.log_path(self.output)
+        """Its log (``.kiln/logs/<output path>.log``), the directory made: the one
+        its last run wrote, else worked out now."""
+        return self._log or self.run_context.log_path(self.output)
 
     def _invoke(self) -> None:
+        """Run the command and wait for it (the scheduler does not wait: ``_spawn``)."""
+        ended = threading.Event()
+        rest: list[Finish] = []
+
+        def finished(finish: Finish, size: int) -> None:
+            rest.append(finish)
+            ended.set()
+
+        self._spawn(finished)
+        ended.wait()
+        rest[0]()
+
+    def _spawn(self, finished: Finished) -> None:
         input_paths = [str(f.get_fs_path()) for f in self.inputs]
         final = self.output.get_fs_path()
-        with atomic_output(final, create=False) as tmp:
-            self._run(self._format(str(tmp), input_paths))
+        commit = atomic_output(final, create=False)
+        tmp = commit.__enter__()
+        try:
+            argv = self._format(str(tmp), input_paths)
+            shown = redact_urls(subprocess.list2cmdline(argv))
+            log = self._log = self.run_context.log_path(self.output)
+            fd = open_log(log, header=f"$ {shown}\n")
+            # Every process the command starts carries a tag in its environment, even
+            # one that daemonizes, so that what it leaves running can be found.
+            try:
+                self.run_context.commands.spawn(
+                    argv, log_fd=fd, tag=uuid.uuid4().hex, timeout=self.timeout,
+                    on_exit=lambda e: finished(
+                        functools.partial(self._after, e, commit, tmp, shown, log), _size(tmp, e)
+                    ),
+                )  # fmt: skip
+            except OSError as e:
+                raise ActionFailed(f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}") from e
+            finally:
+                os.close(fd)
+        except BaseException:
+            commit.__exit__(*sys.exc_info())  # removes the temporary
+            raise
+
+    def _after(
+        self, ended: Ended, commit: AbstractContextManager[Path], tmp: Path, shown: str, log: str
+    ) -> None:
+        """The command ended: fail, or commit its output."""
+        try:
+            if ended.timed_out:
+                raise ActionTimeout(
+                    f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
+                )
+            if ended.returncode != 0:
+                raise ActionFailed(
+                    f"'{self.desc}': command exited with status {ended.returncode}: {shown}\n"
+                    f"{read_tail(log)}".rstrip()
+                )
+            if ended.left:
+                self.run_context.write_status(
+                    f"warning: '{self.desc}' left {len(ended.left)} process(es) running after "
+                    f"its command ended; killed: {', '.join(ended.left)}"
+                )
             if not os.path.lexists(tmp):
-                raise ActionFailed(f"'{self.desc}' finished without writing its output {final}")
+                raise ActionFailed(
+                    f"'{self.desc}' finished without writing its output {self.output.get_fs_path()}"
+                )
+        except BaseException:
+            commit.__exit__(*sys.exc_info())  # removes the temporary
+            raise
+        commit.__exit__(None, None, None)  # commits it
 
     def _sandbox_command(self, path: Callable[[BuildFile], str]) -> tuple[list[str], list[str]]:
         """The argv template and its inputs' places, for a run in a remote sandbox
@@ -103,47 +170,15 @@ class CommandAction(BuildAction):
                 "use {out} and {inputs[i]}, and {{ and }} for literal braces"
             ) from None
 
-    def _run(self, argv: list[str]) -> None:
-        shown = redact_urls(subprocess.list2cmdline(argv))
-        log = self.log_path
-        fd = open_log(log, header=f"$ {shown}\n")
-        # Every process the command starts carries this in its environment, even
-        # one that daemonizes, so that what it leaves running can be found.
-        run_id = uuid.uuid4().hex
-        try:
-            # Both streams straight into the log, in order: kiln holds none of it.
-            proc = subprocess.Popen(
-                argv, stdout=fd, stderr=fd, start_new_session=True,
-                env={**os.environ, _COMMAND_TAG: run_id},
-            )  # fmt: skip
-        except OSError as e:
-            raise ActionFailed(f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}") from e
-        finally:
-            os.close(fd)
-        self.run_context.track(proc, running=True)
-        try:
-            proc.wait(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(proc.pid)
-            proc.wait()
-            kill_leftovers(f"{_COMMAND_TAG}={run_id}")
-            raise ActionTimeout(
-                f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
-            ) from None
-        finally:
-            self.run_context.track(proc, running=False)
-        # The command is over: so is everything it started.
-        left = kill_leftovers(f"{_COMMAND_TAG}={run_id}")
-        if proc.returncode != 0:
-            raise ActionFailed(
-                f"'{self.desc}': command exited with status {proc.returncode}: {shown}\n"
-                f"{read_tail(log)}".rstrip()
-            )
-        if left:
-            self.run_context.write_status(
-                f"warning: '{self.desc}' left {len(left)} process(es) running after its "
-                f"command ended; killed: {', '.join(left)}"
-            )
+
+def _size(path: Path, ended: Ended) -> int:
+    """The bytes a command that succeeded wrote at ``path`` (0 when it failed)."""
+    if ended.returncode != 0 or ended.timed_out:
+        return 0
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
 
 def run_command(

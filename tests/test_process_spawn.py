@@ -1,0 +1,188 @@
+"""``run_command`` without a thread per command: commands started with
+``posix_spawn`` and reaped by one reaper thread (``kiln._spawn``).
+
+Through the real CLI: many commands at once, a failure's tail, a timeout, a
+signal in the middle of many running commands, a command that cannot start,
+what a command inherits (environment, directory, no stray descriptors). Each
+runs with the shared cache (commands started from worker threads) and without
+(started from the scheduler's thread).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from procs import tagged_processes, wait_for
+
+CACHE = pytest.mark.parametrize("cache", [[], ["--no-cache"]], ids=["cache", "no-cache"])
+
+MANY = """
+@entrypoint
+def many():
+    return [
+        run_command(name=f"o{i}.txt", command=["sh", "-c", f"echo line {i}; echo {i} > {{out}}"])
+        for i in range(120)
+    ]
+"""
+
+
+@CACHE
+def test_many_commands_build_log_and_leave_nothing(
+    write_module, kiln, tmp_path: Path, tag: str, cache: list[str]
+) -> None:
+    write_module(MANY)
+    r = kiln("build", "build.py", "-j", "6", *cache, env={"KILN_TEST_TAG": tag})
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "kiln-out/genfiles/many"
+    logs = tmp_path / "kiln-out/.kiln/logs/many"
+    for i in range(120):
+        assert (out / f"o{i}.txt").read_text() == f"{i}\n"
+        log = (logs / f"o{i}.txt.log").read_text()
+        assert log.startswith("$ sh -c ") and log.endswith(f"line {i}\n"), log
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"o{i}.txt" for i in range(120))
+    assert not tagged_processes(tag)
+    again = kiln("build", "build.py", "-j", "6", *cache)
+    assert again.returncode == 0 and "0 built, 120 up to date" in again.stderr, again.stderr
+
+
+FAILING = """
+@entrypoint
+def mixed():
+    ok = [run_command(name=f"ok{i}.txt", command=["sh", "-c", "sleep 0.2; echo ok > {out}"])
+          for i in range(8)]
+    bad = run_command(name="bad.txt", command=[
+        "sh", "-c", "i=0; while [ $i -lt 3000 ]; do echo noise $i; i=$((i+1)); done; "
+                    "echo the real reason >&2; exit 7"])
+    return [*ok, bad]
+"""
+
+
+@CACHE
+def test_a_failing_command_shows_a_bounded_tail_and_the_rest_builds(
+    write_module, kiln, tmp_path: Path, cache: list[str]
+) -> None:
+    write_module(FAILING)
+    r = kiln("build", "build.py", "-j", "4", *cache)
+    assert r.returncode == 1, r.stderr
+    assert "'Running mixed/bad.txt': command exited with status 7" in r.stderr
+    assert "the real reason" in r.stderr and "noise 2999" in r.stderr
+    assert "noise 5\n" not in r.stderr and "earlier bytes not shown" in r.stderr
+    assert len(r.stderr.encode()) < 40_000
+    assert "Traceback" not in r.stderr
+    out = tmp_path / "kiln-out/genfiles/mixed"
+    assert sorted(p.name for p in out.iterdir()) == [f"ok{i}.txt" for i in range(8)]
+    log = tmp_path / "kiln-out/.kiln/logs/mixed/bad.txt.log"
+    assert "noise 0\n" in log.read_text()  # the whole output stays in the log
+
+
+TIMEOUT = """
+@entrypoint
+def slow():
+    return [
+        run_command(name="hung.txt", timeout=1,
+                    command=["sh", "-c", "sleep 60 & sleep 60; echo late > {out}"]),
+        run_command(name="quick.txt", command=["sh", "-c", "echo q > {out}"]),
+    ]
+"""
+
+
+@CACHE
+def test_a_timeout_kills_the_command_and_its_group(
+    write_module, kiln, tmp_path: Path, tag: str, cache: list[str]
+) -> None:
+    write_module(TIMEOUT)
+    started = time.monotonic()
+    r = kiln("build", "build.py", *cache, env={"KILN_TEST_TAG": tag}, timeout=60)
+    assert time.monotonic() - started < 30
+    assert r.returncode == 1, r.stderr
+    assert "'Running slow/hung.txt' ran past its timeout of 1 s and was killed" in r.stderr
+    assert not tagged_processes(tag), "a process of the timed-out command survived"
+    out = tmp_path / "kiln-out/genfiles/slow"
+    assert sorted(p.name for p in out.iterdir()) == ["quick.txt"]  # no temporary left
+
+
+RUNNING = """
+@entrypoint
+def busy():
+    return [
+        run_command(name=f"b{i}.txt",
+                    command=["sh", "-c", f"touch marks/{i}; sleep 60; echo {i} > {{out}}"])
+        for i in range(6)
+    ]
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@CACHE
+def test_a_signal_kills_every_running_command(
+    write_module, tmp_path: Path, tag: str, signum: int, cache: list[str]
+) -> None:
+    write_module(RUNNING)
+    (tmp_path / "marks").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln", "build", "build.py", "-j", "6", *cache],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "NO_COLOR": "1", "KILN_TEST_TAG": tag}, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(list((tmp_path / "marks").iterdir())) == 6, 60, "six commands")
+        os.kill(proc.pid, signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, err
+    assert "Traceback" not in err
+    wait_for(lambda: not tagged_processes(tag), 10, "every command to end")
+    out = tmp_path / "kiln-out/genfiles/busy"
+    assert not out.exists() or list(out.iterdir()) == []  # no partial output, no temporary
+
+
+def test_a_command_that_cannot_start_fails_naming_it(write_module, kiln) -> None:
+    write_module("""
+        @entrypoint
+        def missing():
+            return run_command(name="m.txt", command=["no-such-program-kiln", "{out}"])
+        """)
+    r = kiln("build", "build.py")
+    assert r.returncode == 1, r.stderr
+    assert "cannot run 'no-such-program-kiln': No such file or directory" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+INHERIT = """
+@entrypoint
+def env():
+    return run_command(name="e.txt", command=[
+        "sh", "-c", 'echo "$KILN_SPAWN_PROBE $(pwd)" > {out}; ls /proc/self/fd >> {out}'])
+"""
+
+
+def test_a_command_gets_kilns_environment_and_directory_but_no_stray_descriptor(
+    write_module, tmp_path: Path
+) -> None:
+    """As with ``subprocess``: a descriptor kiln inherited is not passed on."""
+    write_module(INHERIT)
+    read, write = os.pipe()
+    os.set_inheritable(write, True)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "kiln", "build", "build.py"], cwd=tmp_path,
+            capture_output=True, text=True, timeout=120, pass_fds=(write,),
+            env={**os.environ, "KILN_SPAWN_PROBE": "probe-value"},
+        )  # fmt: skip
+    finally:
+        os.close(read)
+        os.close(write)
+    assert r.returncode == 0, r.stderr
+    first, *fds = (tmp_path / "kiln-out/genfiles/env/e.txt").read_text().split("\n")
+    assert first == f"probe-value {tmp_path}"
+    # 0-2, and the one ls opened on /proc/self/fd: nothing kiln had open.
+    assert str(write) not in fds and len([f for f in fds if f]) <= 4, fds
