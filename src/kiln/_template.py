@@ -115,6 +115,9 @@ class _Server:
         self.workers: dict[int, tuple[int, socket.socket]] = {}
         self.by_pid: dict[int, int] = {}
         self.failed: set[str] = set()
+        from kiln._worker import pdeathsig_setter
+
+        self.set_pdeathsig = pdeathsig_setter()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
@@ -206,7 +209,7 @@ class _Server:
             os.close(self.wake_w)
             for _, other in self.workers.values():
                 other.close()
-            become_worker(template, self.env, self.cwd)
+            become_worker(template, self.env, self.cwd, self.set_pdeathsig)
             run_one(sock)
             code = 0
         finally:

@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 
 CHUNK = 32 * 1024
 PAYLOAD, REPLY = b"P", b"R"  # kiln -> worker, worker -> kiln
@@ -54,14 +55,21 @@ def recv_framed(sock: socket.socket, tag: bytes) -> bytes | None:
             return b"".join(pieces)
 
 
-def become_worker(template_pid: int, env: dict[str, str], cwd: str) -> None:
+def pdeathsig_setter() -> Callable[[int], object]:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` through libc, looked up once (in the template)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda sig: prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def become_worker(
+    template_pid: int, env: dict[str, str], cwd: str, set_pdeathsig: Callable[[int], object]
+) -> None:
     """Turn the freshly forked child of the template into a worker: its own session
     and process group, death with the template, kiln's signal dispositions, and
     the build's environment and directory (should an import in the template have
     changed them)."""
     os.setsid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    set_pdeathsig(signal.SIGKILL)
     if os.getppid() != template_pid:  # the template died before the request took effect
         os._exit(1)
     signal.set_wakeup_fd(-1)
