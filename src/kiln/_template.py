@@ -80,6 +80,7 @@ def bootstrap_code(fd: int) -> str:
 def serve(fd: int) -> NoReturn:
     """The template's main function: prepare, say ``ready``, fork on request."""
     control = socket.socket(fileno=fd)
+    control.set_inheritable(False)
     env, cwd = dict(os.environ), os.getcwd()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in TEMPLATE_MODULES:
@@ -163,6 +164,8 @@ class _Server:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
         ident = int.from_bytes(message[1:9], "big")
+        for fd in fds:  # what a worker starts must not hold kiln's sockets
+            os.set_inheritable(fd, False)
         if message[:1] == b"F" and len(fds) == 1:
             self.fork(ident, socket.socket(fileno=fds[0]), pickle.loads(message[9:]))
         elif message[:1] == b"K" and ident in self.workers:
