@@ -265,7 +265,7 @@ def _notify(sock: socket.socket, exitcode: int | None, note: str) -> None:
         pass
 
 
-class TemplateGone(Exception):
+class _TemplateGone(Exception):
     """The template process is not there to fork a worker (start another)."""
 
 
@@ -326,7 +326,7 @@ class Template:
             self._control.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         except OSError as e:
             mine.close()
-            raise TemplateGone(str(e)) from e
+            raise _TemplateGone(str(e)) from e
         finally:
             theirs.close()
         return ident, mine

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kiln._template import Template, TemplateGone, modules_for
+from kiln._template import Template, _TemplateGone, modules_for
 from kiln._worker import CHUNK, PAYLOAD, REPLY, send_framed
 from kiln.errors import ActionFailed, ActionTimeout, RemoteError, WorkerCrashed
 
@@ -99,7 +99,7 @@ class ProcessPool:
                 template = self._template
             try:
                 return (template, *template.fork(modules))
-            except TemplateGone:
+            except _TemplateGone:
                 continue
         raise ActionFailed("kiln's worker template process keeps dying")
 
