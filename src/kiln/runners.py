@@ -76,10 +76,13 @@ class ProcessPool:
         except Exception as e:
             raise ActionFailed(f"cannot send '{desc}' to a worker process: {e}") from e
         template, ident, sock = self._start_worker(modules_for(thunk))
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
+            sock.settimeout(timeout)  # a large payload waits for the worker to read it
             with contextlib.suppress(OSError):  # a worker that died early: its status says why
                 send_framed(sock, PAYLOAD, payload)
-            reply = _Awaited(template, ident, sock).result(desc, timeout)
+            sock.settimeout(None)
+            reply = _Awaited(template, ident, sock).result(desc, deadline, timeout)
         finally:
             sock.close()
         if reply[0] != "ok":
@@ -127,8 +130,8 @@ class _Awaited:
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
 
-    def result(self, desc: str, timeout: float | None) -> tuple[Any, ...]:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def result(self, desc: str, deadline: float | None, timeout: float | None) -> tuple[Any, ...]:
+        """The worker's reply, once it is gone; raise why there is none."""
         if not self._read_until(deadline):
             self._template.kill(self._ident)
             self._read_until(time.monotonic() + _GONE_WAIT_S)
