@@ -42,9 +42,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-# Imported once, in the template: what unpickling kiln's own thunks needs. Never a
-# build module: the template must stay clean.
-TEMPLATE_MODULES = ("cloudpickle", "kiln._worker", "kiln.actions.iree", "kiln.actions.onnx")
+# Imported once, in the template, at its start: what every worker needs. Never a
+# build module: the template must stay clean. The kiln module a thunk's function
+# comes from is imported on the first request that needs it (``modules_for``).
+TEMPLATE_MODULES = ("cloudpickle", "kiln._worker", "kiln.errors")
 _MODULES_ATTR = "kiln_template_modules"
 _STOP_WAIT_S = 5.0
 
@@ -64,10 +65,15 @@ def template_modules(*modules: str) -> Callable[[F], F]:
 
 
 def modules_for(thunk: Callable[[], Any]) -> tuple[str, ...]:
-    """The modules ``thunk`` (or the function a ``functools.partial`` wraps) names."""
+    """The modules ``thunk`` (or the function a ``functools.partial`` wraps) names,
+    and the module of that function when it is kiln's own (a build module's never)."""
     fn = getattr(thunk, "func", thunk)
     names = getattr(fn, _MODULES_ATTR, ())
-    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, tuple) else ()
+    found = [n for n in names if isinstance(n, str)] if isinstance(names, tuple) else []
+    home = getattr(fn, "__module__", None)
+    if isinstance(home, str) and home.startswith("kiln.") and home in sys.modules:
+        found.insert(0, home)
+    return tuple(found)
 
 
 def bootstrap_code(fd: int) -> str:
