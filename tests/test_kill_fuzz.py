@@ -256,3 +256,22 @@ def test_a_build_killed_while_writing_the_marker_is_adopted_next_time(tmp_path: 
     (kiln_dir / ".kiln-tmp-e904c9ccfa-315236fc").write_text("kiln-output/1\n")
     assert claim_output_dir(tmp_path / "out") == kiln_dir
     assert (kiln_dir / "format").read_text().startswith("kiln-output/")
+
+
+def test_a_manifest_temporary_left_by_a_killed_build_is_removed(tmp_path: Path) -> None:
+    # SIGKILL while the manifest's temporary is being written leaves it beside
+    # manifest.json; the next build removes it.
+    from kiln.outputs import temporary_for
+
+    (tmp_path / "build.py").write_text(
+        "from kiln import *\n\n@entrypoint\ndef one():\n"
+        "    return run_command(name='one.txt', command=['sh', '-c', 'echo 1 > {out}'])\n"
+    )
+    argv = [sys.executable, "-m", "kiln", "build", "build.py"]
+    assert subprocess.run(argv, cwd=tmp_path, capture_output=True).returncode == 0
+    stale = temporary_for(tmp_path / "kiln-out" / "manifest.json")
+    stale.write_text("{")
+    r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not stale.exists()
+    assert (tmp_path / "kiln-out" / "manifest.json").exists()

@@ -60,7 +60,7 @@ from kiln.actionkey import KeyMaker
 from kiln.errors import BuildDefinitionError, NotRegularFile, StateError
 from kiln.graph import BuildAction, BuildFile, BuildMeta
 from kiln.incremental import UpToDateChecker
-from kiln.outputs import atomic_write, clear_for_own_file, read_regular
+from kiln.outputs import TemporarySweeper, atomic_write, clear_for_own_file, read_regular
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
@@ -274,6 +274,7 @@ def write_manifest(executor: Executor, result: BuildResult) -> None:
     }
     path = executor.layout.manifest_path
     clear_for_own_file(path)
+    TemporarySweeper().sweep(path)  # what a build killed while writing it left
     try:
         with atomic_write(path, "w") as f:
             f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
