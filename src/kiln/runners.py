@@ -53,11 +53,11 @@ class ProcessPool:
     """One fresh worker process per thunk, forked from a clean template.
 
     Invariants: at most one template process (``kiln._template``) serves the
-    pool at a time; a new one replaces it if it died. ``run`` returns or raises
-    only once its worker is gone: the template has killed its process group and
-    reaped it. Every worker starts with ``env`` and ``cwd``: the build's
-    environment and working directory, taken when the build started. After
-    ``shutdown`` no worker starts.
+    pool at a time; a new one replaces it if it died. When ``run`` returns, the
+    kill of its worker's process group has been asked for (after a reply the
+    worker is exiting anyway); when it raises, the worker is gone. Every worker
+    starts with ``env`` and ``cwd``: the build's environment and working
+    directory, taken when the build started. After ``shutdown`` no worker starts.
     """
 
     def __init__(self, env: dict[str, str], cwd: str) -> None:
@@ -127,22 +127,22 @@ class _Awaited:
         self._pieces: list[bytes] = []
         self.reply: tuple[Any, ...] | None = None
         self.ended: tuple[int | None, str] | None = None
+        self.eof = False
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
 
     def result(self, desc: str, deadline: float | None, timeout: float | None) -> tuple[Any, ...]:
-        """The worker's reply, once it is gone; raise why there is none."""
+        """The worker's reply; raise why there is none (once the worker is gone)."""
         if not self._read_until(deadline):
             self._template.kill(self._ident)
-            self._read_until(time.monotonic() + _GONE_WAIT_S)
+            self._await_gone()
             raise ActionTimeout(f"'{desc}' ran past its timeout of {timeout:g} s and was killed")
-        if self.reply is None and self.ended is None:  # EOF: the template died
+        if self.reply is None and self.ended is None:  # end of file: the template died
             raise WorkerCrashed(f"the worker process running '{desc}' died with kiln's "
                                 "worker template process")  # fmt: skip
         if self.reply is not None:
-            if self.ended is None:  # make sure it is gone before the action counts as done
+            if self.ended is None:  # it is exiting; its group dies now, without waiting
                 self._template.kill(self._ident)
-                self._read_until(time.monotonic() + _GONE_WAIT_S)
             return self.reply
         assert self.ended is not None
         exitcode, note = self.ended
@@ -151,9 +151,15 @@ class _Awaited:
         raise WorkerCrashed(f"the worker process running '{desc}' died with "
                             f"{describe_exit(exitcode)}")  # fmt: skip
 
+    def _await_gone(self) -> None:
+        """Wait (a bounded time) for the template's word that the worker is gone."""
+        deadline = time.monotonic() + _GONE_WAIT_S
+        while self.ended is None and not self.eof and self._read_until(deadline):
+            pass
+
     def _read_until(self, deadline: float | None) -> bool:
-        """Read messages until the template's ``E`` (or end of file); False if
-        ``deadline`` passed first."""
+        """Read messages until the worker's whole reply, the template's ``E`` or end
+        of file; False if ``deadline`` passed first."""
         while True:
             wait_ms = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
             if not self._poll.poll(wait_ms):
@@ -163,6 +169,7 @@ class _Awaited:
             except OSError:
                 message = b""
             if not message:
+                self.eof = True
                 return True
             tag = message[:1]
             if tag == b"E":
@@ -172,6 +179,7 @@ class _Awaited:
                 self._pieces.append(message[1:])
                 if tag == REPLY.lower():
                     self.reply = pickle.loads(b"".join(self._pieces))
+                    return True
 
 
 def _rebuild_exception(type_name: str, message: str, tb: str, blob: bytes | None) -> BaseException:
