@@ -5,9 +5,10 @@
 
 Builds a module of N independent trivial PROCESS actions (each thunk writes one
 small file) from clean with ``kiln build -j 2``, and the same N actions as THREAD
-actions, and prints wall seconds per action for each: the difference is what a
-worker process costs (since the hermetic-actions change, one fresh worker forked
-from a clean template per action). ``benchmarks/run.py`` runs it as a stage.
+actions, and prints wall and CPU milliseconds per action for each: the difference
+is what a worker process costs (one fresh worker forked from a clean template per
+action). CPU counts kiln and every process it waited for: the template, which
+reaps the workers. ``benchmarks/run.py`` runs it as a stage.
 """
 
 from __future__ import annotations
@@ -62,37 +63,42 @@ def trivial():
 
 @dataclass
 class ProcessResult:
-    """Median wall seconds of a clean build of ``actions`` actions, per kind."""
+    """Median wall and CPU seconds of a clean build of ``actions`` actions, per kind."""
 
     actions: int
     runs: int
     wall_s: dict[str, float]
+    cpu_s: dict[str, float]
 
     def per_action_ms(self, kind: str) -> float:
         return 1000 * self.wall_s[kind] / self.actions
 
     def table(self) -> list[str]:
-        rows = ["| actions | kind | runs | wall s | ms per action |", "|--:|---|--:|--:|--:|"]
+        rows = ["| actions | kind | runs | wall s | ms per action | CPU s | CPU ms per action |",
+                "|--:|---|--:|--:|--:|--:|--:|"]  # fmt: skip
         for kind, wall in self.wall_s.items():
+            cpu = self.cpu_s.get(kind, 0.0)
             rows.append(
                 f"| {self.actions} | {kind} | {self.runs} | {wall:.2f} | "
-                f"{self.per_action_ms(kind):.1f} |"
+                f"{self.per_action_ms(kind):.1f} | {cpu:.2f} | {1000 * cpu / self.actions:.1f} |"
             )
         if {"PROCESS", "THREAD"} <= set(self.wall_s):
             extra = self.per_action_ms("PROCESS") - self.per_action_ms("THREAD")
-            rows += ["", f"A worker process costs {extra:.1f} ms per PROCESS action (wall, -j 2)."]
+            cpu = 1000 * (self.cpu_s["PROCESS"] - self.cpu_s["THREAD"]) / self.actions
+            rows += ["", f"A worker process costs {extra:.1f} ms of wall time (-j 2) and "
+                     f"{cpu:.1f} ms of CPU per PROCESS action."]  # fmt: skip
         return rows
 
 
 def bench_process(actions: int, *, work: Path, runs: int) -> ProcessResult:
     """Clean builds of ``actions`` trivial PROCESS and THREAD actions."""
-    result = ProcessResult(actions, runs, {})
+    result = ProcessResult(actions, runs, {}, {})
     for kind in ("THREAD", "PROCESS"):
         root = work / f"process-{kind.lower()}"
         root.mkdir(parents=True, exist_ok=True)
         module = root / "trivial.py"
         module.write_text(MODULE.format(n=actions, kind=kind))
-        walls = []
+        walls, cpus = [], []
         for i in range(runs):
             shutil.rmtree(root / "out", ignore_errors=True)
             # --no-cache: the shared cache would serve every round after the first.
@@ -101,7 +107,9 @@ def bench_process(actions: int, *, work: Path, runs: int) -> ProcessResult:
             log = root / f"run-{i}.log"
             sample = checked(run_child(argv, cwd=root, log=log), f"{kind} actions")
             walls.append(sample.wall_s)
+            cpus.append(sample.cpu_s)
         result.wall_s[kind] = statistics.median(walls)
+        result.cpu_s[kind] = statistics.median(cpus)
         say(f"  {actions} {kind} actions: {result.wall_s[kind]:.2f} s")
     return result
 

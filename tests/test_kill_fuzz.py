@@ -244,3 +244,15 @@ def test_sigkill_leaves_no_worker_or_worker_child_behind(tmp_path: Path, tag: st
     while left := tagged_processes(tag):  # multiprocessing's resource tracker, briefly
         assert time.monotonic() < deadline + 5, f"processes left by the killed build: {left}"
         time.sleep(0.05)
+
+
+def test_a_build_killed_while_writing_the_marker_is_adopted_next_time(tmp_path: Path) -> None:
+    # SIGKILL between writing .kiln/format's temporary and renaming it leaves only
+    # that temporary in .kiln/: the next build takes the directory as kiln's.
+    from kiln.outputs import claim_output_dir
+
+    kiln_dir = tmp_path / "out" / ".kiln"
+    kiln_dir.mkdir(parents=True)
+    (kiln_dir / ".kiln-tmp-e904c9ccfa-315236fc").write_text("kiln-output/1\n")
+    assert claim_output_dir(tmp_path / "out") == kiln_dir
+    assert (kiln_dir / "format").read_text().startswith("kiln-output/")

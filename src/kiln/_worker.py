@@ -1,101 +1,117 @@
-"""The main function of a kiln worker process.
+"""A kiln worker process: the child the template (``kiln._template``) forks for
+one PROCESS action, and the framing kiln and its workers talk in.
 
-A worker runs exactly one action: it is forked from a clean template (the fork
-server of ``kiln.runners``), takes the build's environment and working
-directory, receives one cloudpickled no-argument thunk over a pipe, runs it and
-answers with a pickled tuple: ``("ok",)`` or
-``("err", type_name, message, traceback_text, pickled_exception_or_None)``. Then
-it exits, so nothing an action does to its process reaches another action.
-It leads its own process group so kiln can kill it together with any
-subprocess it started. It dies with its parent, the fork server, which dies
-with kiln (``PR_SET_PDEATHSIG``), and a forked watchdog then kills the rest of
-its group, so a SIGKILLed kiln leaves no worker and no subprocess of a worker
-running.
+A worker runs exactly one action. It is forked from the clean template, which
+already has the build's environment and working directory; it leads a process
+group (and session) of its own, so that the template can kill it together with
+every subprocess it started, and the kernel kills it when the template dies
+(``PR_SET_PDEATHSIG``). It reads one pickled ``(sys.path, cloudpickled thunk)``
+from its socket, runs the thunk, answers with a pickled tuple, ``("ok",)`` or
+``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
+exits: nothing an action does to its process reaches another action.
+
+Framing: the sockets are ``SOCK_SEQPACKET`` (each send is one whole message), and
+a pickle travels as messages of at most ``CHUNK`` bytes, each a one-byte tag and
+a piece: the tag is lowercase on the last piece.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pickle
 import signal
+import socket
 import sys
 import traceback
-from multiprocessing.connection import Connection
+from collections.abc import Callable
+
+CHUNK = 32 * 1024
+PAYLOAD, REPLY = b"P", b"R"  # kiln -> worker, worker -> kiln
+_PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to kill this worker when its parent (kiln's fork server, which
-    exits when kiln does) dies, even when kiln dies by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import multiprocessing
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-        # kiln may have died before the request took effect; then no signal comes.
-        parent = multiprocessing.parent_process()  # kiln, watched through a pipe
-        if parent is not None and not parent.is_alive():
-            os._exit(1)
+def send_framed(sock: socket.socket, tag: bytes, data: bytes) -> None:
+    """Send ``data`` as ``tag`` pieces (uppercase tag on all but the last)."""
+    view = memoryview(data)
+    more, last = tag.upper(), tag.lower()
+    while len(view) > CHUNK:
+        sock.send(more + view[:CHUNK])
+        view = view[CHUNK:]
+    sock.send(last + view)
 
 
-def _guard_group() -> None:
-    """Fork a watchdog that kills this worker's process group once the worker is
-    gone, however it died: the kernel's death signal reaches the worker alone."""
-    read_end, write_end = os.pipe()  # the worker holds write_end until it dies
-    if os.fork() != 0:
-        os.close(read_end)
-        return
-    try:
-        os.closerange(3, read_end)  # hold nothing of the worker's but the pipe
-        os.closerange(read_end + 1, os.sysconf("SC_OPEN_MAX"))
-        while os.read(read_end, 1):
-            pass
-    finally:
-        os.killpg(0, signal.SIGKILL)
+def recv_framed(sock: socket.socket, tag: bytes) -> bytes | None:
+    """Receive one ``tag`` pickle sent by ``send_framed``; None at end of file or on a
+    message that is not one of its pieces."""
+    pieces = []
+    while True:
+        message = sock.recv(CHUNK + 1)
+        if not message or message[:1] not in (tag.upper(), tag.lower()):
+            return None
+        pieces.append(message[1:])
+        if message[:1] == tag.lower():
+            return b"".join(pieces)
 
 
-def _release_fork_server() -> None:
-    """Close this worker's copy of kiln's end of the fork server's liveness pipe: the
-    server exits when kiln's copy closes, which must not wait for its workers."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-        server._forkserver_alive_fd = None  # type: ignore[union-attr]
+def pdeathsig_setter() -> Callable[[int], object]:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` through libc, looked up once (in the template)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda sig: prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
-def worker_main(conn: Connection, env: dict[str, str], cwd: str) -> None:
-    """Run one thunk in the build's environment ``env`` and directory ``cwd``."""
+def become_worker(
+    template_pid: int, env: dict[str, str], cwd: str, set_pdeathsig: Callable[[int], object]
+) -> None:
+    """Turn the freshly forked child of the template into a worker: its own session
+    and process group, death with the template, kiln's signal dispositions, and
+    the build's environment and directory (should an import in the template have
+    changed them)."""
     os.setsid()
-    _release_fork_server()
-    _die_with_parent()
-    _guard_group()
+    set_pdeathsig(signal.SIGKILL)
+    if os.getppid() != template_pid:  # the template died before the request took effect
+        os._exit(1)
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     # kiln decides when a worker stops; a terminal's Ctrl-C must not reach it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    # kiln's stdout carries only the paths it built: what actions print goes to stderr.
-    os.dup2(2, 1)
+    if os.environ != env:
+        os.environ.clear()
+        os.environ.update(env)
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+
+
+def run_one(sock: socket.socket) -> None:
+    """Receive the thunk, run it and send back how it went."""
+    data = recv_framed(sock, PAYLOAD)
+    if data is None:
+        return
+    try:
+        sys_path, payload = pickle.loads(data)
+        sys.path[:] = sys_path  # kiln's, so that the thunk's modules import as there
+        import cloudpickle
+
+        cloudpickle.loads(payload)()
+        reply: tuple[object, ...] = ("ok",)
+    except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
+        reply = ("err", type(e).__name__, str(e), traceback.format_exc(), _exception_blob(e))
+    for stream in (sys.stdout, sys.stderr):  # the worker ends with os._exit
+        with contextlib.suppress(Exception):
+            stream.flush()
+    send_framed(sock, REPLY, pickle.dumps(reply))
+
+
+def _exception_blob(e: BaseException) -> bytes | None:
+    """``e`` pickled, or None when it does not survive a round trip (it then
+    travels as text)."""
     import cloudpickle
 
     try:
-        data = conn.recv_bytes()
-    except (EOFError, OSError):
-        return
-    try:
-        cloudpickle.loads(data)()
-        reply: tuple[object, ...] = ("ok",)
-    except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
-        blob: bytes | None
-        try:
-            blob = cloudpickle.dumps(e)
-            pickle.loads(blob)
-        except Exception:  # noqa: BLE001 - an unpicklable exception travels as text
-            blob = None
-        reply = ("err", type(e).__name__, str(e), traceback.format_exc(), blob)
-    conn.send_bytes(pickle.dumps(reply))
+        blob: bytes = cloudpickle.dumps(e)
+        pickle.loads(blob)
+    except Exception:  # noqa: BLE001 - an unpicklable exception travels as text
+        return None
+    return blob

@@ -122,8 +122,9 @@ def _check_marker(root: Path, kiln_dir: Path) -> None:
         text = read_regular(marker, limit=256).decode(errors="replace").strip()
     except FileNotFoundError:
         names = set(os.listdir(kiln_dir))
-        if all(n in _LEGACY_NAMES or n.startswith("state.db.corrupt-") for n in names):
-            return  # made by a kiln before the marker: adopted
+        if all(n in _LEGACY_NAMES or n.startswith(("state.db.corrupt-", TMP_PREFIX))
+               for n in names):  # fmt: skip
+            return  # made by a kiln before the marker, or killed writing it: adopted
         raise _refuse(root, f"{kiln_dir} holds files kiln did not make") from None
     except (NotRegularFile, OSError) as e:
         raise _refuse(root, f"its marker {marker} is unreadable ({e})") from None

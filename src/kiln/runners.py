@@ -16,16 +16,20 @@ import contextvars
 import os
 import pickle
 import queue
+import select
 import signal
+import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Pipe, wait
-from multiprocessing.process import BaseProcess
 from typing import Any
 
-from kiln._reaper import reap_group
+from kiln._template import Template, _TemplateGone, modules_for
+from kiln._worker import CHUNK, PAYLOAD, REPLY, send_framed
 from kiln.errors import ActionFailed, ActionTimeout, RemoteError, WorkerCrashed
+
+_GONE_WAIT_S = 5.0  # for the template to report a killed worker gone
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -45,65 +49,22 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
-class _Worker:
-    def __init__(self, env: dict[str, str], cwd: str):
-        from kiln._template import TemplateProcess
-        from kiln._worker import worker_main
-
-        self.conn, child = Pipe()
-        self.process: BaseProcess = TemplateProcess(
-            target=worker_main, args=(child, env, cwd), daemon=True
-        )
-        self.process.start()
-        child.close()
-        self._stop_lock = threading.Lock()
-        self._stopped = False
-
-    def signal_kill(self) -> None:
-        """Kill the worker and its process group, leaving its pipe to the thread that
-        reads it (closing a descriptor another thread polls is a race on its number)."""
-        if self.process.pid is not None:
-            kill_group(self.process.pid)
-
-    def stop(self) -> None:
-        """Kill the worker and its process group and close its pipe, once however many
-        threads ask; ``reaped`` then tells when it is gone."""
-        with self._stop_lock:
-            if self._stopped:
-                return
-            self._stopped = True
-        self.signal_kill()
-        self.conn.close()
-
-    def reaped(self, wait_s: float = 0) -> bool:
-        self.process.join(wait_s)
-        if self.process.exitcode is None:
-            return False
-        if self.process.pid is not None:
-            reap_group(self.process.pid)  # its group's members kiln, a subreaper, adopted
-        return True
-
-    def kill(self) -> None:
-        self.stop()
-        self.reaped(5)
-
-
 class ProcessPool:
     """One fresh worker process per thunk, forked from a clean template.
 
-    Invariants: a live worker is owned by exactly one running action (in
-    ``_busy``); it is killed with its process group when that action ends, and
-    joined later (``_dying``), so that the action's thread need not wait. Every
-    worker starts with ``env`` and ``cwd``: the build's environment and working
-    directory, taken when the build started.
+    Invariants: at most one template process (``kiln._template``) serves the
+    pool at a time; a new one replaces it if it died. When ``run`` returns, the
+    kill of its worker's process group has been asked for (after a reply the
+    worker is exiting anyway); when it raises, the worker is gone. Every worker
+    starts with ``env`` and ``cwd``: the build's environment and working
+    directory, taken when the build started. After ``shutdown`` no worker starts.
     """
 
     def __init__(self, env: dict[str, str], cwd: str) -> None:
         self._env = env
         self._cwd = cwd
         self._lock = threading.Lock()
-        self._busy: set[_Worker] = set()
-        self._dying: list[_Worker] = []
+        self._template: Template | None = None
         self._closed = False
 
     def run(self, thunk: Callable[[], Any], desc: str, timeout: float | None) -> None:
@@ -111,64 +72,114 @@ class ProcessPool:
         import cloudpickle
 
         try:
-            payload = cloudpickle.dumps(thunk)
+            payload = pickle.dumps((sys.path, cloudpickle.dumps(thunk)))
         except Exception as e:
             raise ActionFailed(f"cannot send '{desc}' to a worker process: {e}") from e
-        worker = self._acquire()
+        template, ident, sock = self._start_worker(modules_for(thunk))
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            worker.conn.send_bytes(payload)
-            reply = self._await(worker, desc, timeout)
+            sock.settimeout(timeout)  # a large payload waits for the worker to read it
+            with contextlib.suppress(OSError):  # a worker that died early: its status says why
+                send_framed(sock, PAYLOAD, payload)
+            sock.settimeout(None)
+            reply = _Awaited(template, ident, sock).result(desc, deadline, timeout)
         finally:
-            self._release(worker)
+            sock.close()
         if reply[0] != "ok":
             _, type_name, message, tb, blob = reply
             raise _rebuild_exception(type_name, message, tb, blob)
 
-    def _await(self, worker: _Worker, desc: str, timeout: float | None) -> tuple[Any, ...]:
-        ready = wait([worker.conn, worker.process.sentinel], timeout)
-        if not ready:
-            raise ActionTimeout(f"'{desc}' ran past its timeout of {timeout:g} s and was killed")
-        if worker.conn in ready:
+    def _start_worker(self, modules: tuple[str, ...]) -> tuple[Template, int, socket.socket]:
+        """A new worker from the template, starting (or restarting) the template."""
+        for _ in range(2):
+            with self._lock:
+                if self._closed:
+                    raise ActionFailed("the build is stopping")
+                if self._template is None or not self._template.alive():
+                    if self._template is not None:
+                        self._template.stop()
+                    self._template = Template(self._env, self._cwd)
+                template = self._template
             try:
-                return pickle.loads(worker.conn.recv_bytes())
-            except (EOFError, OSError):
-                pass
-        worker.process.join(5)
-        status = describe_exit(worker.process.exitcode)
-        raise WorkerCrashed(f"the worker process running '{desc}' died with {status}")
-
-    def _acquire(self) -> _Worker:
-        with self._lock:
-            if self._closed:
-                raise ActionFailed("the build is stopping")
-            self._dying = [w for w in self._dying if not w.reaped()]
-        worker = _Worker(self._env, self._cwd)  # outside the lock: in parallel
-        with self._lock:
-            self._busy.add(worker)
-            closed = self._closed
-        if closed:
-            self._release(worker)
-            raise ActionFailed("the build is stopping")
-        return worker
-
-    def _release(self, worker: _Worker) -> None:
-        """End ``worker`` and whatever it started: a worker runs one action only."""
-        worker.stop()
-        with self._lock:
-            self._busy.discard(worker)
-            self._dying.append(worker)
+                return (template, *template.fork(modules))
+            except _TemplateGone:
+                continue
+        raise ActionFailed("kiln's worker template process keeps dying")
 
     def shutdown(self) -> None:
-        """Stop every worker, killing busy ones with their children."""
+        """Stop the template, which kills every worker with its process group;
+        running actions then fail with their worker's death."""
         with self._lock:
             self._closed = True
-            busy, workers = list(self._busy), [*self._busy, *self._dying]
-            self._dying.clear()
-        for w in busy:  # their actions' threads see them die and close their pipes
-            w.signal_kill()
-        deadline = time.monotonic() + 5
-        for w in workers:
-            w.reaped(max(0.0, deadline - time.monotonic()))
+            template, self._template = self._template, None
+        if template is not None:
+            template.stop()
+
+
+class _Awaited:
+    """What kiln reads on one worker's socket: the worker's reply, then the
+    template's word that the worker is gone (``E``: exit code, note)."""
+
+    def __init__(self, template: Template, ident: int, sock: socket.socket) -> None:
+        self._template = template
+        self._ident = ident
+        self._sock = sock
+        self._pieces: list[bytes] = []
+        self.reply: tuple[Any, ...] | None = None
+        self.ended: tuple[int | None, str] | None = None
+        self.eof = False
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+
+    def result(self, desc: str, deadline: float | None, timeout: float | None) -> tuple[Any, ...]:
+        """The worker's reply; raise why there is none (once the worker is gone)."""
+        if not self._read_until(deadline):
+            self._template.kill(self._ident)
+            self._await_gone()
+            raise ActionTimeout(f"'{desc}' ran past its timeout of {timeout:g} s and was killed")
+        if self.reply is None and self.ended is None:  # end of file: the template died
+            raise WorkerCrashed(f"the worker process running '{desc}' died with kiln's "
+                                "worker template process")  # fmt: skip
+        if self.reply is not None:
+            if self.ended is None:  # it is exiting; its group dies now, without waiting
+                self._template.kill(self._ident)
+            return self.reply
+        assert self.ended is not None
+        exitcode, note = self.ended
+        if note:
+            raise ActionFailed(f"'{desc}': {note}")
+        raise WorkerCrashed(f"the worker process running '{desc}' died with "
+                            f"{describe_exit(exitcode)}")  # fmt: skip
+
+    def _await_gone(self) -> None:
+        """Wait (a bounded time) for the template's word that the worker is gone."""
+        deadline = time.monotonic() + _GONE_WAIT_S
+        while self.ended is None and not self.eof and self._read_until(deadline):
+            pass
+
+    def _read_until(self, deadline: float | None) -> bool:
+        """Read messages until the worker's whole reply, the template's ``E`` or end
+        of file; False if ``deadline`` passed first."""
+        while True:
+            wait_ms = None if deadline is None else max(0.0, deadline - time.monotonic()) * 1000
+            if not self._poll.poll(wait_ms):
+                return False
+            try:
+                message = self._sock.recv(CHUNK + 1)
+            except OSError:
+                message = b""
+            if not message:
+                self.eof = True
+                return True
+            tag = message[:1]
+            if tag == b"E":
+                self.ended = pickle.loads(message[1:])
+                return True
+            if tag in (REPLY, REPLY.lower()) and self.reply is None:
+                self._pieces.append(message[1:])
+                if tag == REPLY.lower():
+                    self.reply = pickle.loads(b"".join(self._pieces))
+                    return True
 
 
 def _rebuild_exception(type_name: str, message: str, tb: str, blob: bytes | None) -> BaseException:

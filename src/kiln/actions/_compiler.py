@@ -10,6 +10,7 @@ import os
 import subprocess
 
 from kiln._redact import redact_urls
+from kiln._template import template_modules
 from kiln.actions._files import atomic_output
 from kiln.actions._logs import open_log, read_tail, short_diagnostic
 from kiln.errors import ToolError
@@ -26,6 +27,7 @@ def compiler_version() -> str:
         raise ToolError("iree-base-compiler is not installed (pip install 'kiln[iree]')") from None
 
 
+@template_modules("iree.compiler.tools.binaries")  # find_tool: imported once, by the template
 def compile_module(
     source: str, output: str, input_type: str, flags: list[str], log_path: str
 ) -> None:

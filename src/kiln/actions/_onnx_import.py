@@ -1,6 +1,7 @@
 """Importing an ONNX model to MLIR (torch-mlir's ONNX form) with the importer that
 ships in iree-base-compiler, run inside a worker process. Plain values in and
-out, so it pickles cheaply; onnx and iree are imported on first use."""
+out, so it pickles cheaply; onnx and iree are imported on first use, once, by the
+worker template (not by each worker)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import tempfile
 from typing import Any
 
+from kiln._template import template_modules
 from kiln.actions._files import atomic_write
 from kiln.actions._logs import short_diagnostic
 from kiln.errors import ToolError
@@ -58,6 +60,7 @@ def _load_onnx(source: str, opset_version: int | None) -> Any:
         raise ToolError(f"invalid ONNX model {source}: {short_diagnostic(e)}") from e
 
 
+@template_modules("onnx", "iree.compiler.extras.onnx_importer", "iree.compiler.ir")
 def import_onnx(source: str, output: str, opset_version: int | None) -> None:
     """Import an ONNX model to MLIR (torch-mlir ONNX form) at exactly `output`.
 
