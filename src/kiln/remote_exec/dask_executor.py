@@ -76,6 +76,7 @@ class DaskExecutor:
         # output: kiln reports what they mean for the build.
         self._log_levels = _quiet_loggers()
         self.lost: str | None = None
+        self.build = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._futures: set[Any] = set()
         self._cluster: Any = None
@@ -135,7 +136,7 @@ class DaskExecutor:
     def _task(self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile],
               paths: dict[BuildFile, str]) -> RemoteTask:  # fmt: skip
         common = dict(
-            desc=action.desc, cas_url=self.cas_url,
+            desc=action.desc, cas_url=self.cas_url, build=self.build,
             inputs=tuple((paths[f], d) for f, d in inputs.items()),
             outputs=tuple(paths[f] for f in outputs),
             timeout=getattr(action, "timeout", None),
