@@ -2,9 +2,10 @@
 
 The scheduler hands an action to ``DaskExecutor.run`` on one of its ``-j`` worker
 threads, so ``-j`` bounds the actions in flight on the cluster. ``run`` makes sure
-the action's inputs are in the remote CAS, submits a ``RemoteTask``, waits for its
-``RemoteResult`` and returns the outputs' digests and the worker that ran it; the
-scheduler then materializes them from the CAS, as for a cache hit.
+the action's inputs are in the remote CAS, queues a ``RemoteTask`` (submitted in
+batches, ``kiln.remote_exec.batching``), waits for its ``RemoteResult`` and
+returns the outputs' digests and the worker that ran it; the scheduler then
+materializes them from the CAS, as for a cache hit.
 
 Faults: a worker that dies mid-task is Dask's to handle (the task is rescheduled
 up to ``distributed.scheduler.allowed-failures`` times, then ``KilledWorker``);
@@ -27,8 +28,9 @@ import cloudpickle
 
 from kiln.errors import ActionFailed, UsageError
 from kiln.graph import BuildAction, BuildFile
+from kiln.remote_exec.batching import Batcher, Slot
 from kiln.remote_exec.spec import ExecutorSpec
-from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure, run_task
+from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure
 
 RETRIES = 2
 _CONNECT_TIMEOUT_S = 10
@@ -96,6 +98,11 @@ class DaskExecutor:
             raise UsageError(f"--executor: cannot reach the Dask scheduler at {address}: "
                              f"{e}") from None  # fmt: skip
         self.resources = self._advertised_resources()
+        self._batcher = Batcher(self.client, RETRIES, self._submitted)
+
+    def _submitted(self, future: Any) -> None:
+        with self._lock:
+            self._futures.add(future)
 
     def _advertised_resources(self) -> set[str]:
         info = self.client.scheduler_info()
@@ -120,18 +127,15 @@ class DaskExecutor:
                 raise ActionFailed(f"'{action.desc}': cannot put its input {f.path} into the "
                                    "remote cache (see --remote-cache)")  # fmt: skip
         task = self._task(action, inputs, outputs, paths)
-        resources = {p: 1 for p in [action.pool] if p is not None and p in self.resources}
-        future = self.client.submit(
-            run_task, task, key=f"kiln-{uuid.uuid4().hex}", pure=False, retries=RETRIES,
-            resources=resources or None,
-        )  # fmt: skip
-        with self._lock:
-            self._futures.add(future)
+        resources = tuple((p, 1) for p in [action.pool] if p is not None and p in self.resources)
+        slot = Slot(task, f"kiln-{uuid.uuid4().hex}", resources)
+        self._batcher.submit(slot)
         try:
-            return self._result(action, future)
+            self._batcher.wait(slot)
+            return self._result(action, slot)
         finally:
             with self._lock:
-                self._futures.discard(future)
+                self._futures.discard(slot.future)
 
     def _task(self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile],
               paths: dict[BuildFile, str]) -> RemoteTask:  # fmt: skip
@@ -149,11 +153,16 @@ class DaskExecutor:
         thunk = action._sandbox_thunk(paths.__getitem__)  # type: ignore[attr-defined]
         return RemoteTask(thunk=cloudpickle.dumps(thunk), **common)  # type: ignore[arg-type]
 
-    def _result(self, action: BuildAction, future: Any) -> RemoteResult:
+    def _result(self, action: BuildAction, slot: Slot) -> RemoteResult:
         from distributed.scheduler import KilledWorker
 
         try:
-            result = future.result()
+            if slot.value is not None:
+                result = slot.value
+            elif slot.error is not None or slot.future is None:
+                raise slot.error or ConnectionError("not submitted")
+            else:
+                result = slot.future.result()
         except KilledWorker as e:
             raise ActionFailed(
                 f"'{action.desc}': every Dask worker that ran it died ({e.allowed_failures + 1} "
@@ -181,6 +190,7 @@ class DaskExecutor:
 
     def close(self) -> None:
         self.cancel_all()
+        self._batcher.close()
         with contextlib.suppress(Exception):
             self.client.close(timeout=5)
         self._close_cluster()
