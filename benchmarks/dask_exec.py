@@ -51,8 +51,7 @@ def kiln_argv(*args: str) -> list[str]:
 
 
 def zoo_stage(count: int, work: Path, cache_url: str, runs: int) -> dict[str, list[float]]:
-    from _zoo_models import ENV
-    from kiln.actions._ireetools import model_zoo
+    from _zoo_models import ENV, model_zoo
 
     listing = work / "models.json"
     listing.write_text(json.dumps([[m.name, m.model] for m in model_zoo()[:count]]))

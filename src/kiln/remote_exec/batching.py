@@ -110,8 +110,8 @@ class Batcher:
                 s.future = f
                 self._slots[s.key] = s
                 self._on_submit(f)
+            self._completed.update(futures)
             self._cond.notify_all()
-        self._completed.update(futures)
 
     def _collecting(self) -> None:
         while True:

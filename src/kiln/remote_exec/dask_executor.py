@@ -30,10 +30,20 @@ from kiln.errors import ActionFailed, UsageError
 from kiln.graph import BuildAction, BuildFile
 from kiln.remote_exec.batching import Batcher, Slot
 from kiln.remote_exec.spec import ExecutorSpec
-from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure
+from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure, warm_template
 
 RETRIES = 2
 _CONNECT_TIMEOUT_S = 10
+# The LocalCluster kiln starts for ``dask-local``: Dask's per-process monitors
+# (a statistical profiler sampling every 10 ms, an event-loop tick every 20 ms, a
+# memory poll every 100 ms) cost each worker process about 3% of a core while
+# idle; kiln's short tasks do not need them that often (docs/cluster.md).
+LOCAL_CLUSTER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+}
 
 
 def sandbox_paths(action: BuildAction, inputs: list[BuildFile],
@@ -83,10 +93,13 @@ class DaskExecutor:
         self._futures: set[Any] = set()
         self._cluster: Any = None
         if spec.kind == "dask-local":
-            self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,
-                                         processes=True, host="127.0.0.1",
-                                         dashboard_address=None,
-                                         silence_logs=logging.CRITICAL)  # fmt: skip
+            import dask
+
+            with dask.config.set(LOCAL_CLUSTER_CONFIG):
+                self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,
+                                             processes=True, host="127.0.0.1",
+                                             dashboard_address=None,
+                                             silence_logs=logging.CRITICAL)  # fmt: skip
             address = self._cluster.scheduler_address
         else:
             address = spec.address
@@ -98,6 +111,8 @@ class DaskExecutor:
             raise UsageError(f"--executor: cannot reach the Dask scheduler at {address}: "
                              f"{e}") from None  # fmt: skip
         self.resources = self._advertised_resources()
+        with contextlib.suppress(Exception):  # only a head start
+            self.client.run(warm_template, wait=False)
         self._batcher = Batcher(self.client, RETRIES, self._submitted)
 
     def _submitted(self, future: Any) -> None:

@@ -264,6 +264,23 @@ def _run_thunk(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -
     return f"{type(failure[0]).__name__}: {failure[0]}"
 
 
+def warm_template() -> None:
+    """Start this worker's template of kiln's worker processes now, on a thread of
+    its own, so that the first thunk does not wait for it (``client.run`` calls this
+    on every worker when kiln connects; it returns at once)."""
+
+    def warm() -> None:
+        from kiln.runners import ProcessPool
+
+        _allow_children()
+        pool = ProcessPool(dict(os.environ), tempfile.gettempdir())
+        with contextlib.suppress(Exception):  # the first thunk meets what is wrong
+            pool.run(os.getpid, "starting kiln's worker template", None)
+        pool.shutdown()
+
+    threading.Thread(target=warm, name="kiln-warm-template", daemon=True).start()
+
+
 def _allow_children() -> None:
     """Let this worker process fork kiln's template workers: Dask starts its worker
     processes as daemons, which ``multiprocessing`` lets have no children. The
