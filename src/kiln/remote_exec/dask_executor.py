@@ -37,8 +37,12 @@ _CONNECT_TIMEOUT_S = 10
 # The LocalCluster kiln starts for ``dask-local``: Dask's per-process monitors
 # (a statistical profiler sampling every 10 ms, an event-loop tick every 20 ms, a
 # memory poll every 100 ms) cost each worker process about 3% of a core while
-# idle; kiln's short tasks do not need them that often (docs/cluster.md).
-LOCAL_CLUSTER_CONFIG = {
+# idle; kiln's short tasks do not need them that often (docs/cluster.md). And the
+# nanny's environment for its workers (MALLOC_TRIM_THRESHOLD_=65536, OMP_NUM_THREADS=1,
+# ...) is not given to the actions: they run with this machine's environment, as
+# with the local executor (a malloc trimming at 64 KiB slows iree-compile down).
+LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
+    "distributed.nanny.pre-spawn-environ": {},
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
     "distributed.worker.memory.monitor-interval": "1s",
