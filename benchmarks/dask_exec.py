@@ -2,6 +2,10 @@
 """Remote execution on Dask: what the cluster path costs. One command, two stages.
 
     benchmarks/dask_exec.py [--zoo 20] [--actions 5000] [--workers 32] [--runs 1]
+                            [--dask-defaults]
+
+``bench_dask(work, zoo, actions, workers, runs)`` runs both stages and returns a
+``DaskBench`` (what ``run.py`` calls).
 
 zoo: the model-zoo build (import + compile of ``--zoo`` models, host CPU) from
 clean, ``kiln build -j 2`` on this machine vs ``--executor dask-local:2`` with a
@@ -14,7 +18,10 @@ a cluster of ``--workers`` single-thread workers (``dask scheduler`` + ``dask
 worker --nworkers N --nthreads 1``, started before the build and not timed), with
 ``-j`` = the workers. kiln's added cost per action = (wall - ideal) / actions,
 where ideal = actions x 0.02 / workers. The same graph run locally (``-j``
-= workers) is printed beside it. Needs nginx (tests/nginx.py starts it).
+= workers) is printed beside it. The cluster runs with Dask's per-process monitors
+turned down as docs/cluster.md recommends for many workers per core (the settings
+kiln gives its own ``dask-local`` cluster); ``--dask-defaults`` keeps Dask's
+defaults. Needs nginx (tests/nginx.py starts it).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from _measure import Sample, run_child, say
@@ -46,13 +54,86 @@ def sleeps():
 '''
 
 
+@dataclass
+class DaskBench:
+    """What ``bench_dask`` measured. ``zoo_walls`` maps ``local -j 2`` and
+    ``dask-local:2`` to their wall times (one per run); ``overhead`` holds the sleep
+    stage's numbers (``dask_ms_per_action`` is the target's: wall above ideal, per
+    action), empty when the stage was skipped."""
+
+    zoo: int
+    actions: int
+    workers: int
+    zoo_walls: dict[str, list[float]] = field(default_factory=dict)
+    overhead: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def zoo_ratio(self) -> float | None:
+        """dask-local:2 over local -j 2, best run of each."""
+        if not self.zoo_walls:
+            return None
+        return min(self.zoo_walls["dask-local:2"]) / min(self.zoo_walls["local -j 2"])
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.zoo_walls:
+            local, dask = (min(v) for v in self.zoo_walls.values())
+            runs = len(self.zoo_walls["local -j 2"])
+            out.append(f"zoo {self.zoo} models: local -j 2 {local:.2f} s, dask-local:2 "
+                       f"{dask:.2f} s, ratio {dask / local:.2f}x (best of {runs})")  # fmt: skip
+        if self.overhead:
+            r = self.overhead
+            out.append(
+                f"{self.actions} x sleep {SLEEP_S} on {self.workers} workers: ideal "
+                f"{r['ideal']:.2f} s; dask {r['dask_wall']:.2f} s = "
+                f"{r['dask_ms_per_action']:.2f} ms/action added; local -j {self.workers} "
+                f"{r['local_wall']:.2f} s = {r['local_ms_per_action']:.2f} ms/action; "
+                f"kiln's CPU per action: dask {r['dask_kiln_cpu_ms']:.1f} ms, local "
+                f"{r['local_kiln_cpu_ms']:.1f} ms (with its commands)"
+            )
+        return out
+
+
+def bench_dask(work: Path, zoo: int = 20, actions: int = 5000, workers: int = 32,
+               runs: int = 1, dask_defaults: bool = False) -> DaskBench:  # fmt: skip
+    """Both stages in ``work`` (an empty directory), with a fresh nginx remote cache;
+    ``zoo=0`` or ``actions=0`` skips a stage."""
+    from nginx import NginxCache
+
+    result = DaskBench(zoo, actions, workers)
+    cache = NginxCache(work / "nginx")
+    try:
+        if zoo:
+            result.zoo_walls = zoo_stage(zoo, work, cache.url, runs)
+        if actions:
+            result.overhead = overhead_stage(actions, workers, work, cache.url, dask_defaults)
+    finally:
+        cache.close()
+    return result
+
+
+def cluster_env(dask_defaults: bool) -> dict[str, str]:
+    """The environment of the benchmark's ``dask scheduler`` and ``dask worker``s:
+    kiln's recommended settings (``LOCAL_CLUSTER_CONFIG``) as Dask variables."""
+    from kiln.remote_exec.dask_executor import LOCAL_CLUSTER_CONFIG
+
+    env = dict(os.environ)
+    if dask_defaults:
+        return env
+    for key, value in LOCAL_CLUSTER_CONFIG.items():
+        if isinstance(value, dict):
+            continue  # the nanny's environment: workers started by ``dask worker`` keep it
+        name = "DASK_" + "__".join(part.upper().replace("-", "_") for part in key.split("."))
+        env[name] = str(value)
+    return env
+
+
 def kiln_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "kiln", "build", *args]
 
 
 def zoo_stage(count: int, work: Path, cache_url: str, runs: int) -> dict[str, list[float]]:
-    from _zoo_models import ENV
-    from kiln.actions._ireetools import model_zoo
+    from _zoo_models import ENV, model_zoo
 
     listing = work / "models.json"
     listing.write_text(json.dumps([[m.name, m.model] for m in model_zoo()[:count]]))
@@ -72,18 +153,20 @@ def zoo_stage(count: int, work: Path, cache_url: str, runs: int) -> dict[str, li
     return walls
 
 
-def overhead_stage(n: int, workers: int, work: Path, cache_url: str) -> dict[str, float]:
+def overhead_stage(n: int, workers: int, work: Path, cache_url: str,
+                   dask_defaults: bool = False) -> dict[str, float]:  # fmt: skip
     module = work / "sleeps.py"
     module.write_text(_SLEEPS.format(n=n, sleep=SLEEP_S))
     port = _free_port()
+    env = cluster_env(dask_defaults)
     procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
-                               "--port", str(port), "--no-dashboard"],
+                               "--port", str(port), "--no-dashboard"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
     try:
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "dask", "worker", f"tcp://127.0.0.1:{port}", "--nworkers",
              str(workers), "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
-             "--local-directory", str(work / "workers")],
+             "--local-directory", str(work / "workers")], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         _wait_workers(f"tcp://127.0.0.1:{port}", workers)
         remote = _checked(run_child(kiln_argv(
@@ -133,30 +216,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--actions", type=int, default=5000, help="sleep actions (0: skip)")
     p.add_argument("--workers", type=int, default=32, help="single-thread Dask workers")
     p.add_argument("--runs", type=int, default=1, help="zoo runs per system")
+    p.add_argument("--dask-defaults", action="store_true",
+                   help="run the sleep stage's cluster with Dask's default monitors")
     ns = p.parse_args(argv)
-    from nginx import NginxCache
-
     with tempfile.TemporaryDirectory(prefix="kiln-dask-bench-") as tmp:
-        work = Path(tmp)
-        cache = NginxCache(work / "nginx")
-        try:
-            started = time.perf_counter()
-            if ns.zoo:
-                walls = zoo_stage(ns.zoo, work, cache.url, ns.runs)
-                local, dask = (min(v) for v in walls.values())
-                print(f"zoo {ns.zoo} models: local -j 2 {local:.2f} s, dask-local:2 {dask:.2f} s, "
-                      f"ratio {dask / local:.2f}x (best of {ns.runs})")  # fmt: skip
-            if ns.actions:
-                r = overhead_stage(ns.actions, ns.workers, work, cache.url)
-                print(f"{ns.actions} x sleep {SLEEP_S} on {ns.workers} workers: ideal "
-                      f"{r['ideal']:.2f} s; dask {r['dask_wall']:.2f} s = "
-                      f"{r['dask_ms_per_action']:.2f} ms/action added; local -j {ns.workers} "
-                      f"{r['local_wall']:.2f} s = {r['local_ms_per_action']:.2f} ms/action; "
-                      f"kiln's CPU per action: dask {r['dask_kiln_cpu_ms']:.1f} ms, local "
-                      f"{r['local_kiln_cpu_ms']:.1f} ms (with its commands)")
-            say(f"done in {time.perf_counter() - started:.0f} s")
-        finally:
-            cache.close()
+        started = time.perf_counter()
+        result = bench_dask(Path(tmp), ns.zoo, ns.actions, ns.workers, ns.runs,
+                            ns.dask_defaults)  # fmt: skip
+        for line in result.lines():
+            print(line)
+        say(f"done in {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -28,7 +28,10 @@ _READY_S = 60
 class DaskCluster:
     """A scheduler at ``address`` and workers ``workers[name] = (process, local dir)``."""
 
-    def __init__(self, root: Path, n_workers: int = 2, env: dict[str, str] | None = None):
+    def __init__(self, root: Path, n_workers: int = 2, env: dict[str, str] | None = None,
+                 worker_args: dict[str, list[str]] | None = None):  # fmt: skip
+        """``worker_args`` adds arguments to a worker's command line, by name (``w0``,
+        ``w1``, ...), e.g. ``{"w0": ["--resources", "memory=1"]}``."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -45,7 +48,7 @@ class DaskCluster:
             proc = self._start(
                 "worker", self.address, "--name", name, "--nthreads", "1", "--no-nanny",
                 "--local-directory", str(local), "--host", "127.0.0.1", "--no-dashboard",
-                log=f"{name}.log",
+                *(worker_args or {}).get(name, []), log=f"{name}.log",
             )  # fmt: skip
             self.workers[name] = (proc, local)
         self._wait_ready(n_workers)

@@ -183,6 +183,46 @@ def top():
     assert [m[0] for m in marks] == ["start", "end"] * 4  # never two at once
 
 
+def test_a_resource_pool_maps_to_dask_worker_resources(
+    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
+    nginx_cache: NginxCache,
+) -> None:  # fmt: skip
+    require_dask()
+    log = tmp_path / "spans.log"
+    write_module(f"""
+def in_pool(f):
+    for action in f.deps:
+        action.pool = "memory"
+    return f
+
+def span(tag):
+    return (f"echo start {{tag}} $(pwd) >> {log}; sleep 0.3; echo end {{tag}} $(pwd) >> {log}; "
+            "echo x > {{out}}")
+
+@entrypoint
+def top():
+    heavy = [in_pool(run_command(name=f"m{{i}}.txt", command=["sh", "-c", span("m")]))
+             for i in range(3)]
+    light = [run_command(name=f"l{{i}}.txt", command=["sh", "-c", span("l")])
+             for i in range(3)]
+    return heavy + light
+""")
+    # Only w0 has the resource, and one unit of it: kiln's own pool allows 3 at once.
+    cluster = DaskCluster(tmp_path / "cluster",
+                          worker_args={"w0": ["--resources", "memory=1"]})  # fmt: skip
+    try:
+        r = kiln(*remote_args(cluster, nginx_cache, "out", "-j", "4", "--pool", "memory=3"))
+        marks = [line.split() for line in log.read_text().splitlines()]
+        workers = {(tag, cluster.worker_of(where)) for _, tag, where in marks}
+    finally:
+        cluster.close()
+    assert r.returncode == 0, r.stderr
+    heavy = [(what, where) for what, tag, where in marks if tag == "m"]
+    assert {w for t, w in workers if t == "m"} == {"w0"}, marks
+    assert [what for what, _ in heavy] == ["start", "end"] * 3  # one unit: never two at once
+    assert len(heavy) == 6 and {w for t, w in workers if t == "l"} <= {"w0", "w1"}
+
+
 def test_a_worker_killed_mid_action_is_retried_on_the_other(
     tmp_path: Path, write_module: Callable[..., Path],
     dask_cluster: DaskCluster, nginx_cache: NginxCache,

@@ -13,12 +13,19 @@ backoff; when they persist the remote is reported once and left alone for the
 rest of the build. A refused ``PUT`` (4xx) stops uploads, reported once. A blob is
 written into the local CAS only when its bytes have the digest they were asked
 for; one that does not is a miss, reported.
+
+Round trips are kept few: connections are kept alive and reused (a pool of idle
+ones; a reused connection the server has closed meanwhile is retried once on a
+fresh one), a blob this client has put or seen in the remote is not asked about
+again during the build, and a small blob is ``PUT`` without a ``HEAD`` first (as
+Bazel's HTTP cache client does: for a CAS the ``PUT`` is idempotent).
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
+import os
 import threading
 import time
 import urllib.parse
@@ -31,6 +38,9 @@ from kiln.cache.local import LocalCache
 
 _USER_AGENT = "kiln-cache/1"
 _CHUNK = 1 << 20
+# A blob up to this size is PUT at once: asking first costs as much as sending it.
+SMALL_BLOB = 64 << 10
+_IDLE_CONNECTIONS = 64
 
 
 class _Transient(Exception):
@@ -45,8 +55,10 @@ class RemoteCache:
     """One remote cache URL, as one build uses it.
 
     Invariant: once ``disabled`` is set (after a persistent failure) no request is
-    made; once ``uploads`` is False no ``PUT`` is made. Safe to call from several
-    threads.
+    made; once ``uploads`` is False no ``PUT`` is made; ``_present`` holds only
+    digests the server said it has (or accepted); an idle connection is in
+    ``_idle`` only when its last response was read whole. Safe to call from several
+    threads (a connection is used by one at a time).
     """
 
     def __init__(
@@ -84,6 +96,8 @@ class RemoteCache:
         self._warn = warn
         self._lock = threading.Lock()
         self._bad: set[str] = set()  # digests it served wrong bytes for (reported)
+        self._present: set[str] = set()  # blobs known to be in the remote CAS
+        self._idle: list[http.client.HTTPConnection] = []
 
     # -- the protocol --------------------------------------------------------
 
@@ -95,7 +109,22 @@ class RemoteCache:
         return bool(self._call(lambda: self._head(f"ac/{key_name(key)}")))
 
     def has_blob(self, digest: str) -> bool:
-        return bool(self._call(lambda: self._head(f"cas/{digest}")))
+        if self.known(digest):
+            return True
+        found = bool(self._call(lambda: self._head(f"cas/{digest}")))
+        if found:
+            self._note_present(digest)
+        return found
+
+    def known(self, digest: str) -> bool:
+        """Whether blob ``digest`` is known to be in the remote (put or seen there by
+        this client during the build): no request is needed to tell."""
+        with self._lock:
+            return digest in self._present
+
+    def _note_present(self, digest: str) -> None:
+        with self._lock:
+            self._present.add(digest)
 
     def fetch_blob(self, digest: str, local: LocalCache) -> bool:
         """Download blob ``digest`` into ``local``'s CAS; False when the remote lacks
@@ -107,6 +136,8 @@ class RemoteCache:
             if digest in self._bad:
                 return False
         stored = self._call(lambda: self._get(f"cas/{digest}", store))
+        if stored is True:
+            self._note_present(digest)
         if stored is False:
             with self._lock:
                 self._bad.add(digest)
@@ -117,26 +148,37 @@ class RemoteCache:
         return stored is True
 
     def put_blob(self, digest: str, path: Path | bytes) -> None:
-        if not self._call(lambda: self._head(f"cas/{digest}")):
-            self._upload(f"cas/{digest}", path)
+        """Put ``path``'s content (or the bytes ``path``), whose digest is ``digest``,
+        into the CAS unless it is known to be there; a large blob only after a
+        ``HEAD`` says it is missing."""
+        if self.known(digest):
+            return
+        size = len(path) if isinstance(path, bytes) else path.stat().st_size
+        if size > SMALL_BLOB and self._call(lambda: self._head(f"cas/{digest}")):
+            self._note_present(digest)
+            return
+        if self._upload(f"cas/{digest}", path):
+            self._note_present(digest)
 
     def put_entry(self, key: str, data: bytes) -> None:
         self._upload(f"ac/{key_name(key)}", data)
 
     # -- requests ------------------------------------------------------------
 
-    def _upload(self, name: str, body: bytes | Path) -> None:
+    def _upload(self, name: str, body: bytes | Path) -> bool:
+        """``PUT`` ``body`` at ``name``; whether the server took it."""
         if not self.uploads:
-            return
+            return False
         try:
-            self._call(lambda: self._put(name, body), raise_refused=True)
+            return bool(self._call(lambda: self._put(name, body), raise_refused=True))
         except _Refused as e:
             with self._lock:
                 if not self.uploads:
-                    return
+                    return False
                 self.uploads = False
             self._warn(f"warning: remote cache {self.shown} refused an upload ({e}); "
                        "not uploading for the rest of this build")  # fmt: skip
+            return False
 
     def _call(self, request: Callable[[], Any], raise_refused: bool = False) -> Any:
         """``request()`` with retries; None when the remote is (or becomes) unusable."""
@@ -164,53 +206,92 @@ class RemoteCache:
         self._warn(f"warning: remote cache {self.shown} is not usable ({reason}); "
                    "going on without it for the rest of this build")  # fmt: skip
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle kept-alive connection (and True), else a new one."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=self._timeout)
+        return cls(self._host, self._port, timeout=self._timeout), False
+
+    def _done(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        """Keep ``conn`` for the next request if its response was read whole and the
+        server keeps it open; close it otherwise."""
+        if response.isclosed() and not response.will_close:
+            with self._lock:
+                if len(self._idle) < _IDLE_CONNECTIONS and not self.disabled:
+                    self._idle.append(conn)
+                    return
+        conn.close()
+
+    def close(self) -> None:
+        """Close the idle connections (the client stays usable)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     def _send(
         self, method: str, name: str, body: bytes | Path | None = None
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        conn = self._connection()
-        headers = dict(self._headers)
-        try:
-            if isinstance(body, Path):
-                with open(body, "rb") as f:
-                    headers["Content-Length"] = str(body.stat().st_size)
-                    conn.request(method, f"{self._prefix}/{name}", body=f, headers=headers)
-                    response = conn.getresponse()
-            else:
-                conn.request(method, f"{self._prefix}/{name}", body=body, headers=headers)
-                response = conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise _Transient(_describe(e, self._timeout)) from e
+        while True:
+            conn, reused = self._connection()
+            try:
+                response = self._request(conn, method, name, body)
+                break
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                # A kept-alive connection the server closed meanwhile: try a fresh
+                # one (every request kiln makes is idempotent).
+                if not reused:
+                    raise _Transient(_describe(e, self._timeout)) from e
         if response.status >= 500 or response.status == 429:
             conn.close()
             raise _Transient(f"HTTP {response.status} {response.reason} for {method} {name}")
         return conn, response
 
+    def _request(self, conn: http.client.HTTPConnection, method: str, name: str,
+                 body: bytes | Path | None) -> http.client.HTTPResponse:  # fmt: skip
+        headers = dict(self._headers)
+        if isinstance(body, Path):
+            with open(body, "rb") as f:
+                headers["Content-Length"] = str(os.fstat(f.fileno()).st_size)
+                conn.request(method, f"{self._prefix}/{name}", body=f, headers=headers)
+                return conn.getresponse()
+        conn.request(method, f"{self._prefix}/{name}", body=body, headers=headers)
+        return conn.getresponse()
+
     def _head(self, name: str) -> bool:
         conn, response = self._send("HEAD", name)
-        conn.close()
+        response.read()
+        self._done(conn, response)
         return response.status == 200
 
     def _get(self, name: str, sink: Callable[[Callable[[int], bytes]], bool] | None) -> Any:
         conn, response = self._send("GET", name)
         try:
             if response.status != 200:
+                response.read()
                 return None
             if sink is None:
                 return response.read()
-            return sink(response.read)
+            stored = sink(response.read)
+            response.read()  # the rest, if the sink stopped early
+            return stored
         except (OSError, http.client.HTTPException) as e:
+            conn.close()
             raise _Transient(_describe(e, self._timeout)) from e
         finally:
-            conn.close()
+            self._done(conn, response)
 
     def _put(self, name: str, body: bytes | Path) -> bool:
         conn, response = self._send("PUT", name, body)
-        conn.close()
+        try:
+            response.read()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise _Transient(_describe(e, self._timeout)) from e
+        self._done(conn, response)
         if not 200 <= response.status < 300:
             raise _Refused(f"HTTP {response.status} {response.reason} for PUT {name}")
         return True

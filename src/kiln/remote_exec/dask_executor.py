@@ -2,9 +2,10 @@
 
 The scheduler hands an action to ``DaskExecutor.run`` on one of its ``-j`` worker
 threads, so ``-j`` bounds the actions in flight on the cluster. ``run`` makes sure
-the action's inputs are in the remote CAS, submits a ``RemoteTask``, waits for its
-``RemoteResult`` and returns the outputs' digests and the worker that ran it; the
-scheduler then materializes them from the CAS, as for a cache hit.
+the action's inputs are in the remote CAS, queues a ``RemoteTask`` (submitted in
+batches, ``kiln.remote_exec.batching``), waits for its ``RemoteResult`` and
+returns the outputs' digests and the worker that ran it; the scheduler then
+materializes them from the CAS, as for a cache hit.
 
 Faults: a worker that dies mid-task is Dask's to handle (the task is rescheduled
 up to ``distributed.scheduler.allowed-failures`` times, then ``KilledWorker``);
@@ -27,11 +28,26 @@ import cloudpickle
 
 from kiln.errors import ActionFailed, UsageError
 from kiln.graph import BuildAction, BuildFile
+from kiln.remote_exec.batching import Batcher, Slot
 from kiln.remote_exec.spec import ExecutorSpec
-from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure, run_task
+from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure, warm_template
 
 RETRIES = 2
 _CONNECT_TIMEOUT_S = 10
+# The LocalCluster kiln starts for ``dask-local``: Dask's per-process monitors
+# (a statistical profiler sampling every 10 ms, an event-loop tick every 20 ms, a
+# memory poll every 100 ms) cost each worker process about 3% of a core while
+# idle; kiln's short tasks do not need them that often (docs/cluster.md). And the
+# nanny's environment for its workers (MALLOC_TRIM_THRESHOLD_=65536, OMP_NUM_THREADS=1,
+# ...) is not given to the actions: they run with this machine's environment, as
+# with the local executor (a malloc trimming at 64 KiB slows iree-compile down).
+LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
+    "distributed.nanny.pre-spawn-environ": {},
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+}
 
 
 def sandbox_paths(action: BuildAction, inputs: list[BuildFile],
@@ -76,14 +92,18 @@ class DaskExecutor:
         # output: kiln reports what they mean for the build.
         self._log_levels = _quiet_loggers()
         self.lost: str | None = None
+        self.build = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._futures: set[Any] = set()
         self._cluster: Any = None
         if spec.kind == "dask-local":
-            self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,
-                                         processes=True, host="127.0.0.1",
-                                         dashboard_address=None,
-                                         silence_logs=logging.CRITICAL)  # fmt: skip
+            import dask
+
+            with dask.config.set(LOCAL_CLUSTER_CONFIG):
+                self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,
+                                             processes=True, host="127.0.0.1",
+                                             dashboard_address=None,
+                                             silence_logs=logging.CRITICAL)  # fmt: skip
             address = self._cluster.scheduler_address
         else:
             address = spec.address
@@ -95,6 +115,13 @@ class DaskExecutor:
             raise UsageError(f"--executor: cannot reach the Dask scheduler at {address}: "
                              f"{e}") from None  # fmt: skip
         self.resources = self._advertised_resources()
+        with contextlib.suppress(Exception):  # only a head start
+            self.client.run(warm_template, wait=False)
+        self._batcher = Batcher(self.client, RETRIES, self._submitted)
+
+    def _submitted(self, future: Any) -> None:
+        with self._lock:
+            self._futures.add(future)
 
     def _advertised_resources(self) -> set[str]:
         info = self.client.scheduler_info()
@@ -119,23 +146,20 @@ class DaskExecutor:
                 raise ActionFailed(f"'{action.desc}': cannot put its input {f.path} into the "
                                    "remote cache (see --remote-cache)")  # fmt: skip
         task = self._task(action, inputs, outputs, paths)
-        resources = {p: 1 for p in [action.pool] if p is not None and p in self.resources}
-        future = self.client.submit(
-            run_task, task, key=f"kiln-{uuid.uuid4().hex}", pure=False, retries=RETRIES,
-            resources=resources or None,
-        )  # fmt: skip
-        with self._lock:
-            self._futures.add(future)
+        resources = tuple((p, 1) for p in [action.pool] if p is not None and p in self.resources)
+        slot = Slot(task, f"kiln-{uuid.uuid4().hex}", resources)
+        self._batcher.submit(slot)
         try:
-            return self._result(action, future)
+            self._batcher.wait(slot)
+            return self._result(action, slot)
         finally:
             with self._lock:
-                self._futures.discard(future)
+                self._futures.discard(slot.future)
 
     def _task(self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile],
               paths: dict[BuildFile, str]) -> RemoteTask:  # fmt: skip
         common = dict(
-            desc=action.desc, cas_url=self.cas_url,
+            desc=action.desc, cas_url=self.cas_url, build=self.build,
             inputs=tuple((paths[f], d) for f, d in inputs.items()),
             outputs=tuple(paths[f] for f in outputs),
             timeout=getattr(action, "timeout", None),
@@ -148,11 +172,16 @@ class DaskExecutor:
         thunk = action._sandbox_thunk(paths.__getitem__)  # type: ignore[attr-defined]
         return RemoteTask(thunk=cloudpickle.dumps(thunk), **common)  # type: ignore[arg-type]
 
-    def _result(self, action: BuildAction, future: Any) -> RemoteResult:
+    def _result(self, action: BuildAction, slot: Slot) -> RemoteResult:
         from distributed.scheduler import KilledWorker
 
         try:
-            result = future.result()
+            if slot.value is not None:
+                result = slot.value
+            elif slot.error is not None or slot.future is None:
+                raise slot.error or ConnectionError("not submitted")
+            else:
+                result = slot.future.result()
         except KilledWorker as e:
             raise ActionFailed(
                 f"'{action.desc}': every Dask worker that ran it died ({e.allowed_failures + 1} "
@@ -180,6 +209,7 @@ class DaskExecutor:
 
     def close(self) -> None:
         self.cancel_all()
+        self._batcher.close()
         with contextlib.suppress(Exception):
             self.client.close(timeout=5)
         self._close_cluster()

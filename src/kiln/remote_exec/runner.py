@@ -3,6 +3,8 @@ and how what came back becomes outputs in the output directory."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +13,7 @@ from kiln.cache import BuildCache
 from kiln.errors import ActionFailed
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
 from kiln.remote_exec.dask_executor import DaskExecutor, remotable, sandbox_paths
+from kiln.remote_exec.task import RemoteResult
 from kiln.state import StatKey
 
 Produced = dict[BuildFile, tuple[StatKey, str]]
@@ -52,6 +55,7 @@ class RemoteRunner:
         result = self.executor.run(action, inputs, outputs, self._upload)
         paths = sandbox_paths(action, list(inputs), outputs)
         digests = {f: result.outputs[paths[f]] for f in outputs}
+        self._keep_inline(result, digests, paths)
         produced = self.cache.materialize(digests)
         if produced is None:
             raise ActionFailed(f"'{action.desc}' ran on Dask worker {result.worker}, but its "
@@ -60,11 +64,26 @@ class RemoteRunner:
         action.remote_worker = result.worker  # type: ignore[attr-defined]
         return produced, result.worker
 
+    def _keep_inline(self, result: RemoteResult, digests: dict[BuildFile, str],
+                     paths: dict[BuildFile, str]) -> None:  # fmt: skip
+        """Put the small outputs that came back with ``result`` into the local CAS,
+        so that ``materialize`` need not fetch them; bytes that do not have their
+        digest are not kept (the CAS copy is fetched instead)."""
+        local = self.cache.local
+        for f, digest in digests.items():
+            data = result.inline.get(paths[f])
+            if data is None or self.cache.broken:
+                continue
+            with contextlib.suppress(OSError):
+                if not local.has_blob(digest):
+                    local.put_stream(digest, io.BytesIO(data).read)
+
     def _upload(self, digest: str, path: Path) -> bool:
+        """Make sure blob ``digest`` (the file ``path``) is in the remote CAS."""
         remote = self.cache.remote
         assert remote is not None
         remote.put_blob(digest, path)
-        return not remote.disabled and remote.uploads
+        return remote.known(digest) and not remote.disabled
 
     def cancel_all(self) -> None:
         self.executor.cancel_all()

@@ -3,9 +3,16 @@
 The task is plain data (``RemoteTask``). ``run_task`` makes a sandbox directory
 under the worker's local directory, fetches every input from the remote CAS (by
 way of a per-worker CAS beside it, verified against its digest), runs the action
-with the sandbox as its working directory, in a fresh process so that nothing an
-earlier action did to the worker is seen, uploads the outputs to the remote CAS
-and returns their digests. The sandbox is removed afterwards.
+with the sandbox as its working directory, in a process of its own so that
+nothing an earlier action did to the worker is seen, uploads the outputs to the
+remote CAS and returns their digests (a small output's bytes too, so that kiln
+need not fetch it back). The sandbox is removed afterwards.
+
+A command runs as a child process. A thunk runs in a worker forked from kiln's
+clean, pre-imported template (``kiln.runners.ProcessPool``), as it would on
+kiln's machine, instead of a fresh interpreter importing kiln's tools each time.
+What a Dask worker process keeps between tasks (``_WorkerState``): its CAS
+client with its kept-alive connections, one per build.
 
 An action that runs and fails is a result (``RemoteResult.error``), not an
 exception: Dask retries only what went wrong around it (a lost worker, a CAS that
@@ -15,13 +22,15 @@ did not answer).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
+import select
 import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,20 +38,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kiln.cache.local import LocalCache, copy_verified
+from kiln.cache.remote import SMALL_BLOB, RemoteCache
 from kiln.state import hash_file
 
 _TAIL_BYTES = 4000
 _POLL_S = 0.1
-# Runs a cloudpickled thunk read from stdin; an exception is its message on stderr.
-_RUN_THUNK = (
-    "import sys, cloudpickle\n"
-    "thunk = cloudpickle.loads(sys.stdin.buffer.read())\n"
-    "try:\n"
-    "    thunk()\n"
-    "except BaseException as e:\n"
-    "    print(f'{type(e).__name__}: {e}', file=sys.stderr)\n"
-    "    sys.exit(1)\n"
-)
 
 
 class _SandboxFailure(Exception):
@@ -58,6 +58,7 @@ class RemoteTask:
 
     desc: str
     cas_url: str
+    build: str  # one id per build: what a worker knows of the remote lasts one build
     inputs: tuple[tuple[str, str], ...]  # (relative path, sha256)
     outputs: tuple[str, ...]
     command: tuple[str, ...] | None = None
@@ -68,11 +69,13 @@ class RemoteTask:
 
 @dataclass(frozen=True)
 class RemoteResult:
-    """What came back: who ran it, where, and the outputs' digests or the error."""
+    """What came back: who ran it, where, and the outputs' digests or the error;
+    ``inline`` holds the bytes of the small outputs (also in the remote CAS)."""
 
     worker: str
     sandbox: str
     outputs: dict[str, str] = field(default_factory=dict)
+    inline: dict[str, bytes] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
 
@@ -85,17 +88,48 @@ def inside(root: Path, rel: str) -> Path:
     return root.joinpath(*p.parts)
 
 
+class _WorkerState:
+    """What one Dask worker process keeps between kiln's tasks: the CAS client of
+    the current build (its kept-alive connections, the blobs it knows are there)
+    and the warnings it gave. Invariant: ``remote`` serves ``key`` only, and is
+    replaced when it stopped being usable (a later task tries the remote again)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.key: tuple[str, str] | None = None
+        self.remote: RemoteCache | None = None
+        self.warnings: list[str] = []
+
+    def remote_for(self, task: RemoteTask) -> RemoteCache:
+        with self.lock:
+            remote = self.remote
+            if remote is None or self.key != (task.cas_url, task.build) or (
+                remote.disabled or not remote.uploads
+            ):
+                if remote is not None:
+                    remote.close()
+                self.warnings = []
+                remote = RemoteCache(task.cas_url, warn=self.warnings.append)
+                self.key, self.remote = (task.cas_url, task.build), remote
+            return remote
+
+
+def _state(worker: Any) -> _WorkerState:
+    """The worker's ``_WorkerState`` (made on its first kiln task)."""
+    state = vars(worker).setdefault("_kiln_state", _WorkerState())
+    assert isinstance(state, _WorkerState)
+    return state
+
+
 def run_task(task: RemoteTask) -> RemoteResult:
     """Run ``task`` on this Dask worker (the function Dask calls)."""
     from distributed import get_worker
 
-    from kiln.cache.remote import RemoteCache
-
     worker = get_worker()
     root = Path(worker.local_directory) / "kiln"
     root.mkdir(parents=True, exist_ok=True)
-    warnings: list[str] = []
-    remote = RemoteCache(task.cas_url, warn=warnings.append)
+    state = _state(worker)
+    remote = state.remote_for(task)
     sandbox = Path(tempfile.mkdtemp(prefix="sandbox-", dir=root))
     try:
         _fetch_inputs(task, sandbox, LocalCache(root / "cache"), remote)
@@ -105,21 +139,20 @@ def run_task(task: RemoteTask) -> RemoteResult:
         if error is not None:
             return RemoteResult(worker.address, str(sandbox), error=error)
         try:
-            outputs = _store_outputs(task, sandbox, remote)
+            outputs, inline = _store_outputs(task, sandbox, remote)
         except _Missing as e:
             return RemoteResult(worker.address, str(sandbox), error=str(e))
         if remote.disabled or not remote.uploads:
+            why = "; ".join(state.warnings) or "uploads refused"
             raise _SandboxFailure(f"cannot store the outputs of '{task.desc}' in the remote "
-                                  f"cache: {'; '.join(warnings) or 'uploads refused'}")  # fmt: skip
-        return RemoteResult(worker.address, str(sandbox), outputs=outputs)
+                                  f"cache: {why}")  # fmt: skip
+        return RemoteResult(worker.address, str(sandbox), outputs=outputs, inline=inline)
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
 
 
-def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: object) -> None:
-    from kiln.cache.remote import RemoteCache
-
-    assert isinstance(remote, RemoteCache)
+def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache,
+                  remote: RemoteCache) -> None:  # fmt: skip
     for rel, digest in task.inputs:
         dest = inside(sandbox, rel)
         if not cas.has_blob(digest) and not remote.fetch_blob(digest, cas):
@@ -135,54 +168,127 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: obje
 
 def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
     """Run the command or thunk in ``sandbox``; the failure's text, or None."""
+    if task.command is None:
+        return _run_thunk(task, sandbox, cancelled)
     log = sandbox / ".kiln-action.log"
-    if task.command is not None:
-        out = str(inside(sandbox, task.outputs[0]))
-        ins = [str(inside(sandbox, rel)) for rel in task.command_inputs]
-        argv = [a.format(out=out, inputs=ins) for a in task.command]
-        stdin = None
-    else:
-        argv = [sys.executable, "-c", _RUN_THUNK]
-        stdin = task.thunk
+    out = str(inside(sandbox, task.outputs[0]))
+    ins = [str(inside(sandbox, rel)) for rel in task.command_inputs]
+    argv = [a.format(out=out, inputs=ins) for a in task.command]
     with open(log, "wb") as fd:
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else None, stdout=fd,
-                                    stderr=fd, cwd=sandbox, start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                                    cwd=sandbox, start_new_session=True)  # fmt: skip
         except OSError as e:
             return f"cannot run {argv[0]!r}: {e.strerror}"
-    stopped = _wait(proc, stdin, task.timeout, cancelled)
+    stopped = _wait(proc, task.timeout, cancelled)
     if stopped is not None:
         return stopped
     if proc.returncode == 0:
         return None
     tail = log.read_bytes()[-_TAIL_BYTES:].decode(errors="replace").rstrip()
-    what = "command" if task.command is not None else "action"
-    return f"{what} exited with status {proc.returncode}\n{tail}".rstrip()
+    return f"command exited with status {proc.returncode}\n{tail}".rstrip()
 
 
-def _wait(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout: float | None,
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None,
           cancelled: Callable[[], bool]) -> str | None:  # fmt: skip
     """Wait for ``proc``; kill its process group if it runs past ``timeout`` or the
-    task is cancelled (the build was interrupted), and say which."""
-    if proc.stdin is not None:
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(stdin or b"")
-        proc.stdin.close()
+    task is cancelled (the build was interrupted), and say which. The wait sleeps
+    on a pidfd, so that the end of the command is seen at once."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
+    pidfd = _pidfd(proc.pid)
+    try:
+        while True:
+            left = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
+            if pidfd is not None:
+                select.select([pidfd], [], [], max(0.0, left))
+                ended = proc.poll() is not None
+            else:
+                try:
+                    proc.wait(timeout=max(0.0, left))
+                    ended = True
+                except subprocess.TimeoutExpired:
+                    ended = False
+            if ended:
+                return None
+            late = deadline is not None and time.monotonic() > deadline
+            if late or cancelled():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                if late:
+                    return f"ran past its timeout of {timeout:g} s and was killed"
+                return "cancelled: the build stopped"
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfds here: poll instead
+        return None
+
+
+def _run_thunk(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
+    """Run the thunk in a worker process forked from kiln's template, with the
+    sandbox as its working directory; stop it when the task is cancelled."""
+    import cloudpickle
+
+    from kiln.runners import ProcessPool
+
+    _allow_children()
+    thunk = cloudpickle.loads(task.thunk or b"")
+    pool = ProcessPool(dict(os.environ), str(sandbox))
+    failure: list[BaseException] = []
+
+    def body() -> None:
         try:
-            proc.wait(timeout=_POLL_S)
-            return None
-        except subprocess.TimeoutExpired:
-            pass
-        late = deadline is not None and time.monotonic() > deadline
-        if late or cancelled():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            if late:
-                return f"ran past its timeout of {timeout:g} s and was killed"
-            return "cancelled: the build stopped"
+            pool.run(thunk, task.desc, task.timeout)
+        except BaseException as e:  # noqa: BLE001 - the action's failure, reported
+            failure.append(e)
+
+    runner = threading.Thread(target=body, name="kiln-thunk", daemon=True)
+    runner.start()
+    try:
+        while runner.is_alive():
+            runner.join(_POLL_S)
+            if runner.is_alive() and cancelled():
+                pool.shutdown()
+                runner.join()
+                return "cancelled: the build stopped"
+    finally:
+        pool.shutdown()
+    if not failure:
+        return None
+    return f"{type(failure[0]).__name__}: {failure[0]}"
+
+
+def warm_template() -> None:
+    """Start this worker's template of kiln's worker processes now, on a thread of
+    its own, so that the first thunk does not wait for it (``client.run`` calls this
+    on every worker when kiln connects; it returns at once)."""
+
+    def warm() -> None:
+        from kiln.runners import ProcessPool
+
+        _allow_children()
+        pool = ProcessPool(dict(os.environ), tempfile.gettempdir())
+        with contextlib.suppress(Exception):  # the first thunk meets what is wrong
+            pool.run(os.getpid, "starting kiln's worker template", None)
+        pool.shutdown()
+
+    threading.Thread(target=warm, name="kiln-warm-template", daemon=True).start()
+
+
+def _allow_children() -> None:
+    """Let this worker process fork kiln's template workers: Dask starts its worker
+    processes as daemons, which ``multiprocessing`` lets have no children. The
+    children need no daemon's reaping: each watches the worker through a pipe and
+    is killed with its process group when its action ends."""
+    me = multiprocessing.current_process()
+    if me.daemon:
+        me.daemon = False
 
 
 def _cancel_check(worker: Any) -> Callable[[], bool]:
@@ -197,11 +303,10 @@ def _cancel_check(worker: Any) -> Callable[[], bool]:
     return cancelled
 
 
-def _store_outputs(task: RemoteTask, sandbox: Path, remote: object) -> dict[str, str]:
-    from kiln.cache.remote import RemoteCache
-
-    assert isinstance(remote, RemoteCache)
-    outputs = {}
+def _store_outputs(task: RemoteTask, sandbox: Path,
+                   remote: RemoteCache) -> tuple[dict[str, str], dict[str, bytes]]:  # fmt: skip
+    """Put the outputs into the remote CAS: their digests, and the small ones' bytes."""
+    outputs, inline = {}, {}
     for rel in task.outputs:
         path = inside(sandbox, rel)
         try:
@@ -213,7 +318,9 @@ def _store_outputs(task: RemoteTask, sandbox: Path, remote: object) -> dict[str,
         digest = hash_file(path, follow=False)
         remote.put_blob(digest, path)
         outputs[rel] = digest
-    return outputs
+        if st.st_size <= SMALL_BLOB:
+            inline[rel] = path.read_bytes()
+    return outputs, inline
 
 
 class _Missing(_SandboxFailure):
