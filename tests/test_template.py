@@ -138,3 +138,47 @@ def test_shutdown_kills_running_workers_and_the_template(pool: ProcessPool, tmp_
     thread.join(30)
     assert len(failures) == 1 and "signal SIGKILL" in str(failures[0]), failures
     assert_dead(worker, child, template)
+
+
+def write_cwd(path: str) -> None:
+    Path(path).write_text(os.getcwd())
+
+
+def test_a_worker_runs_in_its_own_directory_and_is_killed_alone(
+    pool: ProcessPool, tmp_path: Path
+) -> None:
+    """``cwd`` moves one worker (the pool's other workers keep the pool's); the kill
+    handed to ``started`` stops that worker and its children, not the template."""
+    import threading
+
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    pool.run(functools.partial(write_cwd, "where"), "where", None, cwd=str(sandbox))
+    pool.run(functools.partial(write_cwd, str(tmp_path / "home")), "home", None)
+    assert (sandbox / "where").read_text() == str(sandbox)
+    assert (tmp_path / "home").read_text() == str(tmp_path)
+
+    out = tmp_path / "pids"
+    kills: list = []
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pool.run(functools.partial(sleep_with_child, str(out)), "sleeper", None,
+                     started=kills.append)  # fmt: skip
+        except BaseException as e:  # noqa: BLE001 - checked below
+            failures.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_for(lambda: out.exists() and len(out.read_text().split()) == 2, 30, "the worker")
+    worker, child = map(int, out.read_text().split())
+    assert len(kills) == 1
+    kills[0]()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(failures) == 1 and "signal SIGKILL" in str(failures[0]), failures
+    assert_dead(worker, child)
+    again = tmp_path / "again"
+    pool.run(functools.partial(write_pid, str(again)), "again", None)  # same template
+    assert again.exists()

@@ -90,8 +90,10 @@ def run_one(sock: socket.socket) -> None:
     if data is None:
         return
     try:
-        sys_path, payload = pickle.loads(data)
+        sys_path, cwd, payload = pickle.loads(data)
         sys.path[:] = sys_path  # kiln's, so that the thunk's modules import as there
+        if cwd is not None:
+            os.chdir(cwd)
         import cloudpickle
 
         cloudpickle.loads(payload)()

@@ -67,15 +67,22 @@ class ProcessPool:
         self._template: Template | None = None
         self._closed = False
 
-    def run(self, thunk: Callable[[], Any], desc: str, timeout: float | None) -> None:
-        """Run ``thunk`` in a worker; raise what it raised, or why the worker died."""
+    def run(
+        self, thunk: Callable[[], Any], desc: str, timeout: float | None, *,
+        cwd: str | None = None, started: Callable[[Callable[[], None]], object] | None = None,
+    ) -> None:  # fmt: skip
+        """Run ``thunk`` in a worker; raise what it raised, or why the worker died.
+        ``cwd``: the worker's directory instead of the pool's. ``started`` is given a
+        function that kills this worker with its group (and no other worker)."""
         import cloudpickle
 
         try:
-            payload = pickle.dumps((sys.path, cloudpickle.dumps(thunk)))
+            payload = pickle.dumps((sys.path, cwd, cloudpickle.dumps(thunk)))
         except Exception as e:
             raise ActionFailed(f"cannot send '{desc}' to a worker process: {e}") from e
         template, ident, sock = self._start_worker(modules_for(thunk))
+        if started is not None:
+            started(lambda: template.kill(ident))
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             sock.settimeout(timeout)  # a large payload waits for the worker to read it

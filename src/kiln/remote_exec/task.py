@@ -35,11 +35,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.cache.local import LocalCache, copy_verified
 from kiln.cache.remote import SMALL_BLOB, RemoteCache
 from kiln.state import hash_file
+
+if TYPE_CHECKING:  # imported when a thunk first runs
+    from kiln.runners import ProcessPool
 
 _TAIL_BYTES = 4000
 _POLL_S = 0.1
@@ -90,15 +93,29 @@ def inside(root: Path, rel: str) -> Path:
 
 class _WorkerState:
     """What one Dask worker process keeps between kiln's tasks: the CAS client of
-    the current build (its kept-alive connections, the blobs it knows are there)
-    and the warnings it gave. Invariant: ``remote`` serves ``key`` only, and is
-    replaced when it stopped being usable (a later task tries the remote again)."""
+    the current build (its kept-alive connections, the blobs it knows are there),
+    the warnings it gave, and the pool whose template its thunks are forked from.
+    Invariant: ``remote`` serves ``key`` only, and is replaced when it stopped being
+    usable (a later task tries the remote again)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.key: tuple[str, str] | None = None
         self.remote: RemoteCache | None = None
         self.warnings: list[str] = []
+        self._pool: ProcessPool | None = None
+
+    def pool(self, root: Path) -> ProcessPool:
+        """This worker process's pool of fresh processes, forked from one template
+        that lives as long as the Dask worker (each thunk still gets a new process,
+        in its own sandbox directory)."""
+        from kiln.runners import ProcessPool
+
+        with self.lock:
+            if self._pool is None:
+                _allow_children()
+                self._pool = ProcessPool(dict(os.environ), str(root))
+            return self._pool
 
     def remote_for(self, task: RemoteTask) -> RemoteCache:
         with self.lock:
@@ -231,52 +248,47 @@ def _pidfd(pid: int) -> int | None:
 
 
 def _run_thunk(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
-    """Run the thunk in a worker process forked from kiln's template, with the
-    sandbox as its working directory; stop it when the task is cancelled."""
+    """Run the thunk in a worker process forked from this Dask worker's template,
+    with the sandbox as its working directory; kill it when the task is cancelled."""
     import cloudpickle
+    from distributed import get_worker
 
-    from kiln.runners import ProcessPool
-
-    _allow_children()
     thunk = cloudpickle.loads(task.thunk or b"")
-    pool = ProcessPool(dict(os.environ), str(sandbox))
+    pool = _state(get_worker()).pool(sandbox.parent)
     failure: list[BaseException] = []
+    kill: list[Callable[[], None]] = []
 
     def body() -> None:
         try:
-            pool.run(thunk, task.desc, task.timeout)
+            pool.run(thunk, task.desc, task.timeout, cwd=str(sandbox), started=kill.append)
         except BaseException as e:  # noqa: BLE001 - the action's failure, reported
             failure.append(e)
 
     runner = threading.Thread(target=body, name="kiln-thunk", daemon=True)
     runner.start()
-    try:
-        while runner.is_alive():
-            runner.join(_POLL_S)
-            if runner.is_alive() and cancelled():
-                pool.shutdown()
-                runner.join()
-                return "cancelled: the build stopped"
-    finally:
-        pool.shutdown()
+    while runner.is_alive():
+        runner.join(_POLL_S)
+        if runner.is_alive() and cancelled():
+            for stop in kill:
+                stop()
+            runner.join()
+            return "cancelled: the build stopped"
     if not failure:
         return None
     return f"{type(failure[0]).__name__}: {failure[0]}"
 
 
-def warm_template() -> None:
+def warm_template(dask_worker: Any) -> None:
     """Start this worker's template of kiln's worker processes now, on a thread of
     its own, so that the first thunk does not wait for it (``client.run`` calls this
     on every worker when kiln connects; it returns at once)."""
+    root = Path(dask_worker.local_directory) / "kiln"
 
     def warm() -> None:
-        from kiln.runners import ProcessPool
-
-        _allow_children()
-        pool = ProcessPool(dict(os.environ), tempfile.gettempdir())
+        root.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(Exception):  # the first thunk meets what is wrong
-            pool.run(os.getpid, "starting kiln's worker template", None)
-        pool.shutdown()
+            _state(dask_worker).pool(root).run(os.getpid, "starting kiln's worker template",
+                                               None)  # fmt: skip
 
     threading.Thread(target=warm, name="kiln-warm-template", daemon=True).start()
 
