@@ -16,7 +16,9 @@ def markdown(res: Results, command: str, took_s: float, machine: list[str]) -> s
         "",
         f"`{command}`: medians of {res.runs} runs unless the table says otherwise; "
         "whole processes from the command line (`-j 2` / `-n 2` unless a table says "
-        f"otherwise); the run took {took_s / 60:.1f} min. kiln runs with bytecode writing on "
+        "otherwise), CPU time counting every process the command started (the harness "
+        "adopts and reaps any left behind); the run took "
+        f"{took_s / 60:.1f} min. kiln runs with bytecode writing on "
         "(`PYTHONDONTWRITEBYTECODE` unset, as on a user's machine), warmed by one untimed "
         "build of each kind of action first. 'own CPU' is a program's process alone (all "
         "its threads, none of its children), read from /proc before it is reaped.",
@@ -50,8 +52,9 @@ def markdown(res: Results, command: str, took_s: float, machine: list[str]) -> s
                 f"{res.throughput.actions:,} independent `sh -c ': > OUT'` commands built from "
                 "clean: kiln as `run_command` actions (`--no-cache`), Ninja as a rule "
                 "`: > $out`, alternating, at each -j from 1 to the machine's cores. Own CPU "
-                "is the build system's process alone; children CPU is what the commands "
-                "used.", "", *res.throughput.table()]  # fmt: skip
+                "is the build system's process alone; other processes' CPU is everything "
+                "else the build ran (the commands, and any helper process).", "",
+                *res.throughput.table()]  # fmt: skip
     if res.jobs:
         out += ["", "## kiln with more jobs", "",
                 "kiln (py) on the layered-diamonds graph at each -j (the -j values in turn, "

@@ -69,7 +69,7 @@ class ThroughputResult:
     def table(self) -> list[str]:
         lines = [
             "| -j | system | runs | wall s | actions/s | kiln ÷ Ninja actions/s "
-            "| own CPU ms/action | kiln ÷ Ninja own CPU | children CPU s |",
+            "| own CPU ms/action | kiln ÷ Ninja own CPU | other processes' CPU s |",
             "|--:|---|--:|--:|--:|--:|--:|--:|--:|",
         ]
         for jobs, by_system in self.series.items():
@@ -83,12 +83,11 @@ class ThroughputResult:
                     ninja_own = self.own_ms(jobs, "ninja")
                     if own is not None and ninja_own:
                         own_ratio = f"{own / ninja_own:.2f}"
-                children = statistics.median(
-                    (x.children_cpu_s or 0.0) for x in s.samples)  # fmt: skip
+                others = statistics.median(x.cpu_s - (x.own_cpu_s or 0.0) for x in s.samples)
                 lines.append(
                     f"| {jobs} | {name} | {len(s.samples)} | {s.wall_s:.2f} | {rate:,.0f} "
                     f"| {ratio} | {'—' if own is None else f'{own:.3f}'} | {own_ratio} "
-                    f"| {children:.2f} |"
+                    f"| {others:.2f} |"
                 )
         return lines
 
