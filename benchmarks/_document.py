@@ -94,6 +94,9 @@ def markdown(res: Results, command: str, took_s: float, machine: list[str]) -> s
                 "", *cache_table(res.cache)]  # fmt: skip
     if res.dask is not None:
         out += ["", "## Remote execution on Dask (issue 13)", "", *res.dask.table()]
+    if res.stage_s:
+        out += ["", "Stages took: " + "; ".join(f"{name} {s:.0f} s"
+                                             for name, s in res.stage_s.items()) + "."]
     if res.errors:
         out += ["", "## Errors (these benchmarks are missing above)", "",
                 *(f"- {e}" for e in res.errors)]  # fmt: skip

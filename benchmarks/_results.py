@@ -31,3 +31,4 @@ class Results:
     cache: ZooCacheResult | None = None
     dask: DaskResult | None = None
     errors: list[str] = field(default_factory=list)
+    stage_s: dict[str, float] = field(default_factory=dict)  # how long each stage took

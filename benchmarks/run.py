@@ -110,11 +110,15 @@ def main(argv: list[str]) -> int:
 def _stage(res: Results, name: str, run: Callable[[], None]) -> None:
     """Run one benchmark; a failure is reported, and the others still run."""
     print(name, flush=True)
+    started = time.perf_counter()
     try:
         run()
     except Exception as e:  # noqa: BLE001 - every stage gets its chance
         traceback.print_exc()
         res.errors.append(f"{name}: {type(e).__name__}: {e}")
+    took = time.perf_counter() - started
+    res.stage_s[name] = took
+    print(f"  ({name}: {took:.0f} s)", flush=True)
 
 
 def _stages(args: argparse.Namespace, res: Results, work: Path) -> None:
