@@ -80,7 +80,10 @@ def render(res: Results, command: str, machine: str, versions: dict[str, str],
         out += [f"| model zoo, {len(z.models)} models (import + compile, host CPU) | kiln "
                 f"| {versions.get('iree.build', 'iree.build')} |", "|---|--:|--:|",
                 *(f"| {scenario} | {_wall(by['kiln'])} | {_wall(by['iree.build'])} |"
-                  for scenario, by in z.series.items()), ""]  # fmt: skip
+                  for scenario, by in z.series.items())]  # fmt: skip
+        notes = sorted({f"{name}: {s.note}" for by in z.series.values()
+                        for name, s in by.items() if s.note})  # fmt: skip
+        out += ["", *(f"({note}.)" for note in notes), ""] if notes else [""]
     if res.analysis:
         parts = [f"{a.median('total'):.2f} s for {a.actions:,} actions "
                  f"({a.process.rss_mib:.0f} MiB peak)" for a in res.analysis]  # fmt: skip
