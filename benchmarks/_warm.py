@@ -37,7 +37,7 @@ def warm(work: Path) -> None:
         checked(run_child(system.argv(where), cwd=where, log=where / "warm.log"),
                 f"warm-up {system.name}")  # fmt: skip
     process = root / "process"
-    process.mkdir(parents=True)
+    process.mkdir(parents=True, exist_ok=True)
     (process / "trivial.py").write_text(MODULE.format(n=4, kind="PROCESS"))
     checked(run_child(kiln_argv("trivial.py"), cwd=process, log=process / "warm.log"),
             "warm-up PROCESS actions")  # fmt: skip
