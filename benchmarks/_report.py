@@ -40,7 +40,9 @@ def git_commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        # What is measured: kiln's code and the benchmarks' (not earlier results, README).
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "src", "benchmarks", ":(exclude)benchmarks/results"],
                                cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

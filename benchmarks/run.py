@@ -97,14 +97,14 @@ def main(argv: list[str]) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    machine = _report.machine()
+    machine, commit = _report.machine(), _report.git_commit()  # before results are written
     print(f"kiln benchmarks ({res.mode}, {res.runs} runs) in {work}", flush=True)
     try:
         _stages(args, res, work)
     finally:
         if not args.keep and args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    return _finish(args, res, time.perf_counter() - started, machine)
+    return _finish(args, res, time.perf_counter() - started, machine, commit)
 
 
 def _stage(res: Results, name: str, run: Callable[[], None]) -> None:
@@ -181,7 +181,8 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(["benchmarks/run.py", *flags])
 
 
-def _finish(args: argparse.Namespace, res: Results, took: float, machine: list[str]) -> int:
+def _finish(args: argparse.Namespace, res: Results, took: float, machine: list[str],
+            commit: str) -> int:  # fmt: skip
     command = _command(args)
     text = markdown(res, command, took, machine)
     print("\n" + text)
@@ -196,7 +197,7 @@ def _finish(args: argparse.Namespace, res: Results, took: float, machine: list[s
     dated.write_text(text)
     (RESULTS / "latest.md").write_text(text)
     section = _readme.render(res, command, _report.machine_summary(), _report.versions(),
-                             _report.git_commit(), targets(res))  # fmt: skip
+                             commit, targets(res))  # fmt: skip
     (RESULTS / "latest-readme.md").write_text("\n".join(section) + "\n")
     print(f"written to {dated.relative_to(ROOT)}, benchmarks/results/latest.md and "
           "latest-readme.md")  # fmt: skip
