@@ -1,5 +1,6 @@
 """Timing whole child processes: wall time, CPU time (user + sys, the child and
-every descendant it waited for) and peak RSS, from ``os.wait4`` in ``_launch.py``."""
+every descendant it waited for), the child's own CPU time (its process alone, from
+/proc before it is reaped) and peak RSS, measured by ``_launch.py``."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ class Sample:
     returncode: int
     timed_out: bool = False
     log: Path | None = None
+    own_cpu_s: float | None = None  # the command's process alone, threads included
+    children_cpu_s: float | None = None  # the children it reaped
 
     @property
     def ok(self) -> bool:
@@ -101,6 +104,8 @@ def run_child(
         rss_mib=measured["rss_kib"] / 1024.0,
         returncode=measured["returncode"],
         log=log,
+        own_cpu_s=measured.get("own_cpu_s"),
+        children_cpu_s=measured.get("children_cpu_s"),
     )
 
 
@@ -144,3 +149,11 @@ class Series:
     @property
     def rss_mib(self) -> float:
         return self._median("rss_mib")
+
+    @property
+    def own_cpu_s(self) -> float | None:
+        """Median CPU of the command's own process, None where /proc was unreadable."""
+        values = [s.own_cpu_s for s in self.samples]
+        if not values or any(v is None for v in values):
+            return None
+        return statistics.median(v for v in values if v is not None)

@@ -83,10 +83,15 @@ def _last(graph: Graph, prefix: str) -> str:
     return f"{prefix}n{graph.layers - 1}_{graph.width - 1}.txt"
 
 
-def _kiln(module: str) -> Callable[[Path], list[str]]:
+def kiln_argv(module: str, jobs: int = 2) -> list[str]:
+    """``kiln build MODULE -j JOBS`` into ``out``, run from the graph's directory."""
     # --no-cache: kiln's cache would serve every clean round after the first.
-    return lambda root: [*_tool("kiln", "kiln"), "build", module, "-j", "2", "--output-dir", "out",
-                         "--no-cache"]  # fmt: skip
+    return [*_tool("kiln", "kiln"), "build", module, "-j", str(jobs), "--output-dir", "out",
+            "--no-cache"]  # fmt: skip
+
+
+def _kiln(module: str) -> Callable[[Path], list[str]]:
+    return lambda root: kiln_argv(module)
 
 
 KILN_PY = System(
@@ -201,14 +206,14 @@ def _round(
         path = logs / f"{scenario.replace(' ', '_')}-{round_}.log"
         sample = run_child(system.argv(root), cwd=root, log=path, timeout_s=system.timeout_s)
         what = f"{system.name} {graph.label} {scenario}"
-        failure = _failure(sample, system, graph, root)
-        if failure is not None:
-            log(f"  {what}: {failure} (log: {path})")
+        why = failure(sample, system, graph, root)
+        if why is not None:
+            log(f"  {what}: {why} (log: {path})")
             if timed:
                 series = result.series[scenario][system.name]
                 series.timeout_s = system.timeout_s if sample.timed_out else None
                 series.failed = not sample.timed_out
-                series.note = failure
+                series.note = why
                 series.samples.append(sample)
             for other in scenarios:
                 if other != scenario and not result.series[other][system.name].note:
@@ -222,7 +227,7 @@ def _round(
     return True
 
 
-def _failure(sample: Sample, system: System, graph: Graph, root: Path) -> str | None:
+def failure(sample: Sample, system: System, graph: Graph, root: Path) -> str | None:
     """Why a run does not count (timed out, failed, output missing), or None."""
     if sample.timed_out:
         return f"did not finish in {system.timeout_s:g} s"

@@ -1,16 +1,27 @@
 #!/usr/bin/env python3
 """kiln's benchmarks against Ninja, doit and upstream iree.build: one command.
 
-    benchmarks/run.py            # full: 1,000 and 10,000 actions, 100,000 analysis,
-                                 #       20 zoo models; medians of 5 runs
-    benchmarks/run.py --quick    # 1,000 actions + 10,000-action no-op, 5 zoo
-                                 #       models; 3 runs; under two minutes
-Both also time 200 trivial out-of-process actions (``process_actions.py``).
+    benchmarks/run.py            # full: every target of issue 16; medians of 5 runs
+    benchmarks/run.py --quick    # the same stages, smaller; 3 runs; about 3 minutes
+    benchmarks/run.py --dask     # also issue 13's Dask stages (benchmarks/dask_exec.py)
+    benchmarks/run.py --readme   # also rewrite README.md's performance section
+    benchmarks/run.py --readme-from benchmarks/results/latest-readme.md   # only that
+
+Stages (full / quick): the layered-diamonds graph, 1,000 actions with every peer
+and 10,000 actions with every peer (quick: kiln (py) and doit no-op only);
+throughput of 10,000 (quick: 1,000) trivial commands, kiln vs Ninja, at -j 1, 2,
+4, ... up to the cores; kiln's no-op (10,000 actions) and in-process clean build
+(quick: 1,000) at -j 1, 2, 8, 16, 64; graph analysis of 10,000 and 100,000
+(quick: 10,000) actions; iree.build's depth probe (full only); 200 hermetic
+PROCESS actions; the model zoo, 20 (quick: 5) models, and its shared cache.
 
 Every measurement is a whole process started from the command line, Python
 start-up included: wall time, CPU time (user + sys of the process and its
-children) and peak RSS, from ``os.wait4``. Results are printed and written as
-markdown to ``benchmarks/results/<date>-<quick|full>.md`` and ``latest.md``.
+children), the process's own CPU and peak RSS (``_launch.py``). kiln runs with
+bytecode writing on and is warmed once first (``_warm.py``). Results are printed
+and written as markdown to ``benchmarks/results/<date>-<quick|full>.md`` and
+``latest.md``, with the targets table; the README's section to
+``latest-readme.md``.
 """
 
 from __future__ import annotations
@@ -25,130 +36,175 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+import _readme
 import _report
+from _document import markdown
 from _env import ensure_bench_extra, ensure_venv
 from _graph import make_graph
-from _synthetic import (
-    DOIT,
-    KILN_PY,
-    KILN_SH,
-    NINJA,
-    AnalysisResult,
-    GraphResult,
-    bench_analysis,
-    bench_graph,
-    iree_build,
-)
-from _zoo import ZooResult, bench_zoo
-from _zoo_cache import ZooCacheResult, bench_zoo_cache, cache_table, cache_targets
-from process_actions import ProcessResult, bench_process
+from _jobs_sweep import bench_jobs
+from _results import Results
+from _synthetic import DOIT, KILN_PY, KILN_SH, NINJA, bench_analysis, bench_graph, iree_build
+from _targets import targets
+from _throughput_row import bench_throughput, default_jobs
+from _warm import allow_bytecode, warm
+from _zoo import bench_zoo
+from _zoo_cache import bench_zoo_cache
+from process_actions import bench_process
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+RESULTS = HERE / "results"
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="the short run (under two minutes)")
+    p.add_argument("--quick", action="store_true", help="the short run (about 3 minutes)")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (5; --quick: 3)")
     p.add_argument("--work-dir", type=Path, default=None,
                    help="where graphs and outputs go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
-    p.add_argument("--no-zoo", action="store_true", help="skip the model-zoo benchmark")
+    p.add_argument("--no-zoo", action="store_true", help="skip the model-zoo benchmarks")
     p.add_argument("--only-cache", action="store_true",
                    help="only the zoo cache benchmark (written to <date>-cache-<mode>.md)")
+    p.add_argument("--throughput-jobs", type=lambda s: [int(x) for x in s.split(",")],
+                   default=None, help="-j values of the throughput row (default: 1, 2, 4, "
+                   "... up to the cores), e.g. 1,2,4")
+    p.add_argument("--dask", action="store_true",
+                   help="also issue 13's Dask stages (zoo on dask-local:2; 5,000 sleep "
+                   "actions on 32 workers; quick: 5 models, 500 actions on 8 workers)")
+    p.add_argument("--readme", action="store_true",
+                   help="rewrite README.md's performance section from this run")
+    p.add_argument("--readme-from", type=Path, default=None, metavar="FILE",
+                   help="only rewrite README.md's performance section from FILE (a "
+                   "latest-readme.md an earlier run wrote); runs nothing")
     return p.parse_args(argv)  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
+    allow_bytecode()
     ensure_venv(__file__)
-    ensure_bench_extra()
     args = _parse(argv)
-    mode = "quick" if args.quick else "full"
-    runs = args.runs or (3 if args.quick else 5)
+    if args.readme_from is not None:
+        try:
+            _readme.splice(args.readme_from.read_text(encoding="utf-8").splitlines())
+        except (OSError, _readme.ReadmeError) as e:
+            print(f"run.py: {e}", file=sys.stderr)
+            return 2
+        print(f"README.md's performance section rewritten from {args.readme_from}")
+        return 0
+    ensure_bench_extra()
+    res = Results("quick" if args.quick else "full", args.runs or (3 if args.quick else 5))
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    machine = _report.machine()
-    print(f"kiln benchmarks ({mode}, {runs} runs) in {work}", flush=True)
-    graphs: list[GraphResult] = []
-    analysis: list[AnalysisResult] = []
-    probe: list[tuple[str, str, str]] = []
-    zoos: list[ZooResult] = []
-    processes: list[ProcessResult] = []
-    caches: list[ZooCacheResult] = []
-    errors: list[str] = []
-
-    def stage(name: str, run: Callable[[], None]) -> None:
-        """Run one benchmark; a failure is reported, and the others still run."""
-        print(name, flush=True)
-        try:
-            run()
-        except Exception as e:  # noqa: BLE001 - every stage gets its chance
-            traceback.print_exc()
-            errors.append(f"{name}: {type(e).__name__}: {e}")
-
-    small, big = make_graph(100, 10), make_graph(100, 100)
-    peers = [KILN_PY, KILN_SH, NINJA, DOIT]
+    machine, commit = _report.machine(), _report.git_commit()  # before results are written
+    print(f"kiln benchmarks ({res.mode}, {res.runs} runs) in {work}", flush=True)
     try:
-        if args.only_cache:
-            stage("model zoo cache", lambda: caches.append(bench_zoo_cache(
-                5 if args.quick else 20, work=work, runs=runs)))
-            return _finish(args, mode, runs, started, machine, [], [], [], None, [], caches,
-                           errors)
-        stage(f"graph {small.label}", lambda: graphs.append(bench_graph(
-            small, [*peers, iree_build(6 if args.quick else 60)], work=work, runs=runs)))
-        if args.quick:
-            stage(f"graph {big.label} (no-op only)", lambda: graphs.append(bench_graph(
-                big, [KILN_PY], work=work, runs=runs, scenarios=["no-op"])))
-        else:
-            stage(f"graph {big.label}", lambda: graphs.append(bench_graph(
-                big, [*peers, iree_build(30)], work=work, runs=runs)))
-            huge = make_graph(100, 1000)
-            stage(f"analysis {big.label}", lambda: analysis.append(
-                bench_analysis(big, work=work, runs=runs)))
-            stage(f"analysis {huge.label}", lambda: analysis.append(
-                bench_analysis(huge, work=work, runs=runs)))
-            stage("iree.build scaling", lambda: probe.extend(_iree_probe(work)))
-        stage("process actions", lambda: processes.append(bench_process(
-            200, work=work, runs=runs)))
-        if not args.no_zoo:
-            stage("model zoo", lambda: zoos.append(bench_zoo(
-                5 if args.quick else 20, work=work, runs=runs)))
-            stage("model zoo cache", lambda: caches.append(bench_zoo_cache(
-                5 if args.quick else 20, work=work, runs=runs)))
+        _stages(args, res, work)
     finally:
         if not args.keep and args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    zoo = zoos[0] if zoos else None
-    return _finish(args, mode, runs, started, machine, graphs, analysis, probe, zoo, processes,
-                   caches, errors)
+    return _finish(args, res, time.perf_counter() - started, machine, commit)
 
 
-def _finish(
-    args: argparse.Namespace, mode: str, runs: int, started: float, machine: list[str],
-    graphs: list[GraphResult], analysis: list[AnalysisResult], probe: list[tuple[str, str, str]],
-    zoo: ZooResult | None, processes: list[ProcessResult], caches: list[ZooCacheResult],
-    errors: list[str],
-) -> int:  # fmt: skip
+def _stage(res: Results, name: str, run: Callable[[], None]) -> None:
+    """Run one benchmark; a failure is reported, and the others still run."""
+    print(name, flush=True)
+    started = time.perf_counter()
+    try:
+        run()
+    except Exception as e:  # noqa: BLE001 - every stage gets its chance
+        traceback.print_exc()
+        res.errors.append(f"{name}: {type(e).__name__}: {e}")
     took = time.perf_counter() - started
-    process = processes[0] if processes else None
-    cache = caches[0] if caches else None
-    text = _markdown(mode, runs, took, machine, graphs, analysis, probe, zoo, process, cache,
-                     errors)
+    res.stage_s[name] = took
+    print(f"  ({name}: {took:.0f} s)", flush=True)
+
+
+def _stages(args: argparse.Namespace, res: Results, work: Path) -> None:
+    quick, runs = args.quick, res.runs
+    zoo_models = 5 if quick else 20
+    if args.only_cache:
+        _stage(res, "model zoo cache", lambda: setattr(res, "cache", bench_zoo_cache(
+            zoo_models, work=work, runs=runs)))  # fmt: skip
+        return
+    _stage(res, "warm-up (untimed)", lambda: warm(work))
+    small, big = make_graph(100, 10), make_graph(100, 100)
+    peers = [KILN_PY, KILN_SH, NINJA, DOIT]
+    _stage(res, f"graph {small.label}", lambda: res.graphs.append(bench_graph(
+        small, [*peers, iree_build(6 if quick else 60)], work=work, runs=runs)))
+    if quick:
+        _stage(res, f"graph {big.label} (no-op only)", lambda: res.graphs.append(bench_graph(
+            big, [KILN_PY, DOIT], work=work, runs=runs, scenarios=["no-op"])))
+        _stage(res, f"-j sweep {big.label} no-op", lambda: res.jobs.append(bench_jobs(
+            big, work=work, runs=runs, scenarios=["no-op"])))
+        _stage(res, f"-j sweep {small.label} clean", lambda: res.jobs.append(bench_jobs(
+            small, work=work, runs=runs, scenarios=["clean"])))
+    else:
+        _stage(res, f"graph {big.label}", lambda: res.graphs.append(bench_graph(
+            big, [*peers, iree_build(30)], work=work, runs=runs)))
+        _stage(res, f"-j sweep {big.label}", lambda: res.jobs.append(bench_jobs(
+            big, work=work, runs=runs)))
+    jobs = args.throughput_jobs or default_jobs()
+    _stage(res, f"throughput -j {jobs}", lambda: setattr(res, "throughput", bench_throughput(
+        work, runs, jobs, actions=1_000 if quick else 10_000)))
+    _stage(res, f"analysis {big.label}", lambda: res.analysis.append(
+        bench_analysis(big, work=work, runs=runs)))
+    if not quick:
+        huge = make_graph(100, 1000)
+        _stage(res, f"analysis {huge.label}", lambda: res.analysis.append(
+            bench_analysis(huge, work=work, runs=runs)))
+        _stage(res, "iree.build scaling", lambda: res.probe.extend(_iree_probe(work)))
+    _stage(res, "process actions", lambda: setattr(res, "process", bench_process(
+        200, work=work, runs=runs)))
+    if not args.no_zoo:
+        _stage(res, "model zoo", lambda: setattr(res, "zoo", bench_zoo(
+            zoo_models, work=work, runs=runs)))
+        _stage(res, "model zoo cache", lambda: setattr(res, "cache", bench_zoo_cache(
+            zoo_models, work=work, runs=runs)))
+    if args.dask:
+        from _dask_row import bench_dask
+
+        _stage(res, "dask", lambda: setattr(res, "dask", bench_dask(
+            work / "dask", zoo=zoo_models, actions=500 if quick else 5000,
+            workers=8 if quick else 32, runs=1 if quick else 3)))
+    # fmt: skip
+
+
+def _command(args: argparse.Namespace) -> str:
+    flags = [f for f, on in (("--quick", args.quick), ("--dask", args.dask),
+                             ("--no-zoo", args.no_zoo)) if on]  # fmt: skip
+    if args.runs:
+        flags.append(f"--runs {args.runs}")
+    if args.throughput_jobs:
+        flags.append("--throughput-jobs " + ",".join(map(str, args.throughput_jobs)))
+    return " ".join(["benchmarks/run.py", *flags])
+
+
+def _finish(args: argparse.Namespace, res: Results, took: float, machine: list[str],
+            commit: str) -> int:  # fmt: skip
+    command = _command(args)
+    text = markdown(res, command, took, machine)
     print("\n" + text)
-    results = HERE / "results"
-    results.mkdir(exist_ok=True)
+    RESULTS.mkdir(exist_ok=True)
+    today = datetime.date.today().isoformat()
     if args.only_cache:  # a partial run: latest.md keeps the last whole one
-        dated = results / f"{datetime.date.today().isoformat()}-cache-{mode}.md"
+        dated = RESULTS / f"{today}-cache-{res.mode}.md"
         dated.write_text(text)
         print(f"written to {dated.relative_to(ROOT)}")
-        return 1 if errors else 0
-    dated = results / f"{datetime.date.today().isoformat()}-{mode}.md"
+        return 1 if res.errors else 0
+    dated = RESULTS / f"{today}-{res.mode}.md"
     dated.write_text(text)
-    (results / "latest.md").write_text(text)
-    print(f"written to {dated.relative_to(ROOT)} and benchmarks/results/latest.md")
-    return 1 if errors else 0
+    (RESULTS / "latest.md").write_text(text)
+    section = _readme.render(res, command, _report.machine_summary(), _report.versions(),
+                             commit, targets(res))  # fmt: skip
+    (RESULTS / "latest-readme.md").write_text("\n".join(section) + "\n")
+    print(f"written to {dated.relative_to(ROOT)}, benchmarks/results/latest.md and "
+          "latest-readme.md")  # fmt: skip
+    if args.readme:
+        _readme.splice(section)
+        print("README.md's performance section rewritten")
+    return 1 if res.errors else 0
 
 
 def _iree_probe(work: Path) -> list[tuple[str, str, str]]:
@@ -164,85 +220,6 @@ def _iree_probe(work: Path) -> list[tuple[str, str, str]]:
             break
         rows.append((graph.label, f"{s.wall_s:.2f}", s.note))
     return rows
-
-
-def _markdown(
-    mode: str,
-    runs: int,
-    took: float,
-    machine: list[str],
-    graphs: list[GraphResult],
-    analysis: list[AnalysisResult],
-    probe: list[tuple[str, str, str]],
-    zoo: ZooResult | None,
-    process: ProcessResult | None,
-    cache: ZooCacheResult | None,
-    errors: list[str],
-) -> str:
-    command = "benchmarks/run.py" + (" --quick" if mode == "quick" else "")
-    out = [
-        f"# kiln benchmarks — {datetime.date.today().isoformat()} ({mode})",
-        "",
-        f"`{command}`: medians of {runs} runs unless the table says otherwise; "
-        f"whole processes from the command line (`-j 2` / `-n 2`); the run took "
-        f"{took / 60:.1f} min.",
-        "",
-        *machine,
-        "",
-        "## Synthetic graph: layered diamonds",
-        "",
-        "L layers × W nodes; node (0, j) reads source j, node (k, j) reads (k-1, j) and "
-        "one or two other nodes of layer k-1 (seeded RNG); each action writes the SHA-256 "
-        "of each input. kiln (py): a `BuildAction` subclass in-process (THREAD); kiln (sh) "
-        "and Ninja: `sh -c 'sha256sum IN... > OUT'`; doit: Python actions; iree.build: "
-        "`BuildAction` subclasses. 'Change source 0' rewrites source 0; "
-        + ", ".join(f"{g.affected:,} of {g.graph.actions:,} actions depend on it"
-                    for g in graphs if "change source 0" in g.series)  # fmt: skip
-        + ". Ratios are wall time, kiln ÷ peer (< 1: kiln faster).",
-        "",
-        *_report.graph_table(graphs),
-    ]
-    if probe:
-        out += ["", "iree.build, clean build of W=10 graphs of growing depth (one run, "
-                "30 s limit): its graph walk visits every path, so 100 layers never finish.",
-                "", "| graph | wall s | note |", "|---|--:|---|",
-                *(f"| {g} | {w} | {n} |" for g, w, n in probe)]  # fmt: skip
-    if analysis:
-        out += ["", "## Graph analysis alone (kiln)", "",
-                "Import the in-process build module, call its entrypoint, `make_plan` (cycle "
-                "check, topological order); nothing runs. 'definition + plan' excludes "
-                "interpreter start-up and `import kiln`; bytecode of the module is cached.",
-                "", *_report.analysis_table(analysis)]  # fmt: skip
-    if process is not None:
-        out += ["", "## Out-of-process actions (kiln)", "",
-                "`benchmarks/process_actions.py`: a clean build of 200 independent trivial "
-                "actions (each writes one small file), `-j 2`, as THREAD and as PROCESS "
-                "actions. Every PROCESS action runs in a fresh worker forked from a clean "
-                "template (hermetic actions); the difference is what that costs.",
-                "", *process.table()]  # fmt: skip
-    if zoo is not None:
-        out += ["", "## Model zoo: ONNX import + compile (host CPU)", "",
-                "kiln: `kiln build benchmarks/zoo_kiln.py MODEL... -j 2`; iree.build: "
-                "`python -m iree.build benchmarks/zoo_iree.py MODEL... "
-                "--iree-hal-target-device=llvm-cpu --iree-llvmcpu-target-cpu=host` "
-                "(its own concurrency). The models are the first of "
-                "`examples/zoo_models.py`'s `model_zoo()`.",
-                "", *_report.zoo_table(zoo)]  # fmt: skip
-    if cache is not None:
-        out += ["", "## Model zoo: the shared cache (host CPU)", "",
-                "kiln alone, `kiln build benchmarks/zoo_kiln.py MODEL... -j 2` into a new output "
-                "directory each time: clean with `--no-cache`; clean with an empty local cache; "
-                "with that cache warm; clean with an empty local cache uploading to an empty "
-                "remote (nginx WebDAV on 127.0.0.1); with a new empty local cache and that "
-                "remote warm. The rows above run kiln with `--no-cache`.",
-                "", *cache_table(cache)]  # fmt: skip
-    cache_rows = [f"| {name} | {got} | {goal} | {'met' if met else '**missed**'} | |"
-                  for name, got, goal, met in cache_targets(cache)]  # fmt: skip
-    out += ["", "## Targets", "", *_report.targets(graphs, analysis, zoo), *cache_rows, ""]
-    if errors:
-        out += ["## Errors (these benchmarks are missing above)", "",
-                *(f"- {e}" for e in errors), ""]  # fmt: skip
-    return "\n".join(out)
 
 
 if __name__ == "__main__":

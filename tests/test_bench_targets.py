@@ -1,0 +1,58 @@
+"""benchmarks/_targets.py: every target of issue 16 gets a row, with the right verdict."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture()
+def bench() -> object:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _measure
+        import _results
+        import _targets
+        import _throughput_row
+
+        yield _measure, _results, _targets, _throughput_row
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_an_empty_run_lists_every_target_as_not_measured(bench) -> None:  # type: ignore[no-untyped-def]
+    _, results, targets, _ = bench
+    rows = targets.targets(results.Results("quick", 3))
+    names = " / ".join(r.name for r in rows)
+    for expected in ("10k no-op, kiln (py)", "10k no-op, kiln (sh), vs doit",
+                     "10k clean, in-process actions, vs doit", "run_command actions, vs Ninja",
+                     "throughput", "own CPU per subprocess action", "no-op independent of -j",
+                     "not slower as -j grows", "100k analysis (definition + plan)",
+                     "peak memory per action", "100k ÷ 10k", "zoo clean", "zoo no-op",
+                     "hermetic process actions"):  # fmt: skip
+        assert expected in names
+    assert all(r.met is None for r in rows)
+    assert all("not measured" in r.row() for r in rows)
+
+
+def test_throughput_verdicts(bench) -> None:  # type: ignore[no-untyped-def]
+    measure, results, targets, throughput = bench
+    t = throughput.ThroughputResult(10_000)
+
+    def series(system: str, wall: float, own: float) -> object:
+        s = measure.Series(system)
+        s.samples.append(measure.Sample(wall, own + 5.0, 10.0, 0, own_cpu_s=own))
+        return s
+
+    # kiln: 1,000/s and 3 ms own CPU per action; Ninja: 1,250/s and 1 ms.
+    t.series[2] = {"kiln": series("kiln", 10.0, 30.0), "ninja": series("ninja", 8.0, 10.0)}
+    res = results.Results("full", 1, throughput=t)
+    rows = {r.name: r for r in targets.targets(res)}
+    rate = rows["throughput, 10,000 trivial commands, -j 2: kiln ÷ Ninja actions/s"]
+    own = rows["own CPU per subprocess action, -j 2: kiln ÷ Ninja"]
+    assert rate.met is True and "(0.80)" in rate.measured
+    assert own.met is False and "3.000 ms vs 1.000 ms" in own.measured
