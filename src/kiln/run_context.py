@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kiln._spawn import CommandRunner
+from kiln.actions._logs import LogSpools
 from kiln.layout import OutputLayout
 from kiln.reporting import ProgressReporter
 from kiln.runners import kill_group
@@ -39,6 +40,7 @@ class RunContext:
         self._store = store
         self._subprocesses: set[subprocess.Popen[bytes]] = set()
         self._commands: CommandRunner | None = None
+        self._spools: LogSpools | None = None
         self._lock = threading.Lock()
         self._metadata_lock = threading.RLock()
 
@@ -76,13 +78,29 @@ class RunContext:
                 self._commands = CommandRunner()
             return self._commands
 
+    @property
+    def spools(self) -> LogSpools:
+        """The files commands print into while they run (``.kiln/spool/``)."""
+        with self._lock:
+            if self._spools is None:
+                self._spools = LogSpools(self._spool_dir)
+            return self._spools
+
+    def _spool_dir(self) -> Path:
+        path = self.layout.kiln_dir / "spool"
+        self.layout.ensure_dir(path)
+        return path
+
     def end_build(self) -> None:
         """The build ended: its command runner goes (its reaper thread and
-        descriptors with it); the next build makes a new one."""
+        descriptors with it), and its spools; the next build makes new ones."""
         with self._lock:
             commands, self._commands = self._commands, None
+            spools, self._spools = self._spools, None
         if commands is not None:
             commands.close()
+        if spools is not None:
+            spools.close()
 
     def kill_subprocesses(self) -> None:
         with self._lock:

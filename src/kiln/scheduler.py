@@ -60,6 +60,9 @@ if TYPE_CHECKING:  # imported only by a build with a remote executor
 _INTERRUPT_WAIT_S = 5.0
 # The "error" of a queued action that the build stopped before it started.
 _CANCELLED = ActionFailed("not started: the build stopped")
+# Not an error: what the reaper says first when a command ended, before it commits
+# and hashes the outputs, so that the next command takes its place at once.
+_ENDED = ActionFailed("its command ended")
 # The most in-line actions run in a row before the scheduler takes completions.
 _INLINE_BATCH = 64
 # A command whose output is at most this large is finished on the reaper thread.
@@ -119,6 +122,9 @@ class Scheduler:
         self._dispatch: list[_Waiting] = []
         self._dispatch_lock = threading.Lock()
         self._running: set[BuildAction] = set()
+        # Running commands that ended, whose outputs are being committed: their
+        # places are free for the next commands (a subset of ``_running``).
+        self._ending: set[BuildAction] = set()
         self._finished: set[BuildDependency] = set()
         self._pools = ResourcePools(options.pools)
         self._tiny = TinyActions()
@@ -182,7 +188,17 @@ class Scheduler:
                     batch.append(self._done.get_nowait())
                 except queue.Empty:
                     break
-            self._complete_all(batch)
+            self._complete_all(self._note_ended(batch))
+
+    def _note_ended(self, batch: list[_Done]) -> list[_Done]:
+        """Free the places of the commands that ended; the completions in ``batch``."""
+        done = []
+        for item in batch:
+            if item[2] is _ENDED:
+                self._ending.add(item[0])
+            else:
+                done.append(item)
+        return done
 
     def _drain_ready(self) -> None:
         # Once per node of a no-op build: the bound methods are looked up once.
@@ -221,7 +237,7 @@ class Scheduler:
         deferred: list[_Waiting] = []
         chosen: list[_Waiting] = []  # for the worker threads, then in-line ones
         inline: list[_Waiting] = []
-        busy = len(self._running)
+        busy = len(self._running) - len(self._ending)
         # Up to ``jobs`` more than run are queued for the worker threads, so a thread
         # that finishes starts its next action without waiting for this thread. Only
         # ``jobs`` threads exist, so no more than ``jobs`` actions run; in-line actions
@@ -365,6 +381,9 @@ class Scheduler:
         assert isinstance(action, SpawnsCommand)
 
         def finished(finish: Finish, size: int) -> None:
+            with self._pool_lock:
+                self._slots.pop(action, None)
+            self._done.put((action, decision, _ENDED, {}))  # the next command may start
             if size > _FINISH_INLINE_BYTES:  # a large output: hashed off the reaper
                 self._workers().submit(lambda: self._finish(action, decision, finish))
             else:
@@ -478,6 +497,7 @@ class Scheduler:
         """Take ``action`` off the running set; a failure is reported now, a success
         gives the record to write."""
         self._running.discard(action)
+        self._ending.discard(action)
         self._pools.release(action)
         if error is _CANCELLED:
             return None  # counted as not run
@@ -565,7 +585,7 @@ class Scheduler:
                 continue
             if item[2] is None:
                 self._complete(*item)
-            else:
+            elif item[2] is not _ENDED:
                 self._running.discard(item[0])
 
     def _shutdown(self) -> None:

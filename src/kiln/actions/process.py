@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import posixpath
@@ -16,7 +17,7 @@ from pathlib import Path
 from kiln._redact import redact_urls
 from kiln._spawn import Ended, Finish, Finished, SpawnsCommand
 from kiln.actions._files import atomic_output
-from kiln.actions._logs import open_log, read_tail
+from kiln.actions._logs import read_tail
 from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError
 from kiln.graph import (
     ActionConcurrency,
@@ -81,10 +82,10 @@ class CommandAction(BuildAction, SpawnsCommand):
         self._log: str | None = None  # the log of its last run
 
     @property
-    def log_path(self) -> str:
-        """Its log (``.kiln/logs/<output path>.log``), the directory made: the one
-        its last run wrote, else worked out now."""
-        return self._log or self.run_context.log_path(self.output)
+    def log_path(self) -> str | None:
+        """The log its last run wrote (``.kiln/logs/<output path>.log``); None when
+        the command printed nothing (or has not run)."""
+        return self._log
 
     def _invoke(self) -> None:
         """Run the command and wait for it (the scheduler does not wait: ``_spawn``)."""
@@ -107,30 +108,39 @@ class CommandAction(BuildAction, SpawnsCommand):
         try:
             argv = self._format(str(tmp), input_paths)
             shown = redact_urls(subprocess.list2cmdline(argv))
-            log = self._log = self.run_context.log_path(self.output)
-            fd = open_log(log, header=f"$ {shown}\n")
+            self._log = None
+            spool = self.run_context.spools.take()
             # Every process the command starts carries a tag in its environment, even
             # one that daemonizes, so that what it leaves running can be found.
             try:
                 self.run_context.commands.spawn(
-                    argv, log_fd=fd, tag=uuid.uuid4().hex, timeout=self.timeout,
+                    argv, log_fd=spool, tag=uuid.uuid4().hex, timeout=self.timeout,
                     on_exit=lambda e: finished(
-                        functools.partial(self._after, e, commit, tmp, shown, log), _size(tmp, e)
+                        functools.partial(self._after, e, commit, tmp, shown, spool),
+                        _size(tmp, e),
                     ),
                 )  # fmt: skip
-            except OSError as e:
-                raise ActionFailed(f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}") from e
-            finally:
-                os.close(fd)
+            except BaseException as e:
+                with contextlib.suppress(ActionFailed, OSError):
+                    self.run_context.spools.settle(spool, self._log_file, "")
+                if isinstance(e, OSError):
+                    raise ActionFailed(
+                        f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}"
+                    ) from e
+                raise
         except BaseException:
             commit.__exit__(*sys.exc_info())  # removes the temporary
             raise
 
+    def _log_file(self) -> str:
+        return self.run_context.log_path(self.output)
+
     def _after(
-        self, ended: Ended, commit: AbstractContextManager[Path], tmp: Path, shown: str, log: str
+        self, ended: Ended, commit: AbstractContextManager[Path], tmp: Path, shown: str, spool: int
     ) -> None:
-        """The command ended: fail, or commit its output."""
+        """The command ended: keep what it printed, then fail, or commit its output."""
         try:
+            log = self._log = self.run_context.spools.settle(spool, self._log_file, f"$ {shown}\n")
             if ended.timed_out:
                 raise ActionTimeout(
                     f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
@@ -138,7 +148,7 @@ class CommandAction(BuildAction, SpawnsCommand):
             if ended.returncode != 0:
                 raise ActionFailed(
                     f"'{self.desc}': command exited with status {ended.returncode}: {shown}\n"
-                    f"{read_tail(log)}".rstrip()
+                    f"{read_tail(log) if log else '(it printed nothing)'}".rstrip()
                 )
             if ended.left:
                 self.run_context.write_status(

@@ -134,7 +134,7 @@ class _Remover:
     def kiln_dir(self, kiln_dir: Path, keep_marker: bool) -> None:
         """Remove kiln's own files; ``.kiln/`` itself too unless files remain that kiln
         did not write (then the marker stays, so the directory is still kiln's)."""
-        for sub in ("logs", "tmp"):
+        for sub in ("logs", "spool", "tmp"):
             self._tree(kiln_dir / sub)
         for entry in list(os.scandir(kiln_dir)):
             name = entry.name
