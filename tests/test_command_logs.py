@@ -122,3 +122,27 @@ def test_a_fifo_planted_as_a_spool_does_not_hang_the_build(
              env={"LOUD": "echo again > {out}"})
     assert r.returncode == 1, r.stderr
     assert "cannot write the command output spool" in r.stderr and "FIFO" in r.stderr
+
+
+def test_a_build_that_wrote_outputs_syncs_them_once_and_a_noop_does_not(
+    write_module, kiln_in_process, tmp_path: Path, monkeypatch
+) -> None:
+    """Durability is settled once per build: one ``syncfs`` of the output directory's
+    filesystem before a build that wrote anything says it is done; none per output,
+    none in a no-op."""
+    import kiln.scheduler
+
+    calls: list[str] = []
+    real = kiln.scheduler.sync_filesystem
+    monkeypatch.setattr(kiln.scheduler, "sync_filesystem",
+                        lambda path: (calls.append(str(path)), real(path)))  # fmt: skip
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+    write_module(MODULE)
+    r = kiln_in_process("build", "build.py", "--no-cache")
+    assert r.returncode == 0, r.stderr
+    assert calls == [str(tmp_path / "kiln-out")] and not fsyncs
+    r = kiln_in_process("build", "build.py", "--no-cache")
+    assert r.returncode == 0 and "0 built, 2 up to date" in r.stderr, r.stderr
+    assert len(calls) == 1

@@ -2,12 +2,15 @@
 
 A ``CommandRunner`` starts a command (no shell of its own: the argv as given, in
 a new session, both output streams straight into a log file by the spawn's file
-actions, so kiln reads none of it) and returns at once. One reaper thread per
-runner waits for every command it started at once (a ``pidfd`` each, in one
-``epoll``; where the kernel has no pidfds, a small thread per command waits
-instead), enforces their timeouts by killing their process group, reaps them,
-kills what each left running (found through the tag in its environment, as
-``kiln._reaper`` does), and reports the end to the command's ``on_exit``.
+actions, so kiln reads none of it) and returns at once. One place waits for every
+command it started at once (a ``pidfd`` each, in one ``epoll``; where the kernel
+has no pidfds, a small thread per command waits instead), enforces their
+timeouts by killing their process group, reaps them, kills what each left
+running (found through the tag in its environment, as ``kiln._reaper`` does),
+and reports the end to the command's ``on_exit``. That place is the scheduler's
+own thread when it ``attach``es as the runner's driver and calls ``drive``
+whenever it waits (no thread hands the GIL back and forth with it), else a
+reaper thread of the runner's own.
 
 The runner reaps only the processes it started, by pid, so the ``subprocess``
 calls of other actions keep the exit status of theirs.
@@ -119,6 +122,49 @@ class CommandRunner:
         # (pid, descriptor of /proc/PID/task/PID/children), opened when first needed.
         self._children = (-1, -1)
         self._closed = False
+        self._driven = False  # a driver thread reaps (``drive``): no reaper thread
+
+    # -- a driver instead of the reaper thread -----------------------------------------
+
+    def attach(self) -> bool:
+        """Make the calling thread the one that reaps: from now on it must call
+        ``drive`` whenever it waits, until ``detach``. False (and nothing changes)
+        where that cannot be: no pidfds, or a reaper thread already runs."""
+        with self._lock:
+            if self._reaping or self._epoll is None or not self._pidfds or self._closed:
+                return False
+            self._driven = True
+            return True
+
+    def detach(self) -> None:
+        """The driver stops reaping: a reaper thread takes over what still runs."""
+        with self._lock:
+            self._driven = False
+            if self._live and not self._reaping:
+                self._start_reaper()
+
+    def drive(self, timeout: float) -> int:
+        """(The driver) Wait up to ``timeout`` seconds for commands to end, or for
+        ``wake``; reap those that ended and call their ``on_exit`` here. Returns how
+        many ended."""
+        now = time.monotonic()
+        with self._lock:
+            self._expire(now)
+            if self._deadlines:
+                timeout = min(timeout, max(0.0, self._deadlines[0].at - now))
+        ended = self._wait(timeout)
+        for i, (command, status) in enumerate(ended):
+            try:
+                self._ended(command, status)
+            except BaseException:  # Ctrl-C here: the next ``drive`` reports the rest
+                for rest in ended[i + 1 :]:
+                    self._exited.put(rest)
+                raise
+        return len(ended)
+
+    def wake(self) -> None:
+        """Cut short a ``drive`` waiting on another thread."""
+        self._wake()
 
     # -- starting ------------------------------------------------------------------
 
@@ -153,7 +199,7 @@ class CommandRunner:
             if timeout is not None:
                 deadline = _Deadline(time.monotonic() + timeout, next(self._seq), command)
                 heapq.heappush(self._deadlines, deadline)
-            if not self._reaping:
+            if not self._reaping and not self._driven:
                 self._start_reaper()
         self._watch(command)
         if timeout is not None:
@@ -208,6 +254,9 @@ class CommandRunner:
         runner's descriptors are closed."""
         with self._lock:
             self._closed = True
+            self._driven = False
+            if self._live and not self._reaping:
+                self._start_reaper()
             if not self._reaping:
                 self._release()
         self._wake()

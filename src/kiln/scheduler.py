@@ -20,7 +20,6 @@ import functools
 import heapq
 import itertools
 import os
-import queue
 import threading
 import time
 from collections import deque
@@ -34,6 +33,7 @@ from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
 from kiln.cache import BuildCache
 from kiln.cache_step import CacheStep
+from kiln.completions import Completions
 from kiln.errors import (
     ActionFailed,
     ConfinementError,
@@ -45,6 +45,7 @@ from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFil
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.limits import MAX_JOBS, ResourcePools, TinyActions, cap_jobs
 from kiln.output_tree import OutputTree
+from kiln.outputs import sync_filesystem
 from kiln.plan import Plan, node_name
 from kiln.priority import remaining_paths
 from kiln.reporting import ProgressReporter
@@ -129,11 +130,14 @@ class Scheduler:
         self._pools = ResourcePools(options.pools)
         self._tiny = TinyActions()
         self._ident = threading.get_ident()  # the scheduler's thread (set again by ``run``)
-        self._done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+        self._done: Completions[_Done] = Completions()
+        # Commands reaped on this thread, to commit and hash once the next started.
+        self._reaped: list[Callable[[], None]] = []
         self._stopping = False
         self._threads: ThreadWorkers | None = None
         self._processes: ProcessPool | None = None
         self._outputs = ActionOutputs(store, outputs)
+        self._tree = outputs
         self._jobs, self._cap_note = cap_jobs(options.jobs, len(plan.actions))
         # What every PROCESS action starts with, whatever ran before it.
         self._environment = (dict(os.environ), os.getcwd())
@@ -170,6 +174,8 @@ class Scheduler:
                 if d is not None and not d.startswith(REBUILT_DIGEST)
             }
             self.store.flush()
+            if self._tree is not None and (self.result.built or self.result.cached):
+                sync_filesystem(self._tree.root)  # on disk before the build says done
             self.events.build_finished(self.result)
         return self.result
 
@@ -177,18 +183,16 @@ class Scheduler:
         while True:
             self._drain_ready()
             self._launch()
+            self._finish_reaped()
             if not self._running:
                 return
-            try:
-                batch = [self._done.get(timeout=0.5)]
-            except queue.Empty:
-                continue
-            while True:  # every completion waiting: one wake-up, one commit
-                try:
-                    batch.append(self._done.get_nowait())
-                except queue.Empty:
-                    break
-            self._complete_all(self._note_ended(batch))
+            # Every completion waiting: one wake-up, one commit.
+            self._complete_all(self._note_ended(self._done.take(0.5)))
+
+    def _finish_reaped(self) -> None:
+        reaped, self._reaped = self._reaped, []
+        for finish in reaped:
+            finish()
 
     def _note_ended(self, batch: list[_Done]) -> list[_Done]:
         """Free the places of the commands that ended; the completions in ``batch``."""
@@ -384,10 +388,16 @@ class Scheduler:
             with self._pool_lock:
                 self._slots.pop(action, None)
             self._done.put((action, decision, _ENDED, {}))  # the next command may start
+            rest = functools.partial(self._finish, action, decision, finish)
             if size > _FINISH_INLINE_BYTES:  # a large output: hashed off the reaper
-                self._workers().submit(lambda: self._finish(action, decision, finish))
+                self._workers().submit(rest)
+            elif threading.get_ident() == self._ident:  # reaped here: after the next starts
+                self._reaped.append(rest)
             else:
-                self._finish(action, decision, finish)
+                rest()
+
+        if threading.get_ident() == self._ident:
+            self._done.drive(action.run_context.commands)
 
         try:
             action._spawn(finished)
@@ -579,16 +589,15 @@ class Scheduler:
         """Until ``deadline``, collect what running actions report; record those that
         finished successfully despite the interrupt."""
         while self._running and time.monotonic() < deadline:
-            try:
-                item = self._done.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if item[2] is None:
-                self._complete(*item)
-            elif item[2] is not _ENDED:
-                self._running.discard(item[0])
+            self._finish_reaped()
+            for item in self._done.take(0.1):
+                if item[2] is None:
+                    self._complete(*item)
+                elif item[2] is not _ENDED:
+                    self._running.discard(item[0])
 
     def _shutdown(self) -> None:
+        self._done.release()  # what still runs is reaped by the runner's own thread
         if self._processes is not None:
             self._processes.shutdown()
         if self._threads is not None:
