@@ -52,7 +52,9 @@ def test_a_quiet_command_has_no_log_and_a_loud_one_has_all_it_printed(
     assert spools and all(p.stat().st_size == 0 for p in spools)
 
 
-def test_a_rerun_that_prints_nothing_removes_the_old_log(write_module, kiln, tmp_path: Path) -> None:
+def test_a_rerun_that_prints_nothing_removes_the_old_log(
+    write_module, kiln, tmp_path: Path
+) -> None:
     write_module(MODULE)
     assert kiln("build", "build.py", "--no-cache").returncode == 0
     log = _logs(tmp_path) / "loud.txt.log"
@@ -146,3 +148,31 @@ def test_a_build_that_wrote_outputs_syncs_them_once_and_a_noop_does_not(
     r = kiln_in_process("build", "build.py", "--no-cache")
     assert r.returncode == 0 and "0 built, 2 up to date" in r.stderr, r.stderr
     assert len(calls) == 1
+
+
+def test_two_builds_in_one_process_remove_the_first_ones_log(tmp_path: Path) -> None:
+    """The old logs are listed once per build, not once per process: a second build
+    by the same executor whose command prints nothing removes the first one's log."""
+    from kiln import run_command, source_file
+    from kiln.executor import Executor
+    from kiln.graph import BuildContext
+
+    source = tmp_path / "in.txt"
+    source.write_text("loud\n")
+    executor = Executor(tmp_path / "out")
+    with executor.get_context(""):
+        assert BuildContext.current() is not None
+        # y.txt, quiet, runs first: the logs directory is listed (empty) then.
+        first = run_command(name="y.txt", command=["sh", "-c", ": > {out}"])
+        out = run_command(name="x.txt", inputs=[source_file(str(source)), first], command=[
+            "sh", "-c", "grep -q loud {inputs[0]} && echo said; cp {inputs[0]} {out}"])
+    log = tmp_path / "out" / ".kiln" / "logs" / "x.txt.log"
+    try:
+        assert executor.build(out)
+        assert log.read_text().endswith("said\n")
+        source.write_text("quiet\n")
+        assert executor.build(out)
+    finally:
+        executor.close()
+    assert out.get_fs_path().read_text() == "quiet\n"
+    assert not log.exists()

@@ -87,6 +87,8 @@ class OutputLayout:
         self._dirs = {ns: namespace_dir(ns) for ns in FileNamespace}
         self._roots = {ns: self.output_dir / d for ns, d in self._dirs.items()}
         self.tree = OutputTree(self.output_dir, warn=warn)
+        # The names of the logs found in each logs directory when first asked.
+        self._old_logs: dict[str, frozenset[str]] = {}
 
     @property
     def manifest_path(self) -> Path:
@@ -111,9 +113,31 @@ class OutputLayout:
 
     def log_path(self, f: BuildFile) -> str:
         """The log file of the action producing ``f`` (its directory made)."""
-        name = os.path.basename(f.path) + ".log"
-        if len(os.fsencode(name)) > NAME_MAX:  # a long output name: shortened, kept unique
-            name = f"{name[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}.log"
-        path = self.kiln_dir / "logs" / os.path.dirname(f.path) / name
+        path = self.kiln_dir / "logs" / os.path.dirname(f.path) / _log_name(f)
         self.tree.make_dirs(path.parent)
         return str(path)
+
+    def end_build(self) -> None:
+        """Forget the logs listed: the next build lists again."""
+        self._old_logs = {}
+
+    def old_log(self, f: BuildFile) -> str | None:
+        """``log_path(f)`` if a log was there when this build first looked in its
+        directory (one listing per directory per build), else None: a clean build
+        of quiet commands looks for no old logs one by one."""
+        directory = os.path.dirname(f.path)
+        names = self._old_logs.get(directory)
+        if names is None:
+            try:
+                names = frozenset(os.listdir(self.kiln_dir / "logs" / directory))
+            except OSError:  # none yet (or not a directory: log_path says so on use)
+                names = frozenset()
+            self._old_logs[directory] = names
+        return self.log_path(f) if _log_name(f) in names else None
+
+
+def _log_name(f: BuildFile) -> str:
+    name = os.path.basename(f.path) + ".log"
+    if len(os.fsencode(name)) > NAME_MAX:  # a long output name: shortened, kept unique
+        name = f"{name[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}.log"
+    return name

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kiln._spawn import CommandRunner
-from kiln.actions._logs import LogSpools
+from kiln.command_logs import LogSpools
 from kiln.layout import OutputLayout
 from kiln.reporting import ProgressReporter
 from kiln.runners import kill_group
@@ -51,6 +51,10 @@ class RunContext:
     def log_path(self, f: BuildFile) -> str:
         """The log file of the action producing ``f`` (its directory made)."""
         return self.layout.log_path(f)
+
+    def old_log(self, f: BuildFile) -> str | None:
+        """The log an earlier build left for ``f``'s action, if any."""
+        return self.layout.old_log(f)
 
     def write_status(self, message: str) -> None:
         self.reporter.message(message)
@@ -101,6 +105,7 @@ class RunContext:
             commands.close()
         if spools is not None:
             spools.close()
+        self.layout.end_build()
 
     def kill_subprocesses(self) -> None:
         with self._lock:

@@ -385,6 +385,7 @@ class Scheduler:
         assert isinstance(action, SpawnsCommand)
 
         def finished(finish: Finish, size: int) -> None:
+            self._runs[action].finish_time = time.time()  # its slice of its lane ends
             with self._pool_lock:
                 self._slots.pop(action, None)
             self._done.put((action, decision, _ENDED, {}))  # the next command may start
@@ -427,7 +428,9 @@ class Scheduler:
             error = e
             if self.opts.fail_fast:
                 self._stopping = True
-        self._runs[action].finish_time = time.time()
+        run = self._runs[action]
+        if run.finish_time is None:  # (a command's ended with it, when its slot was freed)
+            run.finish_time = time.time()
         with self._pool_lock:
             self._slots.pop(action, None)
         self._done.put((action, decision, error, produced))

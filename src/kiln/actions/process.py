@@ -122,7 +122,7 @@ class CommandAction(BuildAction, SpawnsCommand):
                 )  # fmt: skip
             except BaseException as e:
                 with contextlib.suppress(ActionFailed, OSError):
-                    self.run_context.spools.settle(spool, self._log_file, "")
+                    self.run_context.spools.settle(spool, self._log_file, "", self._old_log)
                 if isinstance(e, OSError):
                     raise ActionFailed(
                         f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}"
@@ -135,12 +135,17 @@ class CommandAction(BuildAction, SpawnsCommand):
     def _log_file(self) -> str:
         return self.run_context.log_path(self.output)
 
+    def _old_log(self) -> str | None:
+        return self.run_context.old_log(self.output)
+
     def _after(
         self, ended: Ended, commit: AbstractContextManager[Path], tmp: Path, shown: str, spool: int
     ) -> None:
         """The command ended: keep what it printed, then fail, or commit its output."""
         try:
-            log = self._log = self.run_context.spools.settle(spool, self._log_file, f"$ {shown}\n")
+            log = self._log = self.run_context.spools.settle(
+                spool, self._log_file, f"$ {shown}\n", self._old_log
+            )
             if ended.timed_out:
                 raise ActionTimeout(
                     f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
