@@ -176,3 +176,13 @@ def test_two_builds_in_one_process_remove_the_first_ones_log(tmp_path: Path) -> 
         executor.close()
     assert out.get_fs_path().read_text() == "quiet\n"
     assert not log.exists()
+
+
+def test_a_sync_that_fails_is_said(write_module, kiln_in_process, monkeypatch) -> None:
+    import kiln.scheduler
+
+    monkeypatch.setattr(kiln.scheduler, "sync_filesystem", lambda path: "Input/output error")
+    write_module(MODULE)
+    r = kiln_in_process("build", "build.py", "--no-cache")
+    assert "warning: the outputs may not all be on disk" in r.stderr, r.stderr
+    assert "Input/output error" in r.stderr

@@ -16,10 +16,10 @@ from kiln.outputs import open_own_file
 
 def open_log(path: Path | str, header: str = "") -> int:
     """Create the log at ``path`` (a new file in place of an old one), write ``header``,
-    and return a descriptor
-    open for writing. Its directory must exist (``Executor.log_path`` makes it,
-    never through a link); the file is opened as kiln's own file
-    (``kiln.outputs.open_own_file``: no link followed, never a FIFO, regular only).
+    and return a descriptor open for writing. Its directory must exist
+    (``Executor.log_path`` makes it, never through a link); the file is opened as
+    kiln's own file (``kiln.outputs.open_own_file``: no link followed, never a
+    FIFO, regular only).
     """
     target = Path(path)
     try:
@@ -40,7 +40,6 @@ def open_log(path: Path | str, header: str = "") -> int:
         os.close(fd)
         raise ActionFailed(f"cannot write the log {target}: {e.strerror}") from e
     return fd
-
 
 
 class LogSpools:
@@ -105,11 +104,12 @@ class LogSpools:
             return written
         finally:
             if reusable:
-                self._give(spool)
+                self.give(spool)
             else:  # in an unknown state: never reused
                 os.close(spool)
 
-    def _give(self, spool: int) -> None:
+    def give(self, spool: int) -> None:
+        """Give back a spool that is empty and at offset 0 (``settle`` does)."""
         with self._lock:
             if self._closed:
                 os.close(spool)

@@ -269,22 +269,30 @@ def is_temporary(name: str) -> bool:
 
 def _commit(tmp: Path, target: Path) -> None:
     """The rename makes the temporary the target (replacing a link or FIFO there,
-    never following it); only a regular file is committed."""
-    os.close(open_regular(tmp))
+    never following it); only a regular file is committed (NotRegularFile)."""
+    mode = os.lstat(tmp).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(f"{tmp} is {file_kind(mode)}, not a regular file")
     os.replace(tmp, target)
 
 
-def sync_filesystem(path: Path | str) -> None:
+def sync_filesystem(path: Path | str) -> str | None:
     """Have everything written to the filesystem of ``path`` reach the disk (the
-    end of a build that wrote outputs): ``syncfs``, else ``sync``."""
+    end of a build that wrote outputs): ``syncfs``, else ``sync``. What went wrong,
+    if the kernel says writing failed (an I/O error, a full disk), else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
+    except OSError as e:
+        return f"cannot open {path}: {e.strerror}"
     try:
         syncfs = _syncfs()
-        if syncfs is None or syncfs(fd) != 0:
+        if syncfs is None:
             os.sync()
+        elif syncfs(fd) != 0:
+            import ctypes
+
+            return os.strerror(ctypes.get_errno())
+        return None
     finally:
         os.close(fd)
 

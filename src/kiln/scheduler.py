@@ -175,7 +175,10 @@ class Scheduler:
             }
             self.store.flush()
             if self._tree is not None and (self.result.built or self.result.cached):
-                sync_filesystem(self._tree.root)  # on disk before the build says done
+                failed = sync_filesystem(self._tree.root)  # on disk before it says done
+                if failed is not None:
+                    self.reporter.message(f"warning: the outputs may not all be on disk "
+                                          f"({self._tree.root}): {failed}")  # fmt: skip
             self.events.build_finished(self.result)
         return self.result
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import posixpath
@@ -121,8 +120,7 @@ class CommandAction(BuildAction, SpawnsCommand):
                     ),
                 )  # fmt: skip
             except BaseException as e:
-                with contextlib.suppress(ActionFailed, OSError):
-                    self.run_context.spools.settle(spool, self._log_file, "", self._old_log)
+                self.run_context.spools.give(spool)  # never written: the command did not start
                 if isinstance(e, OSError):
                     raise ActionFailed(
                         f"'{self.desc}': cannot run {argv[0]!r}: {e.strerror}"
