@@ -5,6 +5,7 @@ thread actions are small enough to run in-line (``TinyActions``)."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from kiln.graph import BuildAction
@@ -71,9 +72,17 @@ class TinyActions:
     a time anyway. Actions are judged by type, in windows of ``SAMPLES`` runs, by
     the vote of most (``QUORUM``) of the window, so that a run the OS preempted
     does not decide. A run waited when its wall time was over twice its thread's
-    CPU time, plus ``WAIT_SLACK_S`` (for I/O, a subprocess, a sleep); it is small
-    when it did not wait and took under ``CPU_S`` of CPU time and under ``WALL_S``
-    from start to end. A type whose window on workers is small becomes tiny: an
+    CPU time, plus ``WAIT_SLACK_S`` (for I/O, a subprocess, a sleep); in-line, it
+    is small when it did not wait and took under ``CPU_S`` of CPU time and under
+    ``WALL_S`` from start to end. On a worker, wall time also holds the waits for
+    the GIL (after each system call, up to a switch interval while another thread
+    computes), so there a run is small when it took under ``CPU_S`` of CPU time
+    and did not wait by more than two switch intervals. A sleep of milliseconds
+    passes, is seen in-line and sent back for good (below); one of tens of
+    milliseconds does not. ``CPU_S`` is 1 ms: measured on a busy ext4, creating
+    one file costs 300-430 us of CPU in the kernel, and the GIL's handing over
+    between four workers 200-470 us more per run. A type whose window on workers
+    is small becomes tiny: an
     action that waits, or computes for long without the GIL (which shows as CPU
     time), stays on the workers, where ``-j`` of them run at once. A tiny type goes
     back to the workers (and is judged there again) when its in-line window is not
@@ -88,7 +97,7 @@ class TinyActions:
 
     SAMPLES = 8
     QUORUM = 6
-    CPU_S = 0.0003
+    CPU_S = 0.001
     WALL_S = 0.002
     LONG_S = 0.05
     WAIT_SLACK_S = 0.0002
@@ -109,9 +118,14 @@ class TinyActions:
             if inline != (kind in self._tiny) or kind in self._waits:
                 return  # judged under the other mode (it changed while this one ran)
             seen = self._seen.setdefault(kind, [0, 0, 0])
-            waited = wall_s > 2 * cpu_s + self.WAIT_SLACK_S
+            if inline:
+                waited = wall_s > 2 * cpu_s + self.WAIT_SLACK_S
+                small = cpu_s < self.CPU_S and wall_s < self.WALL_S and not waited
+            else:
+                waited = wall_s > 2 * cpu_s + 2 * sys.getswitchinterval()
+                small = cpu_s < self.CPU_S and not waited
             seen[0] += 1
-            seen[1] += cpu_s < self.CPU_S and wall_s < self.WALL_S and not waited
+            seen[1] += small
             seen[2] += waited
             if inline and wall_s > self.LONG_S:
                 self._end_window(kind, tiny=False)
