@@ -382,3 +382,61 @@ def test_builds_killed_at_any_point_keep_what_they_finished(
     assert recorded(out) == all_actions
     assert outputs(out) == clean_build(runs, "-j", "4")
     assert f"0 built, {len(all_actions)} up to date" in runs.run().stderr
+
+
+PROBE = """\
+import sqlite3, sys, time
+db, wanted, out, limit = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+start = time.monotonic()
+seen = "missing"
+while True:  # at least once
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        if con.execute("SELECT 1 FROM actions WHERE id = ?", (wanted,)).fetchone():
+            seen = "recorded"
+            break
+    finally:
+        con.close()
+    if time.monotonic() - start > limit:
+        break
+    time.sleep(0.01)
+open(out, "w").write(seen)
+"""
+
+GROUP_COMMIT = """\
+import sys
+from pathlib import Path
+from kiln import entrypoint, run_command
+
+DB = str(Path(__file__).parent / "kiln-out" / ".kiln" / "state.db")
+
+def probe(name, wanted, limit, inputs=()):
+    return run_command(name=name, inputs=list(inputs),
+                       command=[sys.executable, "probe.py", DB, wanted, "{out}", limit])
+
+@entrypoint
+def records():
+    first = run_command(name="first.out", command=[sys.executable, "-c",
+                        "import sys; open(sys.argv[1], 'w').write('1')", "{out}"])
+    # Starts only after ``first`` ended: its record must be in the state by then.
+    after = probe("after.out", "gen/records/first.out", "0", [first])
+    # Runs beside ``first`` while nothing else starts: the record still comes soon.
+    beside = probe("beside.out", "gen/records/first.out", "20")
+    return after, beside
+"""
+
+
+def test_finished_actions_are_recorded_before_dependents_start_and_soon_otherwise(
+    tmp_path: Path, runs: Runs, write_module: Callable[..., Path]
+) -> None:
+    """Records wait for the next round's claims to share their transaction (a group
+    commit), never past a dependent's start, and not for long when nothing starts."""
+    write_module(GROUP_COMMIT, header=False)
+    (tmp_path / "probe.py").write_text(PROBE)
+    result = runs.run("-j", "2")
+    assert result.returncode == 0, result.stderr
+    gen = tmp_path / "kiln-out" / "genfiles" / "records"
+    assert (gen / "after.out").read_text() == "recorded"
+    assert (gen / "beside.out").read_text() == "recorded"
+    names = ("first", "after", "beside")
+    assert recorded(tmp_path / "kiln-out") == {f"records/{n}.out" for n in names}

@@ -12,7 +12,7 @@ from kiln.errors import ActionFailed
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_tree import OutputTree
 from kiln.outputs import TemporarySweeper, file_kind, remove_partial
-from kiln.state import StateStore, StatKey, hash_file, stat_key
+from kiln.state import ActionRecord, StateStore, StatKey, hash_file, stat_key
 
 # What an action wrote: each output's stat key and digest.
 Produced = dict[BuildFile, tuple[StatKey, str]]
@@ -35,16 +35,21 @@ class ActionOutputs:
         self._written: set[str] | None = None
         self._claimed: set[BuildFile] = set()  # claimed by ``claim``, not yet prepared
 
-    def claim(self, runs: Iterable[tuple[str, Iterable[BuildFile]]]) -> None:
+    def claim(
+        self,
+        runs: Iterable[tuple[str, Iterable[BuildFile]]],
+        finished: list[tuple[str, ActionRecord]] | None = None,
+    ) -> None:
         """Before a round of actions (``(action id, outputs)``) starts, in one
-        transaction: drop their records and claim their outputs as kiln's to write."""
+        transaction with the records of the actions ``finished`` since the last
+        round: drop their records and claim their outputs as kiln's to write."""
         ids, paths = [], []
         for action_id, outputs in runs:
             ids.append(action_id)
             for f in outputs:
                 paths.append(f.layout.relative_path(f))
                 self._claimed.add(f)
-        self._store.prepare_runs(ids, paths)
+        self._store.commit_round(finished or [], ids, paths)
 
     def prepare(self, outputs: Iterable[BuildFile]) -> None:
         """Record ``outputs`` as kiln's to write (unless ``claim`` did), then make

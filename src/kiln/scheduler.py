@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import heapq
 import itertools
+import math
 import os
 import threading
 import time
@@ -68,6 +69,9 @@ _ENDED = ActionFailed("its command ended")
 _INLINE_BATCH = 64
 # A command whose output is at most this large is finished on the reaper thread.
 _FINISH_INLINE_BYTES = 1 << 20
+# The longest a finished action's record waits for the next round's claims to share
+# their transaction (a group commit); a kill loses at most this much finished work.
+_GROUP_COMMIT_S = 0.05
 
 
 _Done = tuple[BuildAction, Decision, BaseException | None, Produced]
@@ -149,6 +153,11 @@ class Scheduler:
         self._served: dict[BuildAction, str] = {}
         # The running commands' slots: their lanes in the trace.
         self._slots: dict[BuildAction, int] = {}
+        # Records of the actions that finished since the last commit: they go to the
+        # state with the next round's claims, in one transaction, before anything
+        # else starts (``_launch``), or alone when the round starts nothing.
+        self._unrecorded: list[tuple[str, ActionRecord]] = []
+        self._record_by = math.inf  # when ``_unrecorded`` must be written at the latest
 
     def run(self) -> BuildResult:
         start = time.monotonic()
@@ -173,6 +182,7 @@ class Scheduler:
                 f: d for f, d in self.checker.digests.items()
                 if d is not None and not d.startswith(REBUILT_DIGEST)
             }
+            self._record_finished()
             self.store.flush()
             if self._tree is not None and (self.result.built or self.result.cached):
                 failed = sync_filesystem(self._tree.root)  # on disk before it says done
@@ -189,8 +199,12 @@ class Scheduler:
             self._finish_reaped()
             if not self._running:
                 return
-            # Every completion waiting: one wake-up, one commit.
-            self._complete_all(self._note_ended(self._done.take(0.5)))
+            now = time.monotonic()
+            if now >= self._record_by:
+                self._record_finished()
+            # Every completion waiting: one wake-up (by the time records are due).
+            timeout = min(0.5, self._record_by - now)
+            self._complete_all(self._note_ended(self._done.take(timeout)))
 
     def _finish_reaped(self) -> None:
         reaped, self._reaped = self._reaped, []
@@ -271,8 +285,10 @@ class Scheduler:
         chosen += inline
         if not chosen:
             return
-        # One transaction drops the old records and claims the outputs of all of them.
-        self._outputs.claim((e[3].action_id, self.plan.outputs[e[2]]) for e in chosen)
+        # One transaction records what finished since the last one, drops the old
+        # records of the chosen and claims their outputs.
+        finished, self._unrecorded, self._record_by = self._unrecorded, [], math.inf
+        self._outputs.claim(((e[3].action_id, self.plan.outputs[e[2]]) for e in chosen), finished)
         for entry in chosen:
             self._start(entry[2], entry[3], entry[:2])
 
@@ -292,12 +308,13 @@ class Scheduler:
     def _start(
         self, action: BuildAction, decision: Decision, order: tuple[float, int] = (0.0, 0)
     ) -> None:
-        self.store.forget(decision.action_id)
+        """Start ``action``, whose old record ``_launch`` dropped and whose outputs it
+        claimed."""
         self._running.add(action)
         try:
             self._prepare_outputs(action)
         except StateError:
-            raise  # the state cannot be written: the build stops, as for ``forget``
+            raise  # the state cannot be written: the build stops
         except (KilnError, OSError) as e:
             error = e if isinstance(e, KilnError) else ConfinementError(
                 f"'{action.desc}': cannot prepare its output: {e}")  # fmt: skip
@@ -480,8 +497,11 @@ class Scheduler:
         self._complete_all([(action, decision, error, produced)])
 
     def _complete_all(self, batch: list[_Done]) -> None:
-        """Process the completions of one wake-up: their records go to the state in
-        one transaction, before any is reported built or releases its dependents."""
+        """Process the completions of one wake-up: report them and release their
+        dependents. Their records go to the state in one transaction before anything
+        else starts (with the claims of the next round, ``_launch``), or within
+        ``_GROUP_COMMIT_S`` when nothing starts (``_record_finished``): a dependent
+        never runs on an output whose record a kill could lose."""
         succeeded: list[_Done] = []
         records: list[tuple[str, ActionRecord]] = []
         for item in batch:
@@ -491,7 +511,9 @@ class Scheduler:
                 records.append((item[1].action_id, record))
         if not records:
             return
-        self.store.record_many(records)
+        if not self._unrecorded:
+            self._record_by = time.monotonic() + _GROUP_COMMIT_S
+        self._unrecorded += records
         for action, decision, _, produced in succeeded:
             run = self._runs[action]
             lane = self._served.pop(action, None)
@@ -502,6 +524,12 @@ class Scheduler:
                 self.result.built.append(action)
                 self.events.finished(action, decision, produced)
             self._succeed(action)
+
+    def _record_finished(self) -> None:
+        """Write the records ``_complete_all`` left, in one transaction."""
+        if self._unrecorded:
+            finished, self._unrecorded, self._record_by = self._unrecorded, [], math.inf
+            self.store.record_many(finished)
 
     def _settle(
         self,

@@ -404,37 +404,45 @@ class StateStore:
     def record_many(self, finished: list[tuple[str, ActionRecord]]) -> None:
         """Record finished actions with the digests and durations remembered so far,
         all in one transaction (a group commit): a kill keeps all of them or none."""
+        self.commit_round(finished, [], [])
+
+    def forget(self, action_id: str) -> None:
+        """Drop an action's record before it runs again."""
+        self.commit_round([], [action_id], [])
+
+    def claim_outputs(self, paths: list[str]) -> None:
+        """Record that kiln lets an action write ``paths`` (relative to the output dir)."""
+        self.commit_round([], [], paths)
+
+    def commit_round(
+        self,
+        finished: list[tuple[str, ActionRecord]],
+        starting: list[str],
+        paths: list[str],
+    ) -> None:
+        """One round of the scheduler in one transaction: record the ``finished``
+        actions (with the digests and durations remembered so far), drop the records
+        of the actions ``starting`` (a half-run action is never trusted) and record
+        that kiln lets them write ``paths``. A kill keeps all of it or none."""
         with self._lock:
+            records = self.records()
             files = [(p, *s, d) for p, (s, d) in self._dirty_files.items()]
             durations = list(self._dirty_durations.items())
             actions = [(action_id, rec.key, json.dumps(rec.params), json.dumps(rec.inputs),
                         json.dumps(rec.outputs)) for action_id, rec in finished]  # fmt: skip
-            self._dirty_files.clear()
-            self._dirty_durations.clear()
+            gone = [(a,) for a in starting if a in records]
             self._transaction([
                 ("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", files),
                 ("INSERT OR REPLACE INTO durations VALUES (?,?)", durations),
                 ("INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)", actions),
+                ("DELETE FROM actions WHERE id = ?", gone),
+                ("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths]),
             ])  # fmt: skip
-            self.records().update(finished)
-
-    def forget(self, action_id: str) -> None:
-        """Drop an action's record before it runs again."""
-        self.prepare_runs([action_id], [])
-
-    def claim_outputs(self, paths: list[str]) -> None:
-        """Record that kiln lets an action write ``paths`` (relative to the output dir)."""
-        self.prepare_runs([], paths)
-
-    def prepare_runs(self, action_ids: list[str], paths: list[str]) -> None:
-        """Before actions run, in one transaction: drop their records (a half-run
-        action is never trusted) and record that kiln lets them write ``paths``."""
-        with self._lock:
-            records = self.records()
-            gone = [(a,) for a in action_ids if records.pop(a, None) is not None]
-            self._transaction([("DELETE FROM actions WHERE id = ?", gone),
-                               ("INSERT OR IGNORE INTO written VALUES (?)",
-                                [(p,) for p in paths])])  # fmt: skip
+            self._dirty_files.clear()
+            self._dirty_durations.clear()
+            records.update(finished)
+            for (a,) in gone:
+                records.pop(a, None)
 
     def written_outputs(self) -> set[str]:
         """Every output path kiln ever let an action write here."""
