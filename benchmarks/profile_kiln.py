@@ -4,7 +4,8 @@ command line as a user runs it, and measure what importing kiln costs.
 
     benchmarks/profile_kiln.py [--top 15] [--work-dir DIR]
 
-Runs ``python -m cProfile -o F -m kiln build gen_kiln_py.py -j 2 --output-dir out``
+Runs ``python -m cProfile -o F -m kiln build gen_kiln_py.py -j 2 --output-dir out
+--no-cache`` (as ``run.py`` measures it)
 for a clean build and then a no-op build, and ``python -X importtime``; writes the
 top entries by cumulative and by own time to
 ``benchmarks/results/<date>-profile.md``. cProfile sees the main thread only:
@@ -85,7 +86,7 @@ def main(argv: list[str]) -> int:
         for scenario in ("clean", "no-op"):
             prof = root / f"{scenario}.prof"
             argv_ = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "kiln", "build",
-                     "gen_kiln_py.py", "-j", "2", "--output-dir", "out"]  # fmt: skip
+                     "gen_kiln_py.py", "-j", "2", "--output-dir", "out", "--no-cache"]  # fmt: skip
             sample = checked(run_child(argv_, cwd=root, log=root / f"{scenario}.log"),
                              f"profiled {scenario}")  # fmt: skip
             print(f"{scenario}: {sample.wall_s:.2f} s under cProfile", flush=True)

@@ -97,14 +97,14 @@ def main(argv: list[str]) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    machine, commit = _report.machine(), _report.git_commit()  # before results are written
+    machine, commit = _report.machine(work), _report.git_commit()  # before results are written
     print(f"kiln benchmarks ({res.mode}, {res.runs} runs) in {work}", flush=True)
     try:
         _stages(args, res, work)
     finally:
         if not args.keep and args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    return _finish(args, res, time.perf_counter() - started, machine, commit)
+    return _finish(args, res, time.perf_counter() - started, machine, commit, work)
 
 
 def _stage(res: Results, name: str, run: Callable[[], None]) -> None:
@@ -178,11 +178,13 @@ def _command(args: argparse.Namespace) -> str:
         flags.append(f"--runs {args.runs}")
     if args.throughput_jobs:
         flags.append("--throughput-jobs " + ",".join(map(str, args.throughput_jobs)))
+    if args.work_dir is not None:
+        flags.append(f"--work-dir {args.work_dir}")
     return " ".join(["benchmarks/run.py", *flags])
 
 
 def _finish(args: argparse.Namespace, res: Results, took: float, machine: list[str],
-            commit: str) -> int:  # fmt: skip
+            commit: str, work: Path) -> int:  # fmt: skip
     command = _command(args)
     text = markdown(res, command, took, machine)
     print("\n" + text)
@@ -196,7 +198,7 @@ def _finish(args: argparse.Namespace, res: Results, took: float, machine: list[s
     dated = RESULTS / f"{today}-{res.mode}.md"
     dated.write_text(text)
     (RESULTS / "latest.md").write_text(text)
-    section = _readme.render(res, command, _report.machine_summary(), _report.versions(),
+    section = _readme.render(res, command, _report.machine_summary(work), _report.versions(),
                              commit, targets(res))  # fmt: skip
     (RESULTS / "latest-readme.md").write_text("\n".join(section) + "\n")
     print(f"written to {dated.relative_to(ROOT)}, benchmarks/results/latest.md and "
