@@ -288,6 +288,40 @@ def test_manifest_statuses_follow_the_build(write_module, kiln, tmp_path: Path) 
     assert (gen / "b/b.out").read_text() == "b2, changed\n"
 
 
+MANY = """
+@entrypoint
+def many():
+    return [run_command(name=f"o{i}.txt", command=["sh", "-c", f"echo {i} > {{out}}"])
+            for i in range(3)] + [source_file("src.txt")]
+
+@entrypoint
+def none():
+    return []
+"""
+
+
+def test_manifest_has_one_line_per_output_and_reads_back(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    """The manifest is JSON with one line per output (the C encoder writes it), and
+    the path of a source file returned by an entrypoint is relative to the output dir."""
+    write_module(MANY)
+    (tmp_path / "src.txt").write_text("source\n")
+    assert kiln("build", "build.py", "many", "none").returncode == 0
+    text = (tmp_path / "kiln-out/manifest.json").read_text()
+    data = json.loads(text)
+    assert data["entrypoints"]["none"] == {"outputs": []}
+    outputs = data["entrypoints"]["many"]["outputs"]
+    assert [o["path"] for o in outputs] == [
+        "genfiles/many/o0.txt", "genfiles/many/o1.txt", "genfiles/many/o2.txt", "../src.txt"]
+    assert all(o["built"] and o["sha256"] for o in outputs), outputs
+    lines = text.splitlines()
+    for o in outputs:  # each entry whole on its own line
+        assert sum(f'"path": "{o["path"]}"' in line for line in lines) == 1
+        (line,) = [line for line in lines if f'"path": "{o["path"]}"' in line]
+        assert json.loads(line.strip().rstrip(",")) == o
+
+
 # -- the command line ------------------------------------------------------------
 
 CMD = """

@@ -229,11 +229,8 @@ def describe_output(
 ) -> dict[str, Any]:  # fmt: skip
     """The manifest entry of ``f``; ``cached`` holds the (path, sha256) of outputs
     served from the cache."""
-    path = f.fs_path
-    entry: dict[str, Any] = {
-        "namespace": f.namespace.value,
-        "path": os.path.relpath(path, executor.output_dir),
-    }
+    path = f.fs_str
+    entry: dict[str, Any] = {"namespace": f.namespace.value, "path": _manifest_path(executor, f)}
     producers = [d for d in f.deps if isinstance(d, BuildAction)]
     if producers:
         entry["action"] = str(producers[0])
@@ -278,9 +275,30 @@ def write_manifest(executor: Executor, result: BuildResult) -> None:
     TemporarySweeper().sweep(path)
     try:
         with atomic_write(path, "w") as f:
-            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            f.write(_manifest_text(data))
     except OSError as e:  # a full disk: the old manifest stays, whole
         raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
+
+
+def _manifest_path(executor: Executor, f: BuildFile) -> str:
+    """``f``'s path relative to the output directory (a source file's may climb out)."""
+    if f.source is None:  # below the output directory: no need to compute it
+        return f.layout.relative_path(f)
+    return os.path.relpath(f.fs_path, executor.output_dir)
+
+
+def _manifest_text(data: dict[str, Any]) -> str:
+    """The manifest as JSON, keys sorted, one line per output: as easy to read and to
+    diff as fully indented JSON, and made by the C encoder rather than Python's (a
+    build of 10,000 outputs writes it in a fraction of the time)."""
+    line = json.JSONEncoder(sort_keys=True).encode
+    entrypoints = []
+    for name, ep in sorted(data["entrypoints"].items()):
+        rows = ",\n".join(f"        {line(o)}" for o in ep["outputs"])
+        outputs = f"[\n{rows}\n      ]" if rows else "[]"
+        entrypoints.append(f'    {line(name)}: {{\n      "outputs": {outputs}\n    }}')
+    body = ",\n".join(entrypoints)
+    return f'{{\n  "entrypoints": {{\n{body}\n  }},\n  "format": {line(data["format"])}\n}}\n'
 
 
 def _cached_outputs(executor: Executor, result: BuildResult | None) -> set[tuple[str, str]]:
@@ -298,9 +316,11 @@ def _cached_outputs(executor: Executor, result: BuildResult | None) -> set[tuple
         for f in ep.outputs:
             if served.isdisjoint(f.deps) and built.isdisjoint(f.deps):
                 continue  # up to date (or not built): keeps what the old manifest says
-            path = os.path.relpath(f.fs_path, executor.output_dir)
+            path = _manifest_path(executor, f)
             found.pop(path, None)
+            if served.isdisjoint(f.deps):
+                continue  # built here: not from the cache
             digest = executor.store().digest(f.fs_str)
-            if digest is not None and not served.isdisjoint(f.deps):
+            if digest is not None:
                 found[path] = digest
     return set(found.items())
