@@ -47,10 +47,13 @@ class DaskResult:
                       f"| {self.zoo_dask_s / self.zoo_local_s:.2f} |", ""]  # fmt: skip
         o = self.overhead
         if "dask_ms_per_action" in o:
+            alone = o.get("dask_alone_ms_per_action")
             lines += ["| sleep 0.02 actions | workers | ideal s | dask s | added ms/action "
-                      "| local s | local added ms/action |", "|--:|--:|--:|--:|--:|--:|--:|",
+                      "| Dask alone added ms/action | local s | local added ms/action |",
+                      "|--:|--:|--:|--:|--:|--:|--:|--:|",
                       f"| {self.actions:,} | {self.workers} | {o.get('ideal', 0):.2f} "
                       f"| {o.get('dask_wall', 0):.2f} | {o['dask_ms_per_action']:.2f} "
+                      f"| {'—' if alone is None else f'{alone:.2f}'} "
                       f"| {o.get('local_wall', 0):.2f} | {o.get('local_ms_per_action', 0):.2f} |",
                       ""]  # fmt: skip
         if self.output:
@@ -113,6 +116,9 @@ def _as_command(result: DaskResult, runs: int) -> DaskResult:
     if m:
         result.overhead = {"ideal": float(m[1]), "dask_wall": float(m[2]),
                            "dask_ms_per_action": float(m[3])}  # fmt: skip
+    m = re.search(r"Dask alone ([\d.]+) s = ([\d.]+) ms/action", text)
+    if m:
+        result.overhead.update(dask_alone_wall=float(m[1]), dask_alone_ms_per_action=float(m[2]))
     result.how = "`" + " ".join(["benchmarks/dask_exec.py", *argv[2:]]) + "`"
     result.output = [line for line in out if not line.startswith("  ")]
     return result

@@ -3,6 +3,7 @@ each with what was measured, the goal, the verdict and the margin."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -241,6 +242,11 @@ def _dask_targets(res: Results) -> list[Target]:
     else:
         rows.append(Target(name, "—", goal, None, ""))
     ms = d.overhead.get("dask_ms_per_action")
-    rows.append(_upper(f"issue 13: kiln's added cost per action on Dask ({d.actions:,} x sleep "
-                       f"0.02 s, {d.workers} workers)", ms, DASK_MS, " ms", 2))  # fmt: skip
+    row = _upper(f"issue 13: kiln's added cost per action on Dask ({d.actions:,} x sleep "
+                 f"0.02 s, {d.workers} workers)", ms, DASK_MS, " ms", 2)  # fmt: skip
+    alone = d.overhead.get("dask_alone_ms_per_action")
+    if alone is not None and row.measured != "—":
+        row = dataclasses.replace(row, measured=f"{row.measured} (Dask alone, the same "
+                                  f"commands from a plain Client: {alone:.2f} ms)")  # fmt: skip
+    rows.append(row)
     return rows

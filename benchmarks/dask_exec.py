@@ -18,10 +18,13 @@ a cluster of ``--workers`` single-thread workers (``dask scheduler`` + ``dask
 worker --nworkers N --nthreads 1``, started before the build and not timed), with
 ``-j`` = the workers. kiln's added cost per action = (wall - ideal) / actions,
 where ideal = actions x 0.02 / workers. The same graph run locally (``-j``
-= workers) is printed beside it. The cluster runs with Dask's per-process monitors
-turned down as docs/cluster.md recommends for many workers per core (the settings
-kiln gives its own ``dask-local`` cluster); ``--dask-defaults`` keeps Dask's
-defaults. Needs nginx (tests/nginx.py starts it).
+= workers) is printed beside it, and so is Dask alone: the same commands sent by a
+plain ``distributed.Client`` to the same cluster, as many in flight
+(``_dask_floor.py``), the floor under kiln's number on this machine. The cluster
+runs with Dask's per-process monitors turned down as docs/cluster.md recommends
+for many workers per core (the settings kiln gives its own ``dask-local``
+cluster); ``--dask-defaults`` keeps Dask's defaults. Needs nginx
+(tests/nginx.py starts it).
 """
 
 from __future__ import annotations
@@ -86,7 +89,9 @@ class DaskBench:
             out.append(
                 f"{self.actions} x sleep {SLEEP_S} on {self.workers} workers: ideal "
                 f"{r['ideal']:.2f} s; dask {r['dask_wall']:.2f} s = "
-                f"{r['dask_ms_per_action']:.2f} ms/action added; local -j {self.workers} "
+                f"{r['dask_ms_per_action']:.2f} ms/action added; Dask alone "
+                f"{r['dask_alone_wall']:.2f} s = {r['dask_alone_ms_per_action']:.2f} ms/action; "
+                f"local -j {self.workers} "
                 f"{r['local_wall']:.2f} s = {r['local_ms_per_action']:.2f} ms/action; "
                 f"kiln's CPU per action: dask {r['dask_kiln_cpu_ms']:.1f} ms, local "
                 f"{r['local_kiln_cpu_ms']:.1f} ms (with its commands)"
@@ -174,6 +179,7 @@ def overhead_stage(n: int, workers: int, work: Path, cache_url: str,
             "--executor", f"dask://127.0.0.1:{port}", "--remote-cache", f"{cache_url}/sleeps",
             "--cache-dir", str(work / "sleeps-cache")), cwd=work, log=work / "sleeps-dask.log"),
             "sleeps on dask")  # fmt: skip
+        floor = _dask_alone(f"tcp://127.0.0.1:{port}", n, workers, work / "dask-alone")
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -185,9 +191,22 @@ def overhead_stage(n: int, workers: int, work: Path, cache_url: str,
     return {"dask_wall": remote.wall_s, "local_wall": local.wall_s, "ideal": ideal,
             "dask_ms_per_action": (remote.wall_s - ideal) / n * 1000,
             "local_ms_per_action": (local.wall_s - ideal) / n * 1000,
+            "dask_alone_wall": floor,
+            "dask_alone_ms_per_action": (floor - ideal) / n * 1000,
             "dask_kiln_cpu_ms": remote.cpu_s / n * 1000,
             "local_kiln_cpu_ms": local.cpu_s / n * 1000}
     # fmt: skip
+
+
+def _dask_alone(address: str, n: int, in_flight: int, out_dir: Path) -> float:
+    """Wall seconds of the same commands through a plain Dask client (``_dask_floor``)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, str(HERE / "_dask_floor.py"), address, str(n),
+                           str(in_flight), str(SLEEP_S), str(out_dir)],
+                          capture_output=True, text=True, timeout=3600)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"_dask_floor.py exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["wall_s"])
 
 
 def _checked(sample: Sample, what: str) -> Sample:

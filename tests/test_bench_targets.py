@@ -56,3 +56,21 @@ def test_throughput_verdicts(bench) -> None:  # type: ignore[no-untyped-def]
     own = rows["own CPU per subprocess action, -j 2: kiln ÷ Ninja"]
     assert rate.met is True and "(0.80)" in rate.measured
     assert own.met is False and "3.000 ms vs 1.000 ms" in own.measured
+
+
+def test_dask_rows_state_the_floor_dask_alone_sets(bench) -> None:  # type: ignore[no-untyped-def]
+    _, results, targets, _ = bench
+    import _dask_row
+
+    d = _dask_row.DaskResult(20, 5000, 32, zoo_local_s=5.0, zoo_dask_s=6.0, overhead={
+        "ideal": 3.12, "dask_wall": 30.0, "dask_ms_per_action": 5.4, "local_wall": 5.4,
+        "local_ms_per_action": 0.45, "dask_alone_wall": 22.2,
+        "dask_alone_ms_per_action": 3.8})  # fmt: skip
+    rows = {r.name: r for r in targets.targets(results.Results("full", 1, dask=d))}
+    zoo = rows["issue 13: zoo (20 models) on dask-local:2 vs local -j 2"]
+    cost = rows["issue 13: kiln's added cost per action on Dask (5,000 x sleep 0.02 s, 32 workers)"]
+    assert zoo.met is True and "(1.20×)" in zoo.measured
+    assert cost.met is False and cost.measured.startswith("5.40 ms")
+    assert "Dask alone, the same commands from a plain Client: 3.80 ms" in cost.measured
+    table = "\n".join(d.table())
+    assert "| 5,000 | 32 | 3.12 | 30.00 | 5.40 | 3.80 | 5.40 | 0.45 |" in table

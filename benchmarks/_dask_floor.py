@@ -1,0 +1,46 @@
+"""Dask alone, the floor under kiln's Dask overhead: ``N`` tasks on the cluster at
+``ADDRESS``, each running the command kiln's sleep actions run (``sh -c 'sleep S;
+echo I > OUT'``), at most ``IN_FLIGHT`` at a time (as ``kiln -j IN_FLIGHT``), from
+a plain ``distributed.Client``: no kiln, no CAS, no sandbox.
+
+    python benchmarks/_dask_floor.py ADDRESS N IN_FLIGHT SLEEP_S OUT_DIR
+
+Prints one JSON line: ``{"wall_s": ...}`` (submission of the first task to the
+result of the last).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+
+def run(out_dir: str, i: int, sleep_s: float) -> int:
+    script = f"sleep {sleep_s}; echo $1 > \"$0\""
+    subprocess.run(["sh", "-c", script, f"{out_dir}/s{i}", str(i)], check=True)
+    return i
+
+
+def main(address: str, n: int, in_flight: int, sleep_s: float, out_dir: str) -> float:
+    from distributed import Client, as_completed
+
+    with Client(address, timeout=60) as client:
+        started = time.perf_counter()
+        futures = [client.submit(run, out_dir, i, sleep_s, pure=False)
+                   for i in range(min(n, in_flight))]  # fmt: skip
+        queued = len(futures)
+        pending = as_completed(futures)
+        for future in pending:
+            future.result()
+            if queued < n:
+                pending.add(client.submit(run, out_dir, queued, sleep_s, pure=False))
+                queued += 1
+        return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    address, n, in_flight, sleep_s, out_dir = sys.argv[1:6]
+    wall = main(address, int(n), int(in_flight), float(sleep_s), out_dir)
+    print(json.dumps({"wall_s": wall}))
