@@ -228,15 +228,18 @@ STOP_SIGNALS = (
 
 @contextlib.contextmanager
 def _signals_interrupt(out: IO[str], err: IO[str]) -> Iterator[None]:
-    """Turn the stopping signals (SIGHUP, SIGINT, SIGPIPE, SIGTERM, SIGQUIT, SIGUSR1, ...)
-    into BuildInterrupted in the main thread.
+    """Turn the stopping signals (SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, ...) into
+    BuildInterrupted in the main thread.
 
-    A SIGPIPE that kiln's own write to a closed stdout caused is not an
-    interruption: that write raises BrokenPipeError, which ends kiln quietly. A
-    closed stderr (nobody follows the build any more) stops the build.
+    SIGPIPE stops the build only when kiln's stderr is a closed pipe: nobody
+    follows the build any more. Any other SIGPIPE comes with a write that fails
+    with EPIPE, whose code handles it (a connection to a Dask worker or to the
+    remote cache that the other side closed, a closed stdout, whose
+    BrokenPipeError ends kiln quietly), or from ``kill``: none stops the build,
+    as none stops a Python program. The signal does not say which write raised it.
     """
     def handler(signum: int, frame: object) -> None:
-        if signum == signal.SIGPIPE and _is_broken_pipe(out) and not _is_broken_pipe(err):
+        if signum == signal.SIGPIPE and not _is_broken_pipe(err):
             return
         raise BuildInterrupted(signum)
 
