@@ -82,17 +82,17 @@ class LogSpools:
         self,
         spool: int,
         log: Callable[[], Path | str],
-        header: str,
+        header: Callable[[], str],
         old_log: Callable[[], Path | str | None],
     ) -> str | None:
-        """After a command using ``spool`` ended: write ``header`` and what it printed
+        """After a command using ``spool`` ended: write ``header()`` and what it printed
         to its log, or, when it printed nothing, remove the log of an earlier run
         (``old_log``, if any); give the spool back. The log's path, or None when
         there is none."""
         reusable = False
         try:
             size = os.fstat(spool).st_size
-            written = _copy_log(spool, size, Path(log()), header) if size else None
+            written = _copy_log(spool, size, Path(log()), header()) if size else None
             if size:
                 os.ftruncate(spool, 0)
             os.lseek(spool, 0, os.SEEK_SET)

@@ -106,7 +106,8 @@ class CommandAction(BuildAction, SpawnsCommand):
         tmp = commit.__enter__()
         try:
             argv = self._format(str(tmp), input_paths)
-            shown = redact_urls(subprocess.list2cmdline(argv))
+            # How the command is shown (log header, failure): only made when needed.
+            shown = functools.cache(lambda: redact_urls(subprocess.list2cmdline(argv)))
             self._log = None
             spool = self.run_context.spools.take()
             # Every process the command starts carries a tag in its environment, even
@@ -137,12 +138,17 @@ class CommandAction(BuildAction, SpawnsCommand):
         return self.run_context.old_log(self.output)
 
     def _after(
-        self, ended: Ended, commit: AbstractContextManager[Path], tmp: Path, shown: str, spool: int
+        self,
+        ended: Ended,
+        commit: AbstractContextManager[Path],
+        tmp: Path,
+        shown: Callable[[], str],
+        spool: int,
     ) -> None:
         """The command ended: keep what it printed, then fail, or commit its output."""
         try:
             log = self._log = self.run_context.spools.settle(
-                spool, self._log_file, f"$ {shown}\n", self._old_log
+                spool, self._log_file, lambda: f"$ {shown()}\n", self._old_log
             )
             if ended.timed_out:
                 raise ActionTimeout(
@@ -150,7 +156,7 @@ class CommandAction(BuildAction, SpawnsCommand):
                 )
             if ended.returncode != 0:
                 raise ActionFailed(
-                    f"'{self.desc}': command exited with status {ended.returncode}: {shown}\n"
+                    f"'{self.desc}': command exited with status {ended.returncode}: {shown()}\n"
                     f"{read_tail(log) if log else '(it printed nothing)'}".rstrip()
                 )
             if ended.left:
