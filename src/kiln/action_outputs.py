@@ -38,7 +38,7 @@ class ActionOutputs:
     def claim(
         self,
         runs: Iterable[tuple[str, Iterable[BuildFile]]],
-        finished: list[tuple[str, ActionRecord]] | None = None,
+        finished: list[tuple[str, ActionRecord]],
     ) -> None:
         """Before a round of actions (``(action id, outputs)``) starts, in one
         transaction with the records of the actions ``finished`` since the last
@@ -49,7 +49,7 @@ class ActionOutputs:
             for f in outputs:
                 paths.append(f.layout.relative_path(f))
                 self._claimed.add(f)
-        self._store.commit_round(finished or [], ids, paths)
+        self._store.commit_round(finished, ids, paths)
 
     def prepare(self, outputs: Iterable[BuildFile]) -> None:
         """Record ``outputs`` as kiln's to write (unless ``claim`` did), then make

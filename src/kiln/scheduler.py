@@ -287,8 +287,8 @@ class Scheduler:
             return
         # One transaction records what finished since the last one, drops the old
         # records of the chosen and claims their outputs.
-        finished, self._unrecorded, self._record_by = self._unrecorded, [], math.inf
-        self._outputs.claim(((e[3].action_id, self.plan.outputs[e[2]]) for e in chosen), finished)
+        runs = ((e[3].action_id, self.plan.outputs[e[2]]) for e in chosen)
+        self._outputs.claim(runs, self._take_unrecorded())
         for entry in chosen:
             self._start(entry[2], entry[3], entry[:2])
 
@@ -405,9 +405,7 @@ class Scheduler:
         assert isinstance(action, SpawnsCommand)
 
         def finished(finish: Finish, size: int) -> None:
-            self._runs[action].finish_time = time.time()  # its slice of its lane ends
-            with self._pool_lock:
-                self._slots.pop(action, None)
+            self._end_slot(action)
             self._done.put((action, decision, _ENDED, {}))  # the next command may start
             rest = functools.partial(self._finish, action, decision, finish)
             if size > _FINISH_INLINE_BYTES:  # a large output: hashed off the reaper
@@ -426,7 +424,15 @@ class Scheduler:
             self._running.discard(action)
             raise
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            self._end_slot(action)
             self._finish(action, decision, functools.partial(_reraise, e))
+
+    def _end_slot(self, action: BuildAction) -> None:
+        """The command of ``action`` ended (or never started): its slice of its lane
+        ends, and its slot is free."""
+        self._runs[action].finish_time = time.time()
+        with self._pool_lock:
+            self._slots.pop(action, None)
 
     def _slot(self, action: BuildAction) -> int:
         """The lowest command slot free (fewer than ``jobs`` commands run at once)."""
@@ -448,11 +454,6 @@ class Scheduler:
             error = e
             if self.opts.fail_fast:
                 self._stopping = True
-        run = self._runs[action]
-        if run.finish_time is None:  # (a command's ended with it, when its slot was freed)
-            run.finish_time = time.time()
-        with self._pool_lock:
-            self._slots.pop(action, None)
         self._done.put((action, decision, error, produced))
 
     def _workers(self) -> ThreadWorkers:
@@ -528,8 +529,12 @@ class Scheduler:
     def _record_finished(self) -> None:
         """Write the records ``_complete_all`` left, in one transaction."""
         if self._unrecorded:
-            finished, self._unrecorded, self._record_by = self._unrecorded, [], math.inf
-            self.store.record_many(finished)
+            self.store.record_many(self._take_unrecorded())
+
+    def _take_unrecorded(self) -> list[tuple[str, ActionRecord]]:
+        """The records waiting to be written; none wait afterwards."""
+        finished, self._unrecorded, self._record_by = self._unrecorded, [], math.inf
+        return finished
 
     def _settle(
         self,
