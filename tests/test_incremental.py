@@ -563,6 +563,33 @@ def test_damaged_record_is_not_trusted(p: Project) -> None:
     assert p.build(two_chains).ran == []
 
 
+def test_recorded_outputs_are_compared_as_values_not_as_text(p: Project) -> None:
+    """A no-op build compares most records by their stored text; a record written in
+    another spelling of the same JSON is still up to date, and one whose text a
+    tampered digest would complete (quotes in the digest cache) is not."""
+    sources(p)
+    p.build(two_chains)
+    conn = sqlite3.connect(p.out / ".kiln" / "state.db", isolation_level=None)
+    # The same value, spelled compactly and with an escaped character.
+    conn.execute("UPDATE actions SET outputs = replace(replace(json(outputs), 'gen', "
+                 "'g\\u0065n'), '\":\"', '\": \"') WHERE id = 'gen/B'")  # fmt: skip
+    assert conn.execute("SELECT outputs FROM actions WHERE id = 'gen/B'").fetchone()[0] \
+        .startswith('{"g\\u0065n/B": "')  # fmt: skip
+    assert p.build(two_chains).ran == []
+    # B's record now holds a second output whose text the digest cache's quotes would
+    # complete if the comparison were by unescaped text.
+    (digest,) = conn.execute("SELECT sha256 FROM files WHERE path LIKE '%/B'").fetchone()
+    forged = f'{digest}", "gen/X": "{"0" * 64}'
+    conn.execute("UPDATE files SET sha256 = ? WHERE path LIKE '%/B'", (forged,))
+    conn.execute("UPDATE actions SET outputs = ? WHERE id = 'gen/B'",
+                 (f'{{"gen/B": "{forged}"}}',))  # fmt: skip
+    conn.close()
+    build = p.build(two_chains)
+    assert "B" in build.ran
+    assert p.output("J").read_text() == "ALPHA!BETA"
+    assert p.build(two_chains).ran == []
+
+
 # -- through the command line --------------------------------------------------------
 
 @pytest.fixture

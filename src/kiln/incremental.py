@@ -116,10 +116,18 @@ class UpToDateChecker:
         return Decision(aid, key, params, inputs, reason)
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
-        recorded = record.outputs  # a damaged record has none
         # The stat cache's digest, no Path, no hashing (a store that has no such
         # lookup, such as the manifest's stat-cache view, answers through ``digest``).
         cached = getattr(self.store, "cached_output_digest", None) or self._output_digest
+        if len(outputs) == 1:  # most actions: compared without decoding the record
+            f = outputs[0]
+            path = f.fs_str
+            if f._layout.tree.dir_problem(path[: path.rindex("/")]) is None:
+                digest = cached(path)
+                if digest is not None and record.only_output_is(f._key, digest):
+                    self.digests[f] = digest
+                    return None
+        recorded = record.outputs  # a damaged record has none
         for f in outputs:
             path = f.fs_str
             # Read only a regular file reached through real directories: anything else

@@ -105,6 +105,16 @@ def hash_file(path: Path | str, follow: bool = True) -> str:
     return h.hexdigest()
 
 
+# The rows of the digest cache whose every field has its type.
+_TYPED_FILES = (
+    "SELECT * FROM files WHERE typeof(path) = 'text' AND typeof(sha256) = 'text'"
+    + "".join(f" AND typeof({c}) = 'integer'" for c in ("size", "mtime_ns", "ino", "ctime_ns"))
+)
+
+# A JSON string literal as ``json.dumps`` writes it (ASCII only).
+_JSON_STR: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
 class ActionRecord:
     """What an action produced the last time it succeeded.
 
@@ -149,6 +159,18 @@ class ActionRecord:
         ):
             self.damaged = True
         return not self.damaged
+
+    def only_output_is(self, key: str, digest: str) -> bool:
+        """Whether the outputs recorded are exactly ``{key: digest}``. A row not yet
+        decoded is compared as the text kiln writes for it (``json.dumps``): equal
+        JSON text is an equal value, so most rows of a no-op build are never parsed;
+        any other text is decoded and compared."""
+        if self._raw[2]:
+            text = self._values[2]
+            if type(text) is str and text == f"{{{_JSON_STR(key)}: {_JSON_STR(digest)}}}":
+                return True
+        outputs = self._field(2)
+        return len(outputs) == 1 and outputs.get(key) == digest
 
     def _fields(self) -> tuple[Any, Any, Any]:
         return (self._field(0), self._field(1), self._field(2))
@@ -195,10 +217,11 @@ class StateStore:
         try:
             # Tables are WITHOUT ROWID (no separate index b-trees): reading them whole
             # touches every page, so damage shows now rather than at a later write.
-            for path, size, mtime, ino, ctime, digest in self._db.execute("SELECT * FROM files"):
-                skey = (size, mtime, ino, ctime)
-                if type(path) is str and type(digest) is str and all(type(n) is int for n in skey):
-                    self._files[path] = (skey, digest)  # a mistyped row is not trusted
+            # A mistyped row is not trusted: SQLite leaves it out.
+            self._files = {
+                path: ((size, mtime, ino, ctime), digest)
+                for path, size, mtime, ino, ctime, digest in self._db.execute(_TYPED_FILES)
+            }
             self._db.execute("SELECT count(data) FROM file_metadata").fetchone()
         except sqlite3.Error as e:
             self._files.clear()
