@@ -66,8 +66,12 @@ def markdown(res: Results, command: str, took_s: float, machine: list[str]) -> s
         out += ["", "## Graph analysis alone (kiln)", "",
                 "Import the in-process build module, call its entrypoint, make the plan (cycle "
                 "check, topological order); nothing runs. 'definition + plan' excludes "
-                "interpreter start-up and `import kiln`; bytecode of the module is cached. "
-                "Peak RSS is the whole process's.",
+                "interpreter start-up and `import kiln`; the module is compiled from source "
+                "each run (kiln writes no bytecode beside it). Peak RSS is the whole "
+                "process's; 'once loaded' is the peak it had reached when the module had "
+                "loaded (CPython compiling the module's data, before kiln made a node); "
+                "'graph + plan' is what tracemalloc counts the graph and the plan holding, "
+                "in one more untimed run.",
                 "", *_report.analysis_table(res.analysis)]  # fmt: skip
     if res.process is not None:
         out += ["", "## Out-of-process actions (kiln)", "",

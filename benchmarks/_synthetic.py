@@ -255,6 +255,7 @@ class AnalysisResult:
     actions: int
     phases: list[dict[str, float]] = field(default_factory=list)  # per run, seconds
     process: Series = field(default_factory=lambda: Series("kiln"))
+    graph_bytes: int | None = None  # what the graph and plan hold (tracemalloc)
 
     def median(self, phase: str) -> float:
         return statistics.median(p[phase] for p in self.phases)
@@ -264,7 +265,9 @@ def bench_analysis(
     graph: Graph, *, work: Path, runs: int, log: Callable[[str], None] = say
 ) -> AnalysisResult:
     """Import the in-process build module, analyse its entrypoint and make the plan,
-    in a fresh process each run (after one untimed run that writes the bytecode)."""
+    in a fresh process each run (the module compiled from source each time: kiln
+    writes no bytecode beside it); then once more, untimed, counting the bytes the
+    graph and the plan hold."""
     root = work / graph.label / "analysis"
     KILN_PY.setup(graph, root)
     driver = Path(__file__).resolve().parent / "analyze_only.py"
@@ -280,4 +283,9 @@ def bench_analysis(
         result.process.samples.append(sample)
         log(f"  analysis {graph.label}: {phases['total']:.2f} s in-process, "
             f"{sample.wall_s:.2f} s wall, {sample.rss_mib:.0f} MiB")  # fmt: skip
+    path = root / "analysis-traced.log"
+    checked(run_child([*argv[:2], "--traced", *argv[2:]], cwd=root, log=path),
+            f"analysis {graph.label} (traced)")  # fmt: skip
+    traced = json.loads(path.read_text().strip().splitlines()[-1])
+    result.graph_bytes = traced.get("graph_bytes")
     return result

@@ -74,3 +74,26 @@ def test_dask_rows_state_the_floor_dask_alone_sets(bench) -> None:  # type: igno
     assert "Dask alone, the same commands from a plain Client: 3.80 ms" in cost.measured
     table = "\n".join(d.table())
     assert "| 5,000 | 32 | 3.12 | 30.00 | 5.40 | 3.80 | 5.40 | 0.45 |" in table
+
+
+def test_analysis_memory_row_says_where_the_peak_was_reached(bench) -> None:  # type: ignore[no-untyped-def]
+    measure, results, targets, _ = bench
+    import _report
+    import _synthetic
+
+    def analysis(actions: int, rss_mib: float, loaded_mib: float, total_s: float) -> object:
+        a = _synthetic.AnalysisResult(actions, graph_bytes=actions * 1900)
+        a.phases.append({"import_kiln": 0.04, "load_module": 0.5, "analyze": 0.8, "plan": 0.4,
+                         "total": total_s, "actions": actions, "peak_loaded_mib": loaded_mib})
+        a.process.samples.append(measure.Sample(total_s + 0.1, total_s, rss_mib, 0))
+        return a  # fmt: skip
+
+    big = analysis(100_000, 358.0, 261.0, 1.7)
+    res = results.Results("full", 1, analysis=[analysis(10_000, 45.0, 44.0, 0.13), big])
+    rows = {r.name: r for r in targets.targets(res)}
+    memory = rows["100k analysis, peak memory per action"]
+    assert memory.met is False and memory.measured.startswith("3.75 KB")
+    assert "261 MiB, 2.74 KB per action, reached while CPython compiled" in memory.measured
+    assert "the graph and plan hold 1.90 KB per action (tracemalloc)" in memory.measured
+    assert "| 100,000 | 1 | 0.500 | 0.800 | 0.400 | 1.700 | 0.040 | 1.800 | 358 | 261 | 1,900 |" \
+        in "\n".join(_report.analysis_table([big]))  # fmt: skip
