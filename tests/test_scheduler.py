@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kiln.errors import BuildDefinitionError
 from kiln.executor import (
     ActionConcurrency,
     BuildAction,
@@ -32,6 +33,7 @@ from kiln.executor import (
     Executor,
     ProgressReporter,
 )
+from kiln.plan import make_plan
 from kiln.scheduler import BuildResult, SchedulerOptions
 
 HEADER = """\
@@ -434,6 +436,78 @@ def test_random_graph_fail_fast_with_one_job(spec: RandomBuild) -> None:
     needed = {f"n{i}" for i in closure(spec.targets, spec.deps)}
     assert names(result.not_run) == needed - set(started)
     assert names(result.built) == set(started) - names(result.failed)
+
+
+
+class _Vertex:
+    """A node of an arbitrary (possibly cyclic) graph, for the plan's walk alone."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.deps: set[_Vertex] = set()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@st.composite
+def any_digraphs(draw: st.DrawFn) -> tuple[list[set[int]], list[int]]:
+    n = draw(st.integers(1, 12))
+    edges = [draw(st.sets(st.integers(0, n - 1), max_size=4)) for _ in range(n)]
+    targets = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=4))
+    return edges, targets
+
+
+def _has_cycle(edges: list[set[int]], reached: set[int]) -> bool:
+    remaining = {i: len(edges[i]) for i in reached}  # Kahn's algorithm, by dependencies
+    users: dict[int, list[int]] = {i: [] for i in reached}
+    for i in reached:
+        for d in edges[i]:
+            users[d].append(i)
+    ready = [i for i, k in remaining.items() if k == 0]
+    done = 0
+    while ready:
+        done += 1
+        for u in users[ready.pop()]:
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                ready.append(u)
+    return done < len(reached)
+
+
+@RANDOM
+@given(any_digraphs())
+def test_plan_of_any_graph_is_an_order_or_names_a_real_cycle(
+    graph: tuple[list[set[int]], list[int]],
+) -> None:
+    """On any directed graph: the plan is a topological order of exactly what the
+    targets reach, with every edge in ``consumers``, or a cycle error whose path is
+    made of real edges and closes on itself."""
+    edges, targets = graph
+    nodes = [_Vertex(f"v{i}") for i in range(len(edges))]
+    for node, deps in zip(nodes, edges, strict=True):
+        node.deps = {nodes[d] for d in deps}
+    reached = closure(set(targets), [sorted(e) for e in edges])
+    index = {node: i for i, node in enumerate(nodes)}
+    try:
+        plan = make_plan([nodes[t] for t in targets], [])  # type: ignore[misc]
+    except BuildDefinitionError as e:
+        assert _has_cycle(edges, reached), str(e)
+        path = re.search(r"dependency cycle: (.+) \(each needs", str(e))
+        assert path, str(e)
+        names = path.group(1).split(" -> ")
+        assert names[0] == names[-1] and len(names) >= 2
+        for a, b in zip(names[:-1], names[1:], strict=True):
+            assert int(b[1:]) in edges[int(a[1:])], f"{a} -> {b} is no edge: {e}"
+        return
+    assert not _has_cycle(edges, reached)
+    order = [index[n] for n in plan.order]  # type: ignore[index]
+    assert sorted(order) == sorted(reached)
+    position = {i: k for k, i in enumerate(order)}
+    for i in reached:
+        assert all(position[d] < position[i] for d in edges[i])
+        users = sorted(index[u] for u in plan.consumers[nodes[i]])  # type: ignore[index]
+        assert users == sorted(u for u in reached if i in edges[u])
 
 
 # -- through the command line --------------------------------------------------
