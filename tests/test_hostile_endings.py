@@ -229,6 +229,51 @@ def test_a_broken_socket_or_kill_pipe_does_not_stop_the_build(
     assert (gen / "inline.txt").read_text() == "EPIPE"
 
 
+AT_EXIT = """
+import atexit
+import socket
+import sys
+
+
+def _close_a_connection():
+    \"\"\"What a library's exit handler does (Dask's client closes from atexit): a
+    write to a connection its peer closed.\"\"\"
+    a, b = socket.socketpair()
+    b.close()
+    try:
+        a.sendall(b"x" * 100000)
+    except OSError as e:
+        sys.stderr.write(f"at exit: {type(e).__name__}\\n")
+    a.close()
+
+
+atexit.register(_close_a_connection)
+
+
+@entrypoint
+def one():
+    ctx = BuildContext.current()
+    out = ctx.allocate_file("one.txt")
+    out.deps.add(Writes(out, desc="one", executor=ctx.executor))
+    return [out]
+"""
+
+
+def test_a_write_to_a_closed_socket_at_exit_keeps_the_build_status(
+    write_module, tmp_path: Path
+) -> None:
+    """After the command ran, a write to a closed socket (an exit handler's) fails
+    with EPIPE instead of killing kiln by SIGPIPE: the status is the build's."""
+    write_module("import time\n" + BROKEN_SOCKETS + AT_EXIT)
+    (tmp_path / "marks").mkdir()
+    (tmp_path / "flag").touch()
+    r = subprocess.run([sys.executable, "-m", "kiln", "build", "build.py", "one"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NO_COLOR": "1"})  # fmt: skip
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert "kiln: done: 1 built" in r.stderr
+    assert "at exit: BrokenPipeError" in r.stderr
+
 LEAKY = """
 import subprocess
 

@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     # (``kiln graph m.py | head``).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     code = run_cli(sys.argv[1:] if argv is None else argv)
+    # The command is over and its status decided: a write to a closed connection
+    # while the interpreter exits (a library's atexit handler, a daemon thread) fails
+    # with EPIPE rather than killing kiln by SIGPIPE with another status.
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     # The process ends next. The command's graph is garbage by now, in reference
     # cycles that the collection at interpreter exit would walk and free object by
     # object (a tenth of a second for 10,000 actions); frozen, the exit leaves it to
