@@ -8,11 +8,12 @@ import os
 import stat
 from collections.abc import Iterable
 
+from kiln.action_record import ActionRecord
 from kiln.errors import ActionFailed
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_tree import OutputTree
 from kiln.outputs import TemporarySweeper, file_kind, remove_partial
-from kiln.state import ActionRecord, StateStore, StatKey, hash_file, stat_key
+from kiln.state import StateStore, StatKey, hash_file, stat_key
 
 # What an action wrote: each output's stat key and digest.
 Produced = dict[BuildFile, tuple[StatKey, str]]

@@ -14,12 +14,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.action_record import ActionRecord
 from kiln.actionkey import CODE_PARAM, THUNK_PARAM, KeyMaker, complete_params
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.outputs import file_kind
 from kiln.plan import Plan
-from kiln.state import ActionRecord, StateStore
+from kiln.state import StateStore
 
 _MAX_CHANGES_SHOWN = 3
 # A dry run's stand-in digest for the outputs of an action that would run.

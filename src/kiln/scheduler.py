@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from kiln import events as ev
 from kiln._spawn import Finish, SpawnsCommand
 from kiln.action_outputs import ActionOutputs, Produced
+from kiln.action_record import ActionRecord
 from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
 from kiln.cache import BuildCache
@@ -52,7 +53,7 @@ from kiln.priority import remaining_paths
 from kiln.reporting import ProgressReporter
 from kiln.result import BuildResult, NodeRun, SchedulerOptions
 from kiln.runners import ProcessPool, ThreadWorkers, run_with_deadline
-from kiln.state import ActionRecord, StateStore, StatKey
+from kiln.state import StateStore, StatKey
 
 __all__ = ["MAX_JOBS", "BuildResult", "Scheduler", "SchedulerOptions"]
 

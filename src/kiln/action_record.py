@@ -1,0 +1,99 @@
+"""An action's record in the build state: the key it was built with, its keyed
+parameters, its inputs' and its outputs' digests (``kiln.state`` stores it).
+
+Rows read from the database keep their JSON text until a field is first used,
+and a field that does not decode to its documented shape marks the record
+damaged: its action runs again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from kiln._statecheck import BAD, decode_field
+
+# A JSON string literal as ``json.dumps`` writes it (ASCII only).
+_JSON_STR: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+class ActionRecord:
+    """What an action produced the last time it succeeded.
+
+    Rows read from the database keep their JSON text until a field is first used:
+    a no-op build compares keys and output digests only.
+    """
+
+    __slots__ = ("key", "damaged", "_values", "_raw")
+
+    # What an undecodable field reads as: its action runs again.
+    _DAMAGED: tuple[Any, Any, Any] = (None, {}, {})
+
+    def __init__(self, key: str, params: Any, inputs: Any, outputs: Any, raw: bool = False):
+        # A key that is not a SHA-256 digest (a hand-edited row) matches no action's key.
+        self.damaged = raw and not (isinstance(key, str) and len(key) == 64)
+        self.key = key if isinstance(key, str) else ""
+        self._values: list[Any] = [params, inputs, outputs]
+        self._raw = [raw, raw, raw]
+
+    def _field(self, index: int) -> Any:
+        if self._raw[index]:
+            value = decode_field(index, self._values[index])
+            if value is BAD:
+                self.damaged = True
+                value = self._DAMAGED[index]
+            self._values[index] = value
+            self._raw[index] = False
+        return self._values[index]
+
+    def looks_intact(self) -> bool:
+        """Cheaply, without decoding params and inputs: whether each field has its
+        type (outputs are decoded already: an up-to-date check reads them)."""
+        raw, values = self._raw, self._values
+        params, inputs = values[0], values[1]
+        if raw[0] and not (
+            type(params) is str
+            and (params == "null" or (params.startswith("{") and params.endswith("}")))
+        ):
+            self.damaged = True
+        if raw[1] and not (
+            type(inputs) is str and inputs.startswith("{") and inputs.endswith("}")
+        ):
+            self.damaged = True
+        return not self.damaged
+
+    def only_output_is(self, key: str, digest: str) -> bool:
+        """Whether the outputs recorded are exactly ``{key: digest}``. A row not yet
+        decoded is compared as the text kiln writes for it (``json.dumps``): equal
+        JSON text is an equal value, so most rows of a no-op build are never parsed;
+        any other text is decoded and compared."""
+        if self._raw[2]:
+            text = self._values[2]
+            if type(text) is str and text == f"{{{_JSON_STR(key)}: {_JSON_STR(digest)}}}":
+                return True
+        outputs = self._field(2)
+        return len(outputs) == 1 and outputs.get(key) == digest
+
+    def _fields(self) -> tuple[Any, Any, Any]:
+        return (self._field(0), self._field(1), self._field(2))
+
+    @property
+    def params(self) -> dict[str, Any] | None:
+        return self._field(0)
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        return self._field(1)
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        return self._field(2)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ActionRecord):
+            return NotImplemented
+        return (self.key, *self._fields()) == (other.key, *other._fields())
+
+    def __repr__(self) -> str:
+        return f"ActionRecord({self.key!r}, {self.params!r}, {self.inputs!r}, {self.outputs!r})"
