@@ -110,6 +110,7 @@ _TYPED_FILES = (
     + "".join(f" AND typeof({c}) = 'integer'" for c in ("size", "mtime_ns", "ino", "ctime_ns"))
 )
 
+
 class StateStore:
     """The state database of one output directory.
 
