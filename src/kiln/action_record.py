@@ -63,17 +63,16 @@ class ActionRecord:
             self.damaged = True
         return not self.damaged
 
-    def only_output_is(self, key: str, digest: str) -> bool:
-        """Whether the outputs recorded are exactly ``{key: digest}``. A row not yet
-        decoded is compared as the text kiln writes for it (``json.dumps``): equal
-        JSON text is an equal value, so most rows of a no-op build are never parsed;
-        any other text is decoded and compared."""
+    def has_output(self, key: str, digest: str) -> bool:
+        """Whether the record gives output ``key`` the digest ``digest``. A row not yet
+        decoded whose text is what kiln writes for ``{key: digest}`` (``json.dumps``)
+        says so without being parsed (equal JSON text is an equal value: most rows
+        of a no-op build); any other text is decoded and looked up."""
         if self._raw[2]:
             text = self._values[2]
             if type(text) is str and text == f"{{{_JSON_STR(key)}: {_JSON_STR(digest)}}}":
                 return True
-        outputs = self._field(2)
-        return len(outputs) == 1 and outputs.get(key) == digest
+        return self._field(2).get(key) == digest
 
     def _fields(self) -> tuple[Any, Any, Any]:
         return (self._field(0), self._field(1), self._field(2))

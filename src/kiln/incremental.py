@@ -120,15 +120,7 @@ class UpToDateChecker:
         # The stat cache's digest, no Path, no hashing (a store that has no such
         # lookup, such as the manifest's stat-cache view, answers through ``digest``).
         cached = getattr(self.store, "cached_output_digest", None) or self._output_digest
-        if len(outputs) == 1:  # most actions: compared without decoding the record
-            f = outputs[0]
-            path = f.fs_str
-            if f._layout.tree.dir_problem(path[: path.rindex("/")]) is None:
-                digest = cached(path)
-                if digest is not None and record.only_output_is(f._key, digest):
-                    self.digests[f] = digest
-                    return None
-        recorded = record.outputs  # a damaged record has none
+        found = []
         for f in outputs:
             path = f.fs_str
             # Read only a regular file reached through real directories: anything else
@@ -137,12 +129,14 @@ class UpToDateChecker:
             if problem is not None:
                 return f"output {f.path} was modified: {problem}"
             digest = cached(path)
-            if digest is None or recorded.get(f._key) != digest:
+            if digest is None or not record.has_output(f._key, digest):
+                recorded = record.outputs  # a damaged record has none
                 why = self._output_change(f, recorded)
                 if why is not None:
                     return why
-        for f in outputs:
-            self.digests[f] = recorded[f._key]
+                digest = recorded[f._key]
+            found.append((f, digest))
+        self.digests.update(found)
         return None
 
     def _output_digest(self, path: str) -> str | None:
