@@ -112,11 +112,11 @@ def test_record_is_committed_at_once_and_survives_reopen(out: Path) -> None:
     again.close()
 
 
-def test_forget_drops_the_record_durably(out: Path) -> None:
+def test_a_starting_action_loses_its_record_durably(out: Path) -> None:
     store = open_store(out)
     store.record("gen/b", record())
     store.record("gen/c", record("k2"))
-    store.forget("gen/b")
+    store.commit_round([], ["gen/b"], [])
     assert raw_rows(store.path, "SELECT id FROM actions") == [("gen/c",)]
     store.close()
     again = open_store(out)
@@ -132,7 +132,7 @@ from pathlib import Path
 from kiln.state import ActionRecord, StateStore
 store = StateStore(Path({str(out)!r}), warn=print)
 store.record("gen/done", ActionRecord("k", {{}}, {{}}, {{"gen/done": "d"}}))
-store.forget("gen/none")
+store.commit_round([], ["gen/none"], [])
 os.kill(os.getpid(), signal.SIGKILL)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
@@ -420,7 +420,7 @@ def test_untrusted_database_is_moved_aside_with_one_warning(
     assert store.records() == {}  # nothing of the old state is trusted
     # The new database works: every kind of write succeeds and is read back.
     store.record("gen/c", record("k9"))
-    store.forget("gen/c")
+    store.commit_round([], ["gen/c"], [])
     store.record("gen/d", record("k8"))
     f = tmp_path / "a.txt"
     assert store.digest(f) == sha(b"hello")

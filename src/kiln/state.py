@@ -344,10 +344,6 @@ class StateStore:
         all in one transaction (a group commit): a kill keeps all of them or none."""
         self.commit_round(finished, [], [])
 
-    def forget(self, action_id: str) -> None:
-        """Drop an action's record before it runs again."""
-        self.commit_round([], [action_id], [])
-
     def claim_outputs(self, paths: list[str]) -> None:
         """Record that kiln lets an action write ``paths`` (relative to the output dir)."""
         self.commit_round([], [], paths)
