@@ -147,11 +147,8 @@ class CommandRunner:
         """(The driver) Wait up to ``timeout`` seconds for commands to end, or for
         ``wake``; reap those that ended and call their ``on_exit`` here. Returns how
         many ended."""
-        now = time.monotonic()
         with self._lock:
-            self._expire(now)
-            if self._deadlines:
-                timeout = min(timeout, max(0.0, self._deadlines[0].at - now))
+            timeout = self._expire(time.monotonic(), timeout)
         ended = self._wait(timeout)
         for i, (command, status) in enumerate(ended):
             try:
@@ -277,7 +274,7 @@ class CommandRunner:
         while True:
             now = time.monotonic()
             with self._lock:
-                self._expire(now)
+                wait = self._expire(now, _IDLE_S)
                 if self._live:
                     idle_since = None
                 elif self._closed or (idle_since is not None and now - idle_since >= _IDLE_S):
@@ -287,12 +284,13 @@ class CommandRunner:
                     return
                 elif idle_since is None:
                     idle_since = now
-                wait = self._deadlines[0].at - now if self._deadlines else _IDLE_S
-            for command, status in self._wait(max(0.0, min(wait, _IDLE_S))):
+            for command, status in self._wait(wait):
                 self._ended(command, status)
 
-    def _expire(self, now: float) -> None:
-        """Kill the commands past their deadline (under ``_lock``)."""
+    def _expire(self, now: float, wait: float) -> float:
+        """Kill the commands past their deadline (under ``_lock``); how long to wait
+        for the next command to end: ``wait`` seconds at most, not past the next
+        deadline."""
         while self._deadlines and (
             self._live.get(self._deadlines[0].command.pid) is not self._deadlines[0].command
             or self._deadlines[0].at <= now
@@ -302,6 +300,9 @@ class CommandRunner:
                 command.timed_out = True
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(command.pid, signal.SIGKILL)
+        if self._deadlines:
+            wait = min(wait, self._deadlines[0].at - now)
+        return max(0.0, wait)
 
     def _wait(self, timeout: float) -> list[tuple[_Command, int]]:
         """The commands that exited within ``timeout`` seconds, reaped, with status."""
