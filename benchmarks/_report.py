@@ -179,13 +179,11 @@ def analysis_table(results: Sequence[AnalysisResult]) -> list[str]:
     ]
     for a in results:
         p = a.process
-        loaded = a.median("peak_loaded_mib") if all("peak_loaded_mib" in x for x in a.phases) \
-            else None  # fmt: skip
         lines.append(
             f"| {a.actions:,} | {len(a.phases)} | {a.median('load_module'):.3f} "
             f"| {a.median('analyze'):.3f} | {a.median('plan'):.3f} | {a.median('total'):.3f} "
             f"| {a.median('import_kiln'):.3f} | {p.wall_s:.3f} | {p.rss_mib:.0f} "
-            f"| {'—' if loaded is None else f'{loaded:.0f}'} "
+            f"| {a.median('peak_loaded_mib'):.0f} "
             f"| {'—' if a.graph_bytes is None else f'{a.graph_bytes / a.actions:,.0f}'} |"
         )
     return lines

@@ -171,11 +171,10 @@ def _analysis_targets(res: Results) -> list[Target]:
         if small is not None:  # what each further action adds, start-up and import excluded
             extra = (big.process.rss_mib - small.process.rss_mib) * 2**20
             measured += f"; {extra / (big.actions - small.actions) / 1000:.2f} KB per added action"
-        if big.phases and all("peak_loaded_mib" in p for p in big.phases):
-            loaded = big.median("peak_loaded_mib")
-            measured += (f"; {loaded:.0f} MiB, {loaded * 2**20 / big.actions / 1000:.2f} KB per "
-                         "action, reached while CPython compiled the build module, before "
-                         "kiln made a node")  # fmt: skip
+        loaded = big.median("peak_loaded_mib")
+        measured += (f"; {loaded:.0f} MiB, {loaded * 2**20 / big.actions / 1000:.2f} KB per "
+                     "action, reached while CPython compiled the build module, before "
+                     "kiln made a node")  # fmt: skip
         if big.graph_bytes is not None:
             measured += (f"; the graph and plan hold {big.graph_bytes / big.actions / 1000:.2f} "
                          "KB per action (tracemalloc)")  # fmt: skip
