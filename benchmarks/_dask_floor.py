@@ -18,7 +18,7 @@ import time
 
 
 def run(out_dir: str, i: int, sleep_s: float) -> int:
-    script = f"sleep {sleep_s}; echo $1 > \"$0\""
+    script = f'sleep {sleep_s}; echo $1 > "$0"'
     subprocess.run(["sh", "-c", script, f"{out_dir}/s{i}", str(i)], check=True)
     return i
 
@@ -28,8 +28,9 @@ def main(address: str, n: int, in_flight: int, sleep_s: float, out_dir: str) -> 
 
     with Client(address, timeout=60) as client:
         started = time.perf_counter()
-        futures = [client.submit(run, out_dir, i, sleep_s, pure=False)
-                   for i in range(min(n, in_flight))]  # fmt: skip
+        futures = [
+            client.submit(run, out_dir, i, sleep_s, pure=False) for i in range(min(n, in_flight))
+        ]
         queued = len(futures)
         pending = as_completed(futures)
         for future in pending:

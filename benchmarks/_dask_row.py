@@ -38,24 +38,32 @@ class DaskResult:
     output: list[str] = field(default_factory=list)  # the command's summary lines
 
     def table(self) -> list[str]:
-        lines = [f"Stages of `benchmarks/dask_exec.py` ({self.how}); a fresh nginx remote "
-                 "cache per run.", ""]  # fmt: skip
+        lines = [
+            f"Stages of `benchmarks/dask_exec.py` ({self.how}); a fresh nginx remote "
+            "cache per run.",
+            "",
+        ]
         if self.zoo_local_s is not None and self.zoo_dask_s is not None:
-            lines += ["| zoo models | local -j 2 s | dask-local:2 s | dask ÷ local |",
-                      "|--:|--:|--:|--:|",
-                      f"| {self.zoo_models} | {self.zoo_local_s:.2f} | {self.zoo_dask_s:.2f} "
-                      f"| {self.zoo_dask_s / self.zoo_local_s:.2f} |", ""]  # fmt: skip
+            lines += [
+                "| zoo models | local -j 2 s | dask-local:2 s | dask ÷ local |",
+                "|--:|--:|--:|--:|",
+                f"| {self.zoo_models} | {self.zoo_local_s:.2f} | {self.zoo_dask_s:.2f} "
+                f"| {self.zoo_dask_s / self.zoo_local_s:.2f} |",
+                "",
+            ]
         o = self.overhead
         if "dask_ms_per_action" in o:
             alone = o.get("dask_alone_ms_per_action")
-            lines += ["| sleep 0.02 actions | workers | ideal s | dask s | added ms/action "
-                      "| Dask alone added ms/action | local s | local added ms/action |",
-                      "|--:|--:|--:|--:|--:|--:|--:|--:|",
-                      f"| {self.actions:,} | {self.workers} | {o.get('ideal', 0):.2f} "
-                      f"| {o.get('dask_wall', 0):.2f} | {o['dask_ms_per_action']:.2f} "
-                      f"| {'—' if alone is None else f'{alone:.2f}'} "
-                      f"| {o.get('local_wall', 0):.2f} | {o.get('local_ms_per_action', 0):.2f} |",
-                      ""]  # fmt: skip
+            lines += [
+                "| sleep 0.02 actions | workers | ideal s | dask s | added ms/action "
+                "| Dask alone added ms/action | local s | local added ms/action |",
+                "|--:|--:|--:|--:|--:|--:|--:|--:|",
+                f"| {self.actions:,} | {self.workers} | {o.get('ideal', 0):.2f} "
+                f"| {o.get('dask_wall', 0):.2f} | {o['dask_ms_per_action']:.2f} "
+                f"| {'—' if alone is None else f'{alone:.2f}'} "
+                f"| {o.get('local_wall', 0):.2f} | {o.get('local_ms_per_action', 0):.2f} |",
+                "",
+            ]
         if self.output:
             lines += ["```", *self.output, "```"]
         return lines
@@ -79,8 +87,10 @@ def bench_dask(work: Path, *, zoo: int, actions: int, workers: int, runs: int) -
     import dask_exec
 
     args = (zoo, work, "", runs)
-    if not (_offers(dask_exec, "zoo_stage", *args)
-            and _offers(dask_exec, "overhead_stage", actions, workers, work, "")):  # fmt: skip
+    if not (
+        _offers(dask_exec, "zoo_stage", *args)
+        and _offers(dask_exec, "overhead_stage", actions, workers, work, "")
+    ):
         return _as_command(result, runs)
     from nginx import NginxCache
 
@@ -94,15 +104,26 @@ def bench_dask(work: Path, *, zoo: int, actions: int, workers: int, runs: int) -
             result.overhead = dict(dask_exec.overhead_stage(actions, workers, work, cache.url))
     finally:
         cache.close()
-    result.how = f"in-process: zoo_stage({zoo} models, {runs} runs), " \
-                 f"overhead_stage({actions} actions, {workers} workers)"
+    result.how = (
+        f"in-process: zoo_stage({zoo} models, {runs} runs), "
+        f"overhead_stage({actions} actions, {workers} workers)"
+    )
     return result
 
 
 def _as_command(result: DaskResult, runs: int) -> DaskResult:
-    argv = [sys.executable, str(HERE / "dask_exec.py"), "--zoo", str(result.zoo_models),
-            "--actions", str(result.actions), "--workers", str(result.workers),
-            "--runs", str(runs)]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(HERE / "dask_exec.py"),
+        "--zoo",
+        str(result.zoo_models),
+        "--actions",
+        str(result.actions),
+        "--workers",
+        str(result.workers),
+        "--runs",
+        str(runs),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     out = done.stdout.strip().splitlines()
     if done.returncode != 0:
@@ -114,8 +135,11 @@ def _as_command(result: DaskResult, runs: int) -> DaskResult:
         result.zoo_local_s, result.zoo_dask_s = float(m[1]), float(m[2])
     m = re.search(r"ideal ([\d.]+) s; dask ([\d.]+) s = ([\d.]+) ms/action added", text)
     if m:
-        result.overhead = {"ideal": float(m[1]), "dask_wall": float(m[2]),
-                           "dask_ms_per_action": float(m[3])}  # fmt: skip
+        result.overhead = {
+            "ideal": float(m[1]),
+            "dask_wall": float(m[2]),
+            "dask_ms_per_action": float(m[3]),
+        }
     m = re.search(r"Dask alone ([\d.]+) s = ([\d.]+) ms/action", text)
     if m:
         result.overhead.update(dask_alone_wall=float(m[1]), dask_alone_ms_per_action=float(m[2]))

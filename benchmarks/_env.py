@@ -23,5 +23,6 @@ def ensure_bench_extra() -> None:
     missing = [m for m in ("ninja", "doit") if importlib.util.find_spec(m) is None]
     if missing:
         print(f"installing the bench extra (missing: {', '.join(missing)})", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", ".[bench]"],
-                       cwd=ROOT, check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "-e", ".[bench]"], cwd=ROOT, check=True
+        )

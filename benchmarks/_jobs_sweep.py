@@ -37,8 +37,9 @@ class JobsResult:
 
     def worst_slowdown(self, scenario: str) -> tuple[float, int, int] | None:
         """(ratio, -j, smaller -j): the largest wall(j) ÷ the fastest wall at any smaller -j."""
-        items = [(j, s.wall_s) for j, s in sorted(self.series.get(scenario, {}).items())
-                 if s.samples]  # fmt: skip
+        items = [
+            (j, s.wall_s) for j, s in sorted(self.series.get(scenario, {}).items()) if s.samples
+        ]
         worst: tuple[float, int, int] | None = None
         for i in range(1, len(items)):
             best_j, best = min(items[:i], key=lambda x: x[1])
@@ -48,8 +49,10 @@ class JobsResult:
         return worst
 
     def table(self) -> list[str]:
-        lines = ["| actions | scenario | -j | runs | wall s | CPU s | own CPU s | ÷ fastest -j |",
-                 "|--:|---|--:|--:|--:|--:|--:|--:|"]  # fmt: skip
+        lines = [
+            "| actions | scenario | -j | runs | wall s | CPU s | own CPU s | ÷ fastest -j |",
+            "|--:|---|--:|--:|--:|--:|--:|--:|",
+        ]
         for scenario, by_jobs in self.series.items():
             walls = [s.wall_s for s in by_jobs.values() if s.samples]
             for j, s in by_jobs.items():
@@ -83,8 +86,9 @@ def bench_jobs(
         KILN_PY.setup(graph, root)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
-    result = JobsResult(graph, {s: {j: Series(f"kiln (py) -j {j}") for j in jobs}
-                                for s in scenarios})  # fmt: skip
+    result = JobsResult(
+        graph, {s: {j: Series(f"kiln (py) -j {j}") for j in jobs} for s in scenarios}
+    )
     # Up to date before the first no-op (untimed; a no-op itself if the graph is built).
     checked(run_child(kiln_argv(MODULE), cwd=root, log=logs / "jobs-setup.log"), "jobs setup")
     for round_ in range(runs):

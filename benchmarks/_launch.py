@@ -44,7 +44,7 @@ def stat_times(pid: int) -> "tuple[float, float] | None":
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after its last ')'.
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     tick = os.sysconf("SC_CLK_TCK")
     utime, stime, cutime, cstime = (int(x) for x in fields[11:15])  # fields 14-17
     return (utime + stime) / tick, (cutime + cstime) / tick
@@ -82,7 +82,7 @@ def _parent(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             text = f.read().decode("ascii", "replace")
-        return int(text[text.rindex(")") + 2:].split()[1])
+        return int(text[text.rindex(")") + 2 :].split()[1])
     except (OSError, ValueError, IndexError):
         return -1
 
@@ -109,11 +109,18 @@ def main() -> int:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     code = os.waitstatus_to_exitcode(status)
     with open(result, "w") as f:
-        json.dump({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-                   "own_cpu_s": times[0] if times else None,
-                   "children_cpu_s": times[1] if times else None,
-                   "adopted": adopted,
-                   "rss_kib": usage.ru_maxrss, "returncode": code}, f)  # fmt: skip
+        json.dump(
+            {
+                "wall_s": wall,
+                "cpu_s": usage.ru_utime + usage.ru_stime,
+                "own_cpu_s": times[0] if times else None,
+                "children_cpu_s": times[1] if times else None,
+                "adopted": adopted,
+                "rss_kib": usage.ru_maxrss,
+                "returncode": code,
+            },
+            f,
+        )
     return code if code >= 0 else 128 - code
 
 

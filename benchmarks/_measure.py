@@ -71,9 +71,14 @@ def run_child(
     try:
         start = time.perf_counter()
         proc = subprocess.Popen(
-            launch, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-        )  # fmt: skip
+            launch,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
 
         def kill() -> None:
             killed.set()

@@ -33,67 +33,105 @@ def _wall(s: Series | None) -> str:
     return "failed" if s.failed else f"{s.wall_s:.2f}"
 
 
-def render(res: Results, command: str, machine: str, versions: dict[str, str],
-           commit: str, rows: list[Target]) -> list[str]:  # fmt: skip
+def render(
+    res: Results,
+    command: str,
+    machine: str,
+    versions: dict[str, str],
+    commit: str,
+    rows: list[Target],
+) -> list[str]:
     """The section's lines: what ran, where, and the tables."""
-    out = [f"From `{command}` on {datetime.date.today().isoformat()}, kiln at git {commit} "
-           f"({machine}; medians of {res.runs} whole-process runs, wall seconds, `-j 2` "
-           "unless a column says otherwise; `benchmarks/results/latest.md` has every "
-           "number):", ""]  # fmt: skip
+    out = [
+        f"From `{command}` on {datetime.date.today().isoformat()}, kiln at git {commit} "
+        f"({machine}; medians of {res.runs} whole-process runs, wall seconds, `-j 2` "
+        "unless a column says otherwise; `benchmarks/results/latest.md` has every "
+        "number):",
+        "",
+    ]
     big = next((g for g in res.graphs if g.graph.actions == 10_000), None)
     if big is not None:
         names = [n for n in PEERS if any(n in by for by in big.series.values())]
         head = [versions.get(n, n) for n in names]
-        out += [f"| {big.graph.actions:,} actions | {' | '.join(head)} |",
-                "|---|" + "--:|" * len(names)]  # fmt: skip
-        labels = {"clean": "clean build", "no-op": "no-op rebuild",
-                  "change source 0": f"change source 0 ({big.affected:,} actions rerun)"}
+        out += [
+            f"| {big.graph.actions:,} actions | {' | '.join(head)} |",
+            "|---|" + "--:|" * len(names),
+        ]
+        labels = {
+            "clean": "clean build",
+            "no-op": "no-op rebuild",
+            "change source 0": f"change source 0 ({big.affected:,} actions rerun)",
+        }
         for scenario, by in big.series.items():
-            out.append(f"| {labels[scenario]} | "
-                       + " | ".join(_wall(by.get(n)) for n in names) + " |")  # fmt: skip
+            out.append(
+                f"| {labels[scenario]} | " + " | ".join(_wall(by.get(n)) for n in names) + " |"
+            )
         out.append("")
     t = res.throughput
     if t is not None:
-        out += [f"{t.actions:,} independent trivial commands (`: > out`), clean: actions per "
-                "second and each build system's own CPU per action (its process alone):", "",
-                "| -j | kiln actions/s | Ninja actions/s | kiln ÷ Ninja | kiln own CPU ms "
-                "| Ninja own CPU ms |", "|--:|--:|--:|--:|--:|--:|"]  # fmt: skip
+        out += [
+            f"{t.actions:,} independent trivial commands (`: > out`), clean: actions per "
+            "second and each build system's own CPU per action (its process alone):",
+            "",
+            "| -j | kiln actions/s | Ninja actions/s | kiln ÷ Ninja | kiln own CPU ms "
+            "| Ninja own CPU ms |",
+            "|--:|--:|--:|--:|--:|--:|",
+        ]
         for j in t.series:
             k, n = t.per_second(j, "kiln"), t.per_second(j, "ninja")
             ko, no = t.own_ms(j, "kiln"), t.own_ms(j, "ninja")
-            out.append(f"| {j} | {k:,.0f} | {n:,.0f} | {k / n:.2f} "
-                       f"| {'—' if ko is None else f'{ko:.3f}'} "
-                       f"| {'—' if no is None else f'{no:.3f}'} |")  # fmt: skip
+            out.append(
+                f"| {j} | {k:,.0f} | {n:,.0f} | {k / n:.2f} "
+                f"| {'—' if ko is None else f'{ko:.3f}'} "
+                f"| {'—' if no is None else f'{no:.3f}'} |"
+            )
         out.append("")
     for sweep in res.jobs:
         for scenario, by_jobs in sweep.series.items():
             jobs = [j for j, s in by_jobs.items() if s.samples]
             if not jobs:
                 continue
-            out += [f"| kiln (py), {sweep.graph.actions:,} actions, {scenario} | "
-                    + " | ".join(f"-j {j}" for j in jobs) + " |",
-                    "|---|" + "--:|" * len(jobs),
-                    "| wall s | " + " | ".join(f"{by_jobs[j].wall_s:.2f}" for j in jobs)
-                    + " |", ""]  # fmt: skip
+            out += [
+                f"| kiln (py), {sweep.graph.actions:,} actions, {scenario} | "
+                + " | ".join(f"-j {j}" for j in jobs)
+                + " |",
+                "|---|" + "--:|" * len(jobs),
+                "| wall s | " + " | ".join(f"{by_jobs[j].wall_s:.2f}" for j in jobs) + " |",
+                "",
+            ]
     if res.zoo is not None:
         z = res.zoo
-        out += [f"| model zoo, {len(z.models)} models (import + compile, host CPU) | kiln "
-                f"| {versions.get('iree.build', 'iree.build')} |", "|---|--:|--:|",
-                *(f"| {scenario} | {_wall(by['kiln'])} | {_wall(by['iree.build'])} |"
-                  for scenario, by in z.series.items())]  # fmt: skip
-        notes = sorted({f"{name}: {s.note}" for by in z.series.values()
-                        for name, s in by.items() if s.note})  # fmt: skip
+        out += [
+            f"| model zoo, {len(z.models)} models (import + compile, host CPU) | kiln "
+            f"| {versions.get('iree.build', 'iree.build')} |",
+            "|---|--:|--:|",
+            *(
+                f"| {scenario} | {_wall(by['kiln'])} | {_wall(by['iree.build'])} |"
+                for scenario, by in z.series.items()
+            ),
+        ]
+        notes = sorted(
+            {f"{name}: {s.note}" for by in z.series.values() for name, s in by.items() if s.note}
+        )
         out += ["", *(f"({note}.)" for note in notes), ""] if notes else [""]
     if res.analysis:
-        parts = [f"{a.median('total'):.2f} s for {a.actions:,} actions "
-                 f"({a.process.rss_mib:.0f} MiB peak)" for a in res.analysis]  # fmt: skip
-        out += ["Graph analysis alone (definition, cycle check, plan): " + ", ".join(parts)
-                + ".", ""]  # fmt: skip
+        parts = [
+            f"{a.median('total'):.2f} s for {a.actions:,} actions "
+            f"({a.process.rss_mib:.0f} MiB peak)"
+            for a in res.analysis
+        ]
+        out += [
+            "Graph analysis alone (definition, cycle check, plan): " + ", ".join(parts) + ".",
+            "",
+        ]
     if res.process is not None and {"PROCESS", "THREAD"} <= set(res.process.wall_s):
         p = res.process
         extra = p.per_action_ms("PROCESS") - p.per_action_ms("THREAD")
-        out += [f"A hermetic PROCESS action costs {extra:.1f} ms more than an in-process one "
-                f"({p.actions} trivial actions, `-j 2`).", ""]  # fmt: skip
+        out += [
+            f"A hermetic PROCESS action costs {extra:.1f} ms more than an in-process one "
+            f"({p.actions} trivial actions, `-j 2`).",
+            "",
+        ]
     met = sum(1 for r in rows if r.met)
     measured = sum(1 for r in rows if r.met is not None)
     out += [f"Targets: {met} of {measured} measured met.", "", *table(rows)]
@@ -107,5 +145,6 @@ def splice(section: list[str], readme: Path = README) -> None:
         raise ReadmeError(f"{readme} must hold the markers once each, in order:\n{BEGIN}\n{END}")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + BEGIN + "\n" + "\n".join(section).strip() + "\n" + END + tail,
-                      encoding="utf-8")  # fmt: skip
+    readme.write_text(
+        head + BEGIN + "\n" + "\n".join(section).strip() + "\n" + END + tail, encoding="utf-8"
+    )

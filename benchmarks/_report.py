@@ -39,23 +39,40 @@ def _version(package: str) -> str:
 def git_commit() -> str:
     """kiln's commit (the full hash), marked when tracked files differ from it."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
         # What is measured: kiln's code and the benchmarks' (not earlier results, README).
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                "src", "benchmarks", ":(exclude)benchmarks/results"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                "src",
+                "benchmarks",
+                ":(exclude)benchmarks/results",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return head + (" (with uncommitted changes)" if dirty else "")  # fmt: skip
+    return head + (" (with uncommitted changes)" if dirty else "")
 
 
 def versions() -> dict[str, str]:
     """Column headings naming each peer's version."""
-    short = {p: ".".join(_version(p).split(".")[:2]) for p in ("ninja", "doit",
-                                                               "iree-base-compiler")}
-    return {"ninja": f"Ninja {short['ninja']}", "doit": f"doit {short['doit']}",
-            "iree.build": f"iree.build {short['iree-base-compiler']}"}
+    short = {
+        p: ".".join(_version(p).split(".")[:2]) for p in ("ninja", "doit", "iree-base-compiler")
+    }
+    return {
+        "ninja": f"Ninja {short['ninja']}",
+        "doit": f"doit {short['doit']}",
+        "iree.build": f"iree.build {short['iree-base-compiler']}",
+    }
 
 
 def machine_summary(work: Path) -> str:

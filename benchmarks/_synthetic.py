@@ -86,8 +86,16 @@ def _last(graph: Graph, prefix: str) -> str:
 def kiln_argv(module: str, jobs: int = 2) -> list[str]:
     """``kiln build MODULE -j JOBS`` into ``out``, run from the graph's directory."""
     # --no-cache: kiln's cache would serve every clean round after the first.
-    return [*_tool("kiln", "kiln"), "build", module, "-j", str(jobs), "--output-dir", "out",
-            "--no-cache"]  # fmt: skip
+    return [
+        *_tool("kiln", "kiln"),
+        "build",
+        module,
+        "-j",
+        str(jobs),
+        "--output-dir",
+        "out",
+        "--no-cache",
+    ]
 
 
 def _kiln(module: str) -> Callable[[Path], list[str]]:
@@ -95,29 +103,53 @@ def _kiln(module: str) -> Callable[[Path], list[str]]:
 
 
 KILN_PY = System(
-    "kiln (py)", "kiln_py", write_kiln_py, _kiln("gen_kiln_py.py"), ("out",),
-    lambda g: _last(g, "out/genfiles/graph/"), _count_kiln,
-)  # fmt: skip
+    "kiln (py)",
+    "kiln_py",
+    write_kiln_py,
+    _kiln("gen_kiln_py.py"),
+    ("out",),
+    lambda g: _last(g, "out/genfiles/graph/"),
+    _count_kiln,
+)
 KILN_SH = System(
-    "kiln (sh)", "kiln_sh", write_kiln_sh, _kiln("gen_kiln_sh.py"), ("out",),
-    lambda g: _last(g, "out/genfiles/graph/"), _count_kiln,
-)  # fmt: skip
+    "kiln (sh)",
+    "kiln_sh",
+    write_kiln_sh,
+    _kiln("gen_kiln_sh.py"),
+    ("out",),
+    lambda g: _last(g, "out/genfiles/graph/"),
+    _count_kiln,
+)
 NINJA = System(
-    "ninja", "ninja", write_ninja, lambda root: [str(BIN / "ninja"), "-j2"],
-    ("out", ".ninja_log", ".ninja_deps"), lambda g: _last(g, "out/"), _count_ninja,
-)  # fmt: skip
+    "ninja",
+    "ninja",
+    write_ninja,
+    lambda root: [str(BIN / "ninja"), "-j2"],
+    ("out", ".ninja_log", ".ninja_deps"),
+    lambda g: _last(g, "out/"),
+    _count_ninja,
+)
 DOIT = System(
-    "doit", "doit", write_doit, lambda root: [*_tool("doit", "doit"), "-n", "2"],
-    ("out",), lambda g: _last(g, "out/"), _count_doit,
-)  # fmt: skip
+    "doit",
+    "doit",
+    write_doit,
+    lambda root: [*_tool("doit", "doit"), "-n", "2"],
+    ("out",),
+    lambda g: _last(g, "out/"),
+    _count_doit,
+)
 
 
 def iree_build(timeout_s: float) -> System:
     return System(
-        "iree.build", "iree", write_iree,
+        "iree.build",
+        "iree",
+        write_iree,
         lambda root: [sys.executable, "-m", "iree.build", "gen_iree.py", "--output-dir", "out"],
-        ("out",), lambda g: _last(g, "out/genfiles/graph/"), timeout_s=timeout_s,
-    )  # fmt: skip
+        ("out",),
+        lambda g: _last(g, "out/genfiles/graph/"),
+        timeout_s=timeout_s,
+    )
 
 
 KILN_SYSTEMS = ("kiln (py)", "kiln (sh)")
@@ -172,9 +204,9 @@ def bench_graph(
             if round_ == 0 and took > slow_iteration_s and runs > 3:
                 planned[system.name] = 3
                 for scenario in scenarios:
-                    result.series[scenario][system.name].note = (
-                        f"{runs} runs planned; 3 run (first round took {took:.0f} s)"
-                    )
+                    result.series[scenario][
+                        system.name
+                    ].note = f"{runs} runs planned; 3 run (first round took {took:.0f} s)"
     return result
 
 
@@ -222,8 +254,10 @@ def _round(
             return False
         if timed:
             _record(result.series[scenario][system.name], sample, system, path)
-        log(f"  {what}{'' if timed else ' (setup, not timed)'}: {sample.wall_s:.2f} s wall, "
-            f"{sample.cpu_s:.2f} s CPU, {sample.rss_mib:.0f} MiB")  # fmt: skip
+        log(
+            f"  {what}{'' if timed else ' (setup, not timed)'}: {sample.wall_s:.2f} s wall, "
+            f"{sample.cpu_s:.2f} s CPU, {sample.rss_mib:.0f} MiB"
+        )
     return True
 
 
@@ -281,11 +315,15 @@ def bench_analysis(
             raise RuntimeError(f"analysis planned {phases['actions']} actions, not {graph.actions}")
         result.phases.append(phases)
         result.process.samples.append(sample)
-        log(f"  analysis {graph.label}: {phases['total']:.2f} s in-process, "
-            f"{sample.wall_s:.2f} s wall, {sample.rss_mib:.0f} MiB")  # fmt: skip
+        log(
+            f"  analysis {graph.label}: {phases['total']:.2f} s in-process, "
+            f"{sample.wall_s:.2f} s wall, {sample.rss_mib:.0f} MiB"
+        )
     path = root / "analysis-traced.log"
-    checked(run_child([*argv[:2], "--traced", *argv[2:]], cwd=root, log=path),
-            f"analysis {graph.label} (traced)")  # fmt: skip
+    checked(
+        run_child([*argv[:2], "--traced", *argv[2:]], cwd=root, log=path),
+        f"analysis {graph.label} (traced)",
+    )
     traced = json.loads(path.read_text().strip().splitlines()[-1])
     result.graph_bytes = traced.get("graph_bytes")
     return result

@@ -37,8 +37,11 @@ class Target:
 
 
 def table(rows: Sequence[Target]) -> list[str]:
-    return ["| target | measured | goal | verdict | margin |", "|---|---|---|---|---|",
-            *(t.row() for t in rows)]  # fmt: skip
+    return [
+        "| target | measured | goal | verdict | margin |",
+        "|---|---|---|---|---|",
+        *(t.row() for t in rows),
+    ]
 
 
 def _get(results: Sequence[GraphResult], actions: int, scenario: str, system: str) -> Series | None:
@@ -50,23 +53,29 @@ def _get(results: Sequence[GraphResult], actions: int, scenario: str, system: st
     return None
 
 
-def _upper(name: str, value: float | None, limit: float, unit: str = " s",
-           digits: int = 3) -> Target:  # fmt: skip
+def _upper(
+    name: str, value: float | None, limit: float, unit: str = " s", digits: int = 3
+) -> Target:
     goal = f"≤ {limit:g}{unit}"
     if value is None:
         return Target(name, "—", goal, None, "")
-    return Target(name, f"{value:.{digits}f}{unit}", goal, value <= limit,
-                  f"{value / limit:.2f}× the limit")  # fmt: skip
+    return Target(
+        name, f"{value:.{digits}f}{unit}", goal, value <= limit, f"{value / limit:.2f}× the limit"
+    )
 
 
-def _versus(name: str, kiln: Series | None, peer: Series | None, limit: float,
-            goal: str) -> Target:  # fmt: skip
+def _versus(name: str, kiln: Series | None, peer: Series | None, limit: float, goal: str) -> Target:
     """kiln's wall ÷ the peer's, at most ``limit``."""
     if kiln is None or peer is None:
         return Target(name, "—", goal, None, "")
     r = kiln.wall_s / peer.wall_s
-    return Target(name, f"{kiln.wall_s:.3f} s vs {peer.wall_s:.3f} s ({r:.3f}×)", goal,
-                  r <= limit, f"{r / limit:.2f}× the limit")  # fmt: skip
+    return Target(
+        name,
+        f"{kiln.wall_s:.3f} s vs {peer.wall_s:.3f} s ({r:.3f}×)",
+        goal,
+        r <= limit,
+        f"{r / limit:.2f}× the limit",
+    )
 
 
 def targets(res: Results) -> list[Target]:
@@ -77,17 +86,33 @@ def targets(res: Results) -> list[Target]:
     for system in KILN_SYSTEMS:
         noop = _get(g, 10_000, "no-op", system)
         rows.append(_upper(f"10k no-op, {system}", noop.wall_s if noop else None, NOOP_S))
-        rows.append(_versus(f"10k no-op, {system}, vs doit", noop, doit_noop,
-                            NOOP_OF_DOIT, "≤ 1/4 of doit's"))  # fmt: skip
+        rows.append(
+            _versus(
+                f"10k no-op, {system}, vs doit", noop, doit_noop, NOOP_OF_DOIT, "≤ 1/4 of doit's"
+            )
+        )
     clean = _get(g, 10_000, "clean", "kiln (py)")
-    rows.append(_upper("10k clean, in-process actions", clean.wall_s if clean else None,
-                       CLEAN_PY_S))  # fmt: skip
-    rows.append(_versus("10k clean, in-process actions, vs doit", clean,
-                        _get(g, 10_000, "clean", "doit"), CLEAN_OF_DOIT,
-                        "≥ 4× faster (≤ 0.25× doit's)"))  # fmt: skip
-    rows.append(_versus("10k clean, run_command actions, vs Ninja (-j 2)",
-                        _get(g, 10_000, "clean", "kiln (sh)"), _get(g, 10_000, "clean", "ninja"),
-                        1.0, "≤ Ninja's wall"))  # fmt: skip
+    rows.append(
+        _upper("10k clean, in-process actions", clean.wall_s if clean else None, CLEAN_PY_S)
+    )
+    rows.append(
+        _versus(
+            "10k clean, in-process actions, vs doit",
+            clean,
+            _get(g, 10_000, "clean", "doit"),
+            CLEAN_OF_DOIT,
+            "≥ 4× faster (≤ 0.25× doit's)",
+        )
+    )
+    rows.append(
+        _versus(
+            "10k clean, run_command actions, vs Ninja (-j 2)",
+            _get(g, 10_000, "clean", "kiln (sh)"),
+            _get(g, 10_000, "clean", "ninja"),
+            1.0,
+            "≤ Ninja's wall",
+        )
+    )
     rows += _throughput_targets(res)
     rows += _jobs_targets(res)
     rows += _analysis_targets(res)
@@ -97,44 +122,76 @@ def targets(res: Results) -> list[Target]:
         rows += _dask_targets(res)
     for system in KILN_SYSTEMS:
         rows.append(_proportional(g, system))
-    rows += [Target(name, got, goal, met, "")
-             for name, got, goal, met in cache_targets(res.cache)]  # fmt: skip
+    rows += [Target(name, got, goal, met, "") for name, got, goal, met in cache_targets(res.cache)]
     return rows
 
 
 def _throughput_targets(res: Results) -> list[Target]:
     t = res.throughput
     if t is None:
-        return [Target("throughput: trivial commands, kiln ÷ Ninja actions/s", "—",
-                       f"≥ {THROUGHPUT_OF_NINJA:g} at every -j", None, ""),
-                Target("own CPU per subprocess action, kiln ÷ Ninja", "—",
-                       f"≤ {OWN_CPU_OF_NINJA:g}×", None, "")]  # fmt: skip
+        return [
+            Target(
+                "throughput: trivial commands, kiln ÷ Ninja actions/s",
+                "—",
+                f"≥ {THROUGHPUT_OF_NINJA:g} at every -j",
+                None,
+                "",
+            ),
+            Target(
+                "own CPU per subprocess action, kiln ÷ Ninja",
+                "—",
+                f"≤ {OWN_CPU_OF_NINJA:g}×",
+                None,
+                "",
+            ),
+        ]
     rows = []
     for j in t.series:
         kiln, ninja = t.per_second(j, "kiln"), t.per_second(j, "ninja")
         r = kiln / ninja
-        rows.append(Target(
-            f"throughput, {t.actions:,} trivial commands, -j {j}: kiln ÷ Ninja actions/s",
-            f"{kiln:,.0f}/s vs {ninja:,.0f}/s ({r:.2f})", f"≥ {THROUGHPUT_OF_NINJA:g}",
-            r >= THROUGHPUT_OF_NINJA, f"{r / THROUGHPUT_OF_NINJA:.2f}× the floor"))  # fmt: skip
+        rows.append(
+            Target(
+                f"throughput, {t.actions:,} trivial commands, -j {j}: kiln ÷ Ninja actions/s",
+                f"{kiln:,.0f}/s vs {ninja:,.0f}/s ({r:.2f})",
+                f"≥ {THROUGHPUT_OF_NINJA:g}",
+                r >= THROUGHPUT_OF_NINJA,
+                f"{r / THROUGHPUT_OF_NINJA:.2f}× the floor",
+            )
+        )
     for j in t.series:
         kiln_ms, ninja_ms = t.own_ms(j, "kiln"), t.own_ms(j, "ninja")
         name = f"own CPU per subprocess action, -j {j}: kiln ÷ Ninja"
         if kiln_ms is None or not ninja_ms:
-            rows.append(Target(name, "—" if kiln_ms is None else f"kiln {kiln_ms:.3f} ms, Ninja "
-                               "below the clock tick", f"≤ {OWN_CPU_OF_NINJA:g}×", None, ""))
+            rows.append(
+                Target(
+                    name,
+                    "—"
+                    if kiln_ms is None
+                    else f"kiln {kiln_ms:.3f} ms, Ninja below the clock tick",
+                    f"≤ {OWN_CPU_OF_NINJA:g}×",
+                    None,
+                    "",
+                )
+            )
             continue
         r = kiln_ms / ninja_ms
-        rows.append(Target(name, f"{kiln_ms:.3f} ms vs {ninja_ms:.3f} ms ({r:.1f}×)",
-                           f"≤ {OWN_CPU_OF_NINJA:g}×", r <= OWN_CPU_OF_NINJA,
-                           f"{r / OWN_CPU_OF_NINJA:.2f}× the limit"))  # fmt: skip
+        rows.append(
+            Target(
+                name,
+                f"{kiln_ms:.3f} ms vs {ninja_ms:.3f} ms ({r:.1f}×)",
+                f"≤ {OWN_CPU_OF_NINJA:g}×",
+                r <= OWN_CPU_OF_NINJA,
+                f"{r / OWN_CPU_OF_NINJA:.2f}× the limit",
+            )
+        )
     return rows
 
 
 def _jobs_targets(res: Results) -> list[Target]:
     noop = next((r for r in res.jobs if r.graph.actions == 10_000 and "no-op" in r.series), None)
-    clean = next((r for r in sorted(res.jobs, key=lambda r: -r.graph.actions)
-                  if "clean" in r.series), None)  # fmt: skip
+    clean = next(
+        (r for r in sorted(res.jobs, key=lambda r: -r.graph.actions) if "clean" in r.series), None
+    )
     rows = []
     goal = f"slowest ÷ fastest ≤ {JOBS_SPREAD:g}"
     spread = noop.spread("no-op") if noop else None
@@ -142,8 +199,15 @@ def _jobs_targets(res: Results) -> list[Target]:
         rows.append(Target("10k no-op independent of -j", "—", goal, None, ""))
     else:
         walls = ", ".join(f"-j {j}: {s.wall_s:.3f}" for j, s in noop.series["no-op"].items())
-        rows.append(Target("10k no-op independent of -j", f"{walls} s ({spread:.2f}×)", goal,
-                           spread <= JOBS_SPREAD, f"{(spread - 1) * 100:.0f}% spread"))
+        rows.append(
+            Target(
+                "10k no-op independent of -j",
+                f"{walls} s ({spread:.2f}×)",
+                goal,
+                spread <= JOBS_SPREAD,
+                f"{(spread - 1) * 100:.0f}% spread",
+            )
+        )
     goal = f"each -j ≤ {JOBS_SPREAD:g}× the fastest smaller -j"
     worst = clean.worst_slowdown("clean") if clean else None
     if clean is None or worst is None:
@@ -151,17 +215,26 @@ def _jobs_targets(res: Results) -> list[Target]:
     else:
         ratio, j, best_j = worst
         walls = ", ".join(f"-j {j}: {s.wall_s:.2f}" for j, s in clean.series["clean"].items())
-        rows.append(Target(f"{clean.graph.actions // 1000}k in-process clean not slower as -j "
-                           f"grows", f"{walls} s", goal, ratio <= JOBS_SPREAD,
-                           f"worst: -j {j} {ratio:.2f}× -j {best_j}"))  # fmt: skip
+        rows.append(
+            Target(
+                f"{clean.graph.actions // 1000}k in-process clean not slower as -j grows",
+                f"{walls} s",
+                goal,
+                ratio <= JOBS_SPREAD,
+                f"worst: -j {j} {ratio:.2f}× -j {best_j}",
+            )
+        )
     return rows
 
 
 def _analysis_targets(res: Results) -> list[Target]:
     by_size = {a.actions: a for a in res.analysis}
     big, small = by_size.get(100_000), by_size.get(10_000)
-    rows = [_upper("100k analysis (definition + plan)", big.median("total") if big else None,
-                   ANALYSIS_S)]  # fmt: skip
+    rows = [
+        _upper(
+            "100k analysis (definition + plan)", big.median("total") if big else None, ANALYSIS_S
+        )
+    ]
     name, goal = "100k analysis, peak memory per action", f"≤ {ANALYSIS_BYTES / 1000:g} KB"
     if big is None:
         rows.append(Target(name, "—", goal, None, ""))
@@ -172,19 +245,37 @@ def _analysis_targets(res: Results) -> list[Target]:
             extra = (big.process.rss_mib - small.process.rss_mib) * 2**20
             measured += f"; {extra / (big.actions - small.actions) / 1000:.2f} KB per added action"
         loaded = big.median("peak_loaded_mib")
-        measured += (f"; {loaded:.0f} MiB, {loaded * 2**20 / big.actions / 1000:.2f} KB per "
-                     "action, reached while CPython compiled the build module, before "
-                     "kiln made a node")  # fmt: skip
+        measured += (
+            f"; {loaded:.0f} MiB, {loaded * 2**20 / big.actions / 1000:.2f} KB per "
+            "action, reached while CPython compiled the build module, before "
+            "kiln made a node"
+        )
         if big.graph_bytes is not None:
-            measured += (f"; the graph and plan hold {big.graph_bytes / big.actions / 1000:.2f} "
-                         "KB per action (tracemalloc)")  # fmt: skip
-        rows.append(Target(name, measured + ")", goal, per <= ANALYSIS_BYTES,
-                           f"{per / ANALYSIS_BYTES:.2f}× the limit"))  # fmt: skip
+            measured += (
+                f"; the graph and plan hold {big.graph_bytes / big.actions / 1000:.2f} "
+                "KB per action (tracemalloc)"
+            )
+        rows.append(
+            Target(
+                name,
+                measured + ")",
+                goal,
+                per <= ANALYSIS_BYTES,
+                f"{per / ANALYSIS_BYTES:.2f}× the limit",
+            )
+        )
     name, goal = "analysis linear: 100k ÷ 10k time", f"≤ {ANALYSIS_LINEAR:g}×"
     if big and small:
         r = big.median("total") / small.median("total")
-        rows.append(Target(name, f"{r:.1f}×", goal, r <= ANALYSIS_LINEAR,
-                           f"{r / ANALYSIS_LINEAR:.2f}× the limit"))  # fmt: skip
+        rows.append(
+            Target(
+                name,
+                f"{r:.1f}×",
+                goal,
+                r <= ANALYSIS_LINEAR,
+                f"{r / ANALYSIS_LINEAR:.2f}× the limit",
+            )
+        )
     else:
         rows.append(Target(name, "—", goal, None, ""))
     return rows
@@ -194,15 +285,27 @@ def _zoo_targets(res: Results) -> list[Target]:
     zoo = res.zoo
     clean_goal, noop_goal = f"≤ {ZOO_CLEAN:g}× iree.build", "≤ 1/50 of iree.build"
     if zoo is None:
-        return [Target("zoo clean vs iree.build", "—", clean_goal, None, ""),
-                Target("zoo no-op vs iree.build", "—", noop_goal, None, "")]  # fmt: skip
+        return [
+            Target("zoo clean vs iree.build", "—", clean_goal, None, ""),
+            Target("zoo no-op vs iree.build", "—", noop_goal, None, ""),
+        ]
     n, s = len(zoo.models), zoo.series
     return [
-        _versus(f"zoo ({n} models, cpu) clean vs iree.build", s["clean"]["kiln"],
-                s["clean"]["iree.build"], ZOO_CLEAN, clean_goal),
-        _versus(f"zoo ({n} models, cpu) no-op vs iree.build", s["no-op"]["kiln"],
-                s["no-op"]["iree.build"], ZOO_NOOP, noop_goal),
-    ]  # fmt: skip
+        _versus(
+            f"zoo ({n} models, cpu) clean vs iree.build",
+            s["clean"]["kiln"],
+            s["clean"]["iree.build"],
+            ZOO_CLEAN,
+            clean_goal,
+        ),
+        _versus(
+            f"zoo ({n} models, cpu) no-op vs iree.build",
+            s["no-op"]["kiln"],
+            s["no-op"]["iree.build"],
+            ZOO_NOOP,
+            noop_goal,
+        ),
+    ]
 
 
 def _process_target(res: Results) -> Target:
@@ -211,16 +314,21 @@ def _process_target(res: Results) -> Target:
     if p is None or {"PROCESS", "THREAD"} - set(p.wall_s):
         return Target(name, "—", f"≤ {PROCESS_MS:g} ms", None, "")
     extra = p.per_action_ms("PROCESS") - p.per_action_ms("THREAD")
-    return Target(name, f"{extra:.2f} ms ({p.actions} actions, -j 2, wall)",
-                  f"≤ {PROCESS_MS:g} ms", extra <= PROCESS_MS,
-                  f"{extra / PROCESS_MS:.2f}× the limit")  # fmt: skip
+    return Target(
+        name,
+        f"{extra:.2f} ms ({p.actions} actions, -j 2, wall)",
+        f"≤ {PROCESS_MS:g} ms",
+        extra <= PROCESS_MS,
+        f"{extra / PROCESS_MS:.2f}× the limit",
+    )
 
 
 def _proportional(graphs: Sequence[GraphResult], system: str) -> Target:
     name = f"10k change source 0 ∝ affected actions, {system}"
     r = next((g for g in graphs if g.graph.actions == 10_000), None)
-    clean, noop, change = (_get(graphs, 10_000, s, system) for s in
-                           ("clean", "no-op", "change source 0"))  # fmt: skip
+    clean, noop, change = (
+        _get(graphs, 10_000, s, system) for s in ("clean", "no-op", "change source 0")
+    )
     if r is None or clean is None or noop is None or change is None:
         return Target(name, "—", "", None, "")
     share = r.affected / r.graph.actions
@@ -240,20 +348,38 @@ def _dask_targets(res: Results) -> list[Target]:
     d = res.dask
     assert d is not None
     rows = []
-    name, goal = f"issue 13: zoo ({d.zoo_models} models) on dask-local:2 vs local -j 2", \
-        f"≤ {DASK_ZOO:g}×"
+    name, goal = (
+        f"issue 13: zoo ({d.zoo_models} models) on dask-local:2 vs local -j 2",
+        f"≤ {DASK_ZOO:g}×",
+    )
     if d.zoo_local_s and d.zoo_dask_s:
         r = d.zoo_dask_s / d.zoo_local_s
-        rows.append(Target(name, f"{d.zoo_dask_s:.2f} s vs {d.zoo_local_s:.2f} s ({r:.2f}×)",
-                           goal, r <= DASK_ZOO, f"{r / DASK_ZOO:.2f}× the limit"))
+        rows.append(
+            Target(
+                name,
+                f"{d.zoo_dask_s:.2f} s vs {d.zoo_local_s:.2f} s ({r:.2f}×)",
+                goal,
+                r <= DASK_ZOO,
+                f"{r / DASK_ZOO:.2f}× the limit",
+            )
+        )
     else:
         rows.append(Target(name, "—", goal, None, ""))
     ms = d.overhead.get("dask_ms_per_action")
-    row = _upper(f"issue 13: kiln's added cost per action on Dask ({d.actions:,} x sleep "
-                 f"0.02 s, {d.workers} workers)", ms, DASK_MS, " ms", 2)  # fmt: skip
+    row = _upper(
+        f"issue 13: kiln's added cost per action on Dask ({d.actions:,} x sleep "
+        f"0.02 s, {d.workers} workers)",
+        ms,
+        DASK_MS,
+        " ms",
+        2,
+    )
     alone = d.overhead.get("dask_alone_ms_per_action")
     if alone is not None and row.measured != "—":
-        row = dataclasses.replace(row, measured=f"{row.measured} (Dask alone, the same "
-                                  f"commands from a plain Client: {alone:.2f} ms)")  # fmt: skip
+        row = dataclasses.replace(
+            row,
+            measured=f"{row.measured} (Dask alone, the same "
+            f"commands from a plain Client: {alone:.2f} ms)",
+        )
     rows.append(row)
     return rows

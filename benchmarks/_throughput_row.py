@@ -104,8 +104,16 @@ def _write(root: Path, actions: int) -> None:
 
 def _argv(system: str, jobs: int) -> list[str]:
     if system == "kiln":
-        return [*_tool("kiln", "kiln"), "build", "touch.py", "-j", str(jobs),
-                "--output-dir", "kiln-out", "--no-cache"]  # fmt: skip
+        return [
+            *_tool("kiln", "kiln"),
+            "build",
+            "touch.py",
+            "-j",
+            str(jobs),
+            "--output-dir",
+            "kiln-out",
+            "--no-cache",
+        ]
     return [str(BIN / "ninja"), f"-j{jobs}"]
 
 
@@ -150,6 +158,8 @@ def bench_throughput(
                     raise RuntimeError(f"{what} made {made} of {actions} files (log: {path})")
                 result.series[j][system].samples.append(sample)
                 own = "—" if sample.own_cpu_s is None else f"{sample.own_cpu_s:.2f}"
-                log(f"  {what}: {sample.wall_s:.2f} s wall, {actions / sample.wall_s:,.0f}/s, "
-                    f"own CPU {own} s")  # fmt: skip
+                log(
+                    f"  {what}: {sample.wall_s:.2f} s wall, {actions / sample.wall_s:,.0f}/s, "
+                    f"own CPU {own} s"
+                )
     return result

@@ -34,16 +34,24 @@ def warm(work: Path) -> None:
     for system in (KILN_PY, KILN_SH):
         where = root / system.key
         system.setup(graph, where)
-        checked(run_child(system.argv(where), cwd=where, log=where / "warm.log"),
-                f"warm-up {system.name}")  # fmt: skip
+        checked(
+            run_child(system.argv(where), cwd=where, log=where / "warm.log"),
+            f"warm-up {system.name}",
+        )
     process = root / "process"
     process.mkdir(parents=True, exist_ok=True)
     (process / "trivial.py").write_text(MODULE.format(n=4, kind="PROCESS"))
-    checked(run_child(kiln_argv("trivial.py"), cwd=process, log=process / "warm.log"),
-            "warm-up PROCESS actions")  # fmt: skip
+    checked(
+        run_child(kiln_argv("trivial.py"), cwd=process, log=process / "warm.log"),
+        "warm-up PROCESS actions",
+    )
     driver = Path(__file__).resolve().parent / "analyze_only.py"
     where = root / KILN_PY.key
-    checked(run_child([sys.executable, str(driver), "gen_kiln_py.py"], cwd=where,
-                      log=where / "analysis.log"), "warm-up analysis")  # fmt: skip
+    checked(
+        run_child(
+            [sys.executable, str(driver), "gen_kiln_py.py"], cwd=where, log=where / "analysis.log"
+        ),
+        "warm-up analysis",
+    )
     shutil.rmtree(root, ignore_errors=True)
     say("  warmed: bytecode written, one build of each kind of action")

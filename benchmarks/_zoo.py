@@ -30,11 +30,27 @@ def _argv(system: str, models: list[str], out: Path) -> list[str]:
     if system == "kiln":
         kiln = Path(sys.executable).parent / "kiln"
         head = [str(kiln)] if kiln.exists() else [sys.executable, "-m", "kiln"]
-        return [*head, "build", str(HERE / "zoo_kiln.py"), *models,
-                "--output-dir", str(out), "-j", "2"]  # fmt: skip
-    return [sys.executable, "-m", "iree.build", str(HERE / "zoo_iree.py"), *models,
-            "--output-dir", str(out), "--iree-hal-target-device=llvm-cpu",
-            "--iree-llvmcpu-target-cpu=host"]  # fmt: skip
+        return [
+            *head,
+            "build",
+            str(HERE / "zoo_kiln.py"),
+            *models,
+            "--output-dir",
+            str(out),
+            "-j",
+            "2",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "iree.build",
+        str(HERE / "zoo_iree.py"),
+        *models,
+        "--output-dir",
+        str(out),
+        "--iree-hal-target-device=llvm-cpu",
+        "--iree-llvmcpu-target-cpu=host",
+    ]
 
 
 def _artifacts(out: Path) -> int:
@@ -75,9 +91,9 @@ def bench_zoo(
             if round_ == 0 and took > slow_iteration_s and runs > 3:
                 planned[system] = 3
                 for scenario in SCENARIOS:
-                    result.series[scenario][system].note = (
-                        f"{runs} runs planned; 3 run (first round took {took:.0f} s)"
-                    )
+                    result.series[scenario][
+                        system
+                    ].note = f"{runs} runs planned; 3 run (first round took {took:.0f} s)"
     return result
 
 
@@ -109,5 +125,7 @@ def _round(
         if sample.returncode:
             missing = [n for n in names if not any((out / "bin" / n).glob("*.vmfb"))]
             series.note = f"exit status {sample.returncode}; no module for {', '.join(missing)}"
-        log(f"  zoo {len(names)} {system} {scenario}: {sample.wall_s:.2f} s wall, "
-            f"{sample.cpu_s:.2f} s CPU, {sample.rss_mib:.0f} MiB")  # fmt: skip
+        log(
+            f"  zoo {len(names)} {system} {scenario}: {sample.wall_s:.2f} s wall, "
+            f"{sample.cpu_s:.2f} s CPU, {sample.rss_mib:.0f} MiB"
+        )

@@ -78,35 +78,47 @@ def _round(root: Path, names: list[str], listing: Path, result: ZooCacheResult, 
         for scenario in order:
             out_name, cache_name, extra = plan[scenario]
             out = root / "out" / out_name
-            env = {**os.environ, ENV: str(listing),
-                   "KILN_CACHE_DIR": str(root / "cache" / (cache_name or "unused"))}  # fmt: skip
+            env = {
+                **os.environ,
+                ENV: str(listing),
+                "KILN_CACHE_DIR": str(root / "cache" / (cache_name or "unused")),
+            }
             log = root / f"{out_name}-{n}.log"
-            sample = checked(run_child([*_argv("kiln", names, out), *extra], cwd=root, log=log,
-                                       env=env), f"zoo cache {scenario}")  # fmt: skip
+            sample = checked(
+                run_child([*_argv("kiln", names, out), *extra], cwd=root, log=log, env=env),
+                f"zoo cache {scenario}",
+            )
             result.series[scenario].samples.append(sample)
             say(f"  zoo {len(names)} kiln {scenario}: {sample.wall_s:.2f} s wall")
     finally:
         nginx.close()
     # What the cache serves must be what the build that filled it made (a compile embeds
     # its input's absolute path, so builds into two output directories differ anyway).
-    cold, warm, upload, remote = (_tree(root / "out" / name)
-                                  for name in ("cold", "warm", "upload", "remote"))  # fmt: skip
+    cold, warm, upload, remote = (
+        _tree(root / "out" / name) for name in ("cold", "warm", "upload", "remote")
+    )
     same = bool(cold) and cold == warm and bool(upload) and upload == remote
     result.identical = same if result.identical is None else result.identical and same
 
 
 def cache_table(result: ZooCacheResult) -> list[str]:
     base = result.series[NO_CACHE]
-    lines = ["| models | scenario | runs | wall s | CPU s | ÷ clean (--no-cache) |",
-             "|--:|---|--:|--:|--:|--:|"]  # fmt: skip
+    lines = [
+        "| models | scenario | runs | wall s | CPU s | ÷ clean (--no-cache) |",
+        "|--:|---|--:|--:|--:|--:|",
+    ]
     for scenario, s in result.series.items():
         ratio = f"{s.wall_s / base.wall_s:.3f}" if s.samples and base.samples else "—"
-        lines.append(f"| {len(result.models)} | {scenario} | {len(s.samples)} | "
-                     f"{s.wall_s:.2f} | {s.cpu_s:.2f} | {ratio} |")  # fmt: skip
+        lines.append(
+            f"| {len(result.models)} | {scenario} | {len(s.samples)} | "
+            f"{s.wall_s:.2f} | {s.cpu_s:.2f} | {ratio} |"
+        )
     lines.append("")
-    lines.append("Outputs served from the warm local cache byte-identical to the cold build's, "
-                 "and those served from the remote to the uploading build's: "
-                 f"{'yes' if result.identical else '**no**'}.")  # fmt: skip
+    lines.append(
+        "Outputs served from the warm local cache byte-identical to the cold build's, "
+        "and those served from the remote to the uploading build's: "
+        f"{'yes' if result.identical else '**no**'}."
+    )
     return lines
 
 
@@ -121,8 +133,16 @@ def cache_targets(result: ZooCacheResult | None) -> list[tuple[str, str, str, bo
     return [
         ("zoo fresh dir, warm local cache ÷ clean", f"{warm:.3f}", "≤ 0.10", warm <= 0.10),
         ("zoo fresh dir, only remote warm ÷ clean", f"{remote:.3f}", "≤ 0.20", remote <= 0.20),
-        ("zoo clean, cold cache overhead over --no-cache", f"{overhead:+.1%}", "≤ +10%",
-         overhead <= 0.10),
-        ("zoo cached outputs byte-identical", "yes" if result.identical else "no", "yes",
-         bool(result.identical)),
-    ]  # fmt: skip
+        (
+            "zoo clean, cold cache overhead over --no-cache",
+            f"{overhead:+.1%}",
+            "≤ +10%",
+            overhead <= 0.10,
+        ),
+        (
+            "zoo cached outputs byte-identical",
+            "yes" if result.identical else "no",
+            "yes",
+            bool(result.identical),
+        ),
+    ]

@@ -27,29 +27,42 @@ from pathlib import Path
 from _measure import checked, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULE = '''from kiln import entrypoint, run_command
+MODULE = """from kiln import entrypoint, run_command
 
 
 @entrypoint
 def touch():
     return [run_command(name=f"t{{i}}", command=["sh", "-c", ": > {{out}}"]) for i in range({n})]
-'''
+"""
 
 
 def _export(rev: str, into: Path) -> Path:
     """``src/`` of ``rev``, unpacked under ``into``."""
-    data = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, check=True,
-                          capture_output=True).stdout  # fmt: skip
+    data = subprocess.run(
+        ["git", "archive", rev, "src"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
     return into / "src"
 
 
 def _argv(src: Path, jobs: int) -> list[str]:
-    start = (f"import sys; sys.path.insert(0, {str(src)!r}); sys.argv[0] = 'kiln'; "
-             "from kiln.cli.main import main; sys.exit(main())")  # fmt: skip
-    return [sys.executable, "-c", start, "build", "touch.py", "-j", str(jobs),
-            "--output-dir", "kiln-out", "--no-cache"]  # fmt: skip
+    start = (
+        f"import sys; sys.path.insert(0, {str(src)!r}); sys.argv[0] = 'kiln'; "
+        "from kiln.cli.main import main; sys.exit(main())"
+    )
+    return [
+        sys.executable,
+        "-c",
+        start,
+        "build",
+        "touch.py",
+        "-j",
+        str(jobs),
+        "--output-dir",
+        "kiln-out",
+        "--no-cache",
+    ]
 
 
 def main() -> int:
@@ -74,9 +87,11 @@ def main() -> int:
         for name, got in samples.items():
             wall = statistics.median(w for w, _ in got)
             own = statistics.median(o for _, o in got)
-            print(f"-j {jobs} {name}: wall {wall:.2f} s, own CPU {own:.2f} s "
-                  f"({1000 * own / ns.actions:.3f} ms/action); walls "
-                  f"{[round(w, 2) for w, _ in got]}")  # fmt: skip
+            print(
+                f"-j {jobs} {name}: wall {wall:.2f} s, own CPU {own:.2f} s "
+                f"({1000 * own / ns.actions:.3f} ms/action); walls "
+                f"{[round(w, 2) for w, _ in got]}"
+            )
     return 0
 
 

@@ -73,8 +73,13 @@ class Shape:
                 previous: list[BuildFile] = []
                 for j, seconds in enumerate(chain):
                     out = ctx.allocate_file(f"c{i}/a{j}")
-                    Sleep(seconds=seconds, out=out, desc=f"c{i}/a{j}", executor=executor,
-                          deps=previous)  # fmt: skip
+                    Sleep(
+                        seconds=seconds,
+                        out=out,
+                        desc=f"c{i}/a{j}",
+                        executor=executor,
+                        deps=previous,
+                    )
                     previous = [out]
                 tails.extend(previous)
         return tails
@@ -121,10 +126,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runs", type=int, default=3, help="clean builds per order (median)")
     p.add_argument("--write", action="store_true", help="save the table under results/")
     args = p.parse_args(argv)
-    lines = [f"Clean builds, -j {JOBS}, medians of {args.runs} runs (wall s; ratio to "
-             "first-come).", "",
-             "| graph | lower bound | " + " | ".join(ORDERS) + " |",
-             "|---|---:|" + "---:|" * len(ORDERS)]  # fmt: skip
+    lines = [
+        f"Clean builds, -j {JOBS}, medians of {args.runs} runs (wall s; ratio to first-come).",
+        "",
+        "| graph | lower bound | " + " | ".join(ORDERS) + " |",
+        "|---|---:|" + "---:|" * len(ORDERS),
+    ]
     with tempfile.TemporaryDirectory(prefix="kiln-cp-") as tmp:
         for shape in SHAPES:
             medians = {}

@@ -82,8 +82,10 @@ class DaskBench:
         if self.zoo_walls:
             local, dask = (min(v) for v in self.zoo_walls.values())
             runs = len(self.zoo_walls["local -j 2"])
-            out.append(f"zoo {self.zoo} models: local -j 2 {local:.2f} s, dask-local:2 "
-                       f"{dask:.2f} s, ratio {dask / local:.2f}x (best of {runs})")  # fmt: skip
+            out.append(
+                f"zoo {self.zoo} models: local -j 2 {local:.2f} s, dask-local:2 "
+                f"{dask:.2f} s, ratio {dask / local:.2f}x (best of {runs})"
+            )
         if self.overhead:
             r = self.overhead
             out.append(
@@ -99,8 +101,14 @@ class DaskBench:
         return out
 
 
-def bench_dask(work: Path, zoo: int = 20, actions: int = 5000, workers: int = 32,
-               runs: int = 1, dask_defaults: bool = False) -> DaskBench:  # fmt: skip
+def bench_dask(
+    work: Path,
+    zoo: int = 20,
+    actions: int = 5000,
+    workers: int = 32,
+    runs: int = 1,
+    dask_defaults: bool = False,
+) -> DaskBench:
     """Both stages in ``work`` (an empty directory), with a fresh nginx remote cache;
     ``zoo=0`` or ``actions=0`` skips a stage."""
     from nginx import NginxCache
@@ -147,63 +155,155 @@ def zoo_stage(count: int, work: Path, cache_url: str, runs: int) -> dict[str, li
     for run in range(runs):
         for system in walls:
             out = work / f"zoo-{system.replace(' ', '').replace(':', '')}-{run}"
-            extra = ["--no-cache"] if system.startswith("local") else [
-                "--executor", "dask-local:2", "--remote-cache", f"{cache_url}/zoo-{run}",
-                "--cache-dir", str(work / f"zoo-cache-{run}")]  # fmt: skip
-            sample = _checked(run_child(
-                kiln_argv(str(HERE / "zoo_kiln.py"), "--output-dir", str(out), "-j", "2", *extra),
-                cwd=work, log=work / f"{out.name}.log", env=env), f"zoo {system}")  # fmt: skip
+            extra = (
+                ["--no-cache"]
+                if system.startswith("local")
+                else [
+                    "--executor",
+                    "dask-local:2",
+                    "--remote-cache",
+                    f"{cache_url}/zoo-{run}",
+                    "--cache-dir",
+                    str(work / f"zoo-cache-{run}"),
+                ]
+            )
+            sample = _checked(
+                run_child(
+                    kiln_argv(
+                        str(HERE / "zoo_kiln.py"), "--output-dir", str(out), "-j", "2", *extra
+                    ),
+                    cwd=work,
+                    log=work / f"{out.name}.log",
+                    env=env,
+                ),
+                f"zoo {system}",
+            )
             walls[system].append(sample.wall_s)
             say(f"  zoo {count} {system}: {sample.wall_s:.2f} s wall")
     return walls
 
 
-def overhead_stage(n: int, workers: int, work: Path, cache_url: str,
-                   dask_defaults: bool = False) -> dict[str, float]:  # fmt: skip
+def overhead_stage(
+    n: int, workers: int, work: Path, cache_url: str, dask_defaults: bool = False
+) -> dict[str, float]:
     module = work / "sleeps.py"
     module.write_text(_SLEEPS.format(n=n, sleep=SLEEP_S))
     port = _free_port()
     env = cluster_env(dask_defaults)
-    procs = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
-                               "--port", str(port), "--no-dashboard"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dask",
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "dask", "worker", f"tcp://127.0.0.1:{port}", "--nworkers",
-             str(workers), "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
-             "--local-directory", str(work / "workers")], env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dask",
+                    "worker",
+                    f"tcp://127.0.0.1:{port}",
+                    "--nworkers",
+                    str(workers),
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--host",
+                    "127.0.0.1",
+                    "--local-directory",
+                    str(work / "workers"),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         _wait_workers(f"tcp://127.0.0.1:{port}", workers)
-        remote = _checked(run_child(kiln_argv(
-            str(module), "--output-dir", str(work / "sleeps-dask"), "-j", str(workers),
-            "--executor", f"dask://127.0.0.1:{port}", "--remote-cache", f"{cache_url}/sleeps",
-            "--cache-dir", str(work / "sleeps-cache")), cwd=work, log=work / "sleeps-dask.log"),
-            "sleeps on dask")  # fmt: skip
+        remote = _checked(
+            run_child(
+                kiln_argv(
+                    str(module),
+                    "--output-dir",
+                    str(work / "sleeps-dask"),
+                    "-j",
+                    str(workers),
+                    "--executor",
+                    f"dask://127.0.0.1:{port}",
+                    "--remote-cache",
+                    f"{cache_url}/sleeps",
+                    "--cache-dir",
+                    str(work / "sleeps-cache"),
+                ),
+                cwd=work,
+                log=work / "sleeps-dask.log",
+            ),
+            "sleeps on dask",
+        )
         floor = _dask_alone(f"tcp://127.0.0.1:{port}", n, workers, work / "dask-alone")
     finally:
         for p in reversed(procs):
             p.terminate()
             p.wait()
-    local = _checked(run_child(kiln_argv(
-        str(module), "--output-dir", str(work / "sleeps-local"), "-j", str(workers), "--no-cache"),
-        cwd=work, log=work / "sleeps-local.log"), "sleeps locally")  # fmt: skip
+    local = _checked(
+        run_child(
+            kiln_argv(
+                str(module),
+                "--output-dir",
+                str(work / "sleeps-local"),
+                "-j",
+                str(workers),
+                "--no-cache",
+            ),
+            cwd=work,
+            log=work / "sleeps-local.log",
+        ),
+        "sleeps locally",
+    )
     ideal = n * SLEEP_S / workers
-    return {"dask_wall": remote.wall_s, "local_wall": local.wall_s, "ideal": ideal,
-            "dask_ms_per_action": (remote.wall_s - ideal) / n * 1000,
-            "local_ms_per_action": (local.wall_s - ideal) / n * 1000,
-            "dask_alone_wall": floor,
-            "dask_alone_ms_per_action": (floor - ideal) / n * 1000,
-            "dask_kiln_cpu_ms": remote.cpu_s / n * 1000,
-            "local_kiln_cpu_ms": local.cpu_s / n * 1000}
-    # fmt: skip
+    return {
+        "dask_wall": remote.wall_s,
+        "local_wall": local.wall_s,
+        "ideal": ideal,
+        "dask_ms_per_action": (remote.wall_s - ideal) / n * 1000,
+        "local_ms_per_action": (local.wall_s - ideal) / n * 1000,
+        "dask_alone_wall": floor,
+        "dask_alone_ms_per_action": (floor - ideal) / n * 1000,
+        "dask_kiln_cpu_ms": remote.cpu_s / n * 1000,
+        "local_kiln_cpu_ms": local.cpu_s / n * 1000,
+    }
 
 
 def _dask_alone(address: str, n: int, in_flight: int, out_dir: Path) -> float:
     """Wall seconds of the same commands through a plain Dask client (``_dask_floor``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, str(HERE / "_dask_floor.py"), address, str(n),
-                           str(in_flight), str(SLEEP_S), str(out_dir)],
-                          capture_output=True, text=True, timeout=3600)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "_dask_floor.py"),
+            address,
+            str(n),
+            str(in_flight),
+            str(SLEEP_S),
+            str(out_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"_dask_floor.py exited {done.returncode}:\n{done.stderr[-3000:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["wall_s"])
@@ -235,13 +335,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--actions", type=int, default=5000, help="sleep actions (0: skip)")
     p.add_argument("--workers", type=int, default=32, help="single-thread Dask workers")
     p.add_argument("--runs", type=int, default=1, help="zoo runs per system")
-    p.add_argument("--dask-defaults", action="store_true",
-                   help="run the sleep stage's cluster with Dask's default monitors")
+    p.add_argument(
+        "--dask-defaults",
+        action="store_true",
+        help="run the sleep stage's cluster with Dask's default monitors",
+    )
     ns = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kiln-dask-bench-") as tmp:
         started = time.perf_counter()
-        result = bench_dask(Path(tmp), ns.zoo, ns.actions, ns.workers, ns.runs,
-                            ns.dask_defaults)  # fmt: skip
+        result = bench_dask(Path(tmp), ns.zoo, ns.actions, ns.workers, ns.runs, ns.dask_defaults)
         for line in result.lines():
             print(line)
         say(f"done in {time.perf_counter() - started:.0f} s")

@@ -41,9 +41,11 @@ def _hash_for(seconds: float) -> None:
 
 
 def _burn(report: Path) -> None:
-    child = [sys.executable, "-c",
-             f"import time\nend = time.process_time() + {BURN_S}\n"
-             "while time.process_time() < end: pass"]  # fmt: skip
+    child = [
+        sys.executable,
+        "-c",
+        f"import time\nend = time.process_time() + {BURN_S}\nwhile time.process_time() < end: pass",
+    ]
     # The shell exits at once; its background job is re-parented (to the launcher).
     subprocess.run(["sh", "-c", '"$@" &', "sh", *child], check=True)
     joined = [threading.Thread(target=_hash_for, args=(BURN_S,)) for _ in range(3)]
@@ -56,8 +58,9 @@ def _burn(report: Path) -> None:
     threading.Thread(target=_hash_for, args=(60.0,), daemon=True).start()
     time.sleep(0.2)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    report.write_text(json.dumps({"own": time.process_time(),
-                                  "children": children.ru_utime + children.ru_stime}))
+    report.write_text(
+        json.dumps({"own": time.process_time(), "children": children.ru_utime + children.ru_stime})
+    )
     os._exit(0)  # no interpreter shutdown: the report is the last CPU the process uses
 
 

@@ -74,8 +74,10 @@ class ProcessResult:
         return 1000 * self.wall_s[kind] / self.actions
 
     def table(self) -> list[str]:
-        rows = ["| actions | kind | runs | wall s | ms per action | CPU s | CPU ms per action |",
-                "|--:|---|--:|--:|--:|--:|--:|"]  # fmt: skip
+        rows = [
+            "| actions | kind | runs | wall s | ms per action | CPU s | CPU ms per action |",
+            "|--:|---|--:|--:|--:|--:|--:|",
+        ]
         for kind, wall in self.wall_s.items():
             cpu = self.cpu_s.get(kind, 0.0)
             rows.append(
@@ -85,8 +87,11 @@ class ProcessResult:
         if {"PROCESS", "THREAD"} <= set(self.wall_s):
             extra = self.per_action_ms("PROCESS") - self.per_action_ms("THREAD")
             cpu = 1000 * (self.cpu_s["PROCESS"] - self.cpu_s["THREAD"]) / self.actions
-            rows += ["", f"A worker process costs {extra:.1f} ms of wall time (-j 2) and "
-                     f"{cpu:.1f} ms of CPU per PROCESS action."]  # fmt: skip
+            rows += [
+                "",
+                f"A worker process costs {extra:.1f} ms of wall time (-j 2) and "
+                f"{cpu:.1f} ms of CPU per PROCESS action.",
+            ]
         return rows
 
 
@@ -102,8 +107,18 @@ def bench_process(actions: int, *, work: Path, runs: int) -> ProcessResult:
         for i in range(runs):
             shutil.rmtree(root / "out", ignore_errors=True)
             # --no-cache: the shared cache would serve every round after the first.
-            argv = [sys.executable, "-m", "kiln", "build", "trivial.py", "-j", "2",
-                    "--output-dir", "out", "--no-cache"]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "kiln",
+                "build",
+                "trivial.py",
+                "-j",
+                "2",
+                "--output-dir",
+                "out",
+                "--no-cache",
+            ]
             log = root / f"run-{i}.log"
             sample = checked(run_child(argv, cwd=root, log=log), f"{kind} actions")
             walls.append(sample.wall_s)

@@ -50,8 +50,12 @@ def _top(prof: Path, key: str, count: int, only_kiln: bool = False) -> str:
 
 
 def _importtime(statement: str, count: int) -> str:
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", statement],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", statement],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = []
     for line in proc.stderr.splitlines():
         m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
@@ -60,11 +64,17 @@ def _importtime(statement: str, count: int) -> str:
     total = max((r[1] for r in rows), default=0)
     kiln = sorted((r for r in rows if r[3].startswith("kiln")), key=lambda r: -r[1])[:count]
     by_self = sorted(rows, key=lambda r: -r[0])[:count]
-    lines = [f"`python -X importtime -c '{statement}'`: {total / 1000:.0f} ms in all.", "",
-             "| kiln module | cumulative ms | self ms |", "|---|--:|--:|",
-             *(f"| {r[3]} | {r[1] / 1000:.1f} | {r[0] / 1000:.1f} |" for r in kiln),
-             "", "| any module, by own time | self ms |", "|---|--:|",
-             *(f"| {r[3]} | {r[0] / 1000:.1f} |" for r in by_self)]  # fmt: skip
+    lines = [
+        f"`python -X importtime -c '{statement}'`: {total / 1000:.0f} ms in all.",
+        "",
+        "| kiln module | cumulative ms | self ms |",
+        "|---|--:|--:|",
+        *(f"| {r[3]} | {r[1] / 1000:.1f} | {r[0] / 1000:.1f} |" for r in kiln),
+        "",
+        "| any module, by own time | self ms |",
+        "|---|--:|",
+        *(f"| {r[3]} | {r[0] / 1000:.1f} |" for r in by_self),
+    ]
     return "\n".join(lines)
 
 
@@ -79,26 +89,65 @@ def main(argv: list[str]) -> int:
     root = work / graph.label / "kiln_py"
     KILN_PY.setup(graph, root)
     KILN_PY.clear(root)
-    sections = [f"# kiln profile — {datetime.date.today().isoformat()}", "",
-                f"Graph {graph.label} ({graph.actions:,} actions), in-process actions, "
-                f"`-j 2`. cProfile sees the main thread only.", ""]  # fmt: skip
+    sections = [
+        f"# kiln profile — {datetime.date.today().isoformat()}",
+        "",
+        f"Graph {graph.label} ({graph.actions:,} actions), in-process actions, "
+        f"`-j 2`. cProfile sees the main thread only.",
+        "",
+    ]
     try:
         for scenario in ("clean", "no-op"):
             prof = root / f"{scenario}.prof"
-            argv_ = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "kiln", "build",
-                     "gen_kiln_py.py", "-j", "2", "--output-dir", "out", "--no-cache"]  # fmt: skip
-            sample = checked(run_child(argv_, cwd=root, log=root / f"{scenario}.log"),
-                             f"profiled {scenario}")  # fmt: skip
+            argv_ = [
+                sys.executable,
+                "-m",
+                "cProfile",
+                "-o",
+                str(prof),
+                "-m",
+                "kiln",
+                "build",
+                "gen_kiln_py.py",
+                "-j",
+                "2",
+                "--output-dir",
+                "out",
+                "--no-cache",
+            ]
+            sample = checked(
+                run_child(argv_, cwd=root, log=root / f"{scenario}.log"), f"profiled {scenario}"
+            )
             print(f"{scenario}: {sample.wall_s:.2f} s under cProfile", flush=True)
             sections += [f"## {scenario} build ({sample.wall_s:.2f} s wall under cProfile)", ""]
             for key in ("cumulative", "tottime"):
-                sections += [f"Top {args.top} by {key}:", "", "```",
-                             _top(prof, key, args.top), "```", ""]  # fmt: skip
-            sections += [f"kiln's own functions, top {args.top} by cumulative:", "", "```",
-                         _top(prof, "cumulative", args.top, only_kiln=True), "```", ""]  # fmt: skip
-        sections += ["## Import time", "", _importtime("import kiln.cli.main", args.top), "",
-                     _importtime("import kiln.cli.main, kiln.cli.session, kiln.cli.build_cmd, "
-                                 "kiln.manifest", args.top), ""]  # fmt: skip
+                sections += [
+                    f"Top {args.top} by {key}:",
+                    "",
+                    "```",
+                    _top(prof, key, args.top),
+                    "```",
+                    "",
+                ]
+            sections += [
+                f"kiln's own functions, top {args.top} by cumulative:",
+                "",
+                "```",
+                _top(prof, "cumulative", args.top, only_kiln=True),
+                "```",
+                "",
+            ]
+        sections += [
+            "## Import time",
+            "",
+            _importtime("import kiln.cli.main", args.top),
+            "",
+            _importtime(
+                "import kiln.cli.main, kiln.cli.session, kiln.cli.build_cmd, kiln.manifest",
+                args.top,
+            ),
+            "",
+        ]
     finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -60,24 +60,45 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the short run (about 3 minutes)")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (5; --quick: 3)")
-    p.add_argument("--work-dir", type=Path, default=None,
-                   help="where graphs and outputs go (default: a temporary directory)")
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where graphs and outputs go (default: a temporary directory)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--no-zoo", action="store_true", help="skip the model-zoo benchmarks")
-    p.add_argument("--only-cache", action="store_true",
-                   help="only the zoo cache benchmark (written to <date>-cache-<mode>.md)")
-    p.add_argument("--throughput-jobs", type=lambda s: [int(x) for x in s.split(",")],
-                   default=None, help="-j values of the throughput row (default: 1, 2, 4, "
-                   "... up to the cores), e.g. 1,2,4")
-    p.add_argument("--dask", action="store_true",
-                   help="also issue 13's Dask stages (zoo on dask-local:2; 5,000 sleep "
-                   "actions on 32 workers; quick: 5 models, 500 actions on 8 workers)")
-    p.add_argument("--readme", action="store_true",
-                   help="rewrite README.md's performance section from this run")
-    p.add_argument("--readme-from", type=Path, default=None, metavar="FILE",
-                   help="only rewrite README.md's performance section from FILE (a "
-                   "latest-readme.md an earlier run wrote); runs nothing")
-    return p.parse_args(argv)  # fmt: skip
+    p.add_argument(
+        "--only-cache",
+        action="store_true",
+        help="only the zoo cache benchmark (written to <date>-cache-<mode>.md)",
+    )
+    p.add_argument(
+        "--throughput-jobs",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=None,
+        help="-j values of the throughput row (default: 1, 2, 4, ... up to the cores), e.g. 1,2,4",
+    )
+    p.add_argument(
+        "--dask",
+        action="store_true",
+        help="also issue 13's Dask stages (zoo on dask-local:2; 5,000 sleep "
+        "actions on 32 workers; quick: 5 models, 500 actions on 8 workers)",
+    )
+    p.add_argument(
+        "--readme",
+        action="store_true",
+        help="rewrite README.md's performance section from this run",
+    )
+    p.add_argument(
+        "--readme-from",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="only rewrite README.md's performance section from FILE (a "
+        "latest-readme.md an earlier run wrote); runs nothing",
+    )
+    return p.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
@@ -125,55 +146,118 @@ def _stages(args: argparse.Namespace, res: Results, work: Path) -> None:
     quick, runs = args.quick, res.runs
     zoo_models = 5 if quick else 20
     if args.only_cache:
-        _stage(res, "model zoo cache", lambda: setattr(res, "cache", bench_zoo_cache(
-            zoo_models, work=work, runs=runs)))  # fmt: skip
+        _stage(
+            res,
+            "model zoo cache",
+            lambda: setattr(res, "cache", bench_zoo_cache(zoo_models, work=work, runs=runs)),
+        )
         return
     _stage(res, "warm-up (untimed)", lambda: warm(work))
     small, big = make_graph(100, 10), make_graph(100, 100)
     peers = [KILN_PY, KILN_SH, NINJA, DOIT]
-    _stage(res, f"graph {small.label}", lambda: res.graphs.append(bench_graph(
-        small, [*peers, iree_build(6 if quick else 60)], work=work, runs=runs)))
+    _stage(
+        res,
+        f"graph {small.label}",
+        lambda: res.graphs.append(
+            bench_graph(small, [*peers, iree_build(6 if quick else 60)], work=work, runs=runs)
+        ),
+    )
     if quick:
-        _stage(res, f"graph {big.label} (no-op only)", lambda: res.graphs.append(bench_graph(
-            big, [KILN_PY, DOIT], work=work, runs=runs, scenarios=["no-op"])))
-        _stage(res, f"-j sweep {big.label} no-op", lambda: res.jobs.append(bench_jobs(
-            big, work=work, runs=runs, scenarios=["no-op"])))
-        _stage(res, f"-j sweep {small.label} clean", lambda: res.jobs.append(bench_jobs(
-            small, work=work, runs=runs, scenarios=["clean"])))
+        _stage(
+            res,
+            f"graph {big.label} (no-op only)",
+            lambda: res.graphs.append(
+                bench_graph(big, [KILN_PY, DOIT], work=work, runs=runs, scenarios=["no-op"])
+            ),
+        )
+        _stage(
+            res,
+            f"-j sweep {big.label} no-op",
+            lambda: res.jobs.append(bench_jobs(big, work=work, runs=runs, scenarios=["no-op"])),
+        )
+        _stage(
+            res,
+            f"-j sweep {small.label} clean",
+            lambda: res.jobs.append(bench_jobs(small, work=work, runs=runs, scenarios=["clean"])),
+        )
     else:
-        _stage(res, f"graph {big.label}", lambda: res.graphs.append(bench_graph(
-            big, [*peers, iree_build(30)], work=work, runs=runs)))
-        _stage(res, f"-j sweep {big.label}", lambda: res.jobs.append(bench_jobs(
-            big, work=work, runs=runs)))
+        _stage(
+            res,
+            f"graph {big.label}",
+            lambda: res.graphs.append(
+                bench_graph(big, [*peers, iree_build(30)], work=work, runs=runs)
+            ),
+        )
+        _stage(
+            res,
+            f"-j sweep {big.label}",
+            lambda: res.jobs.append(bench_jobs(big, work=work, runs=runs)),
+        )
     jobs = args.throughput_jobs or default_jobs()
-    _stage(res, f"throughput -j {jobs}", lambda: setattr(res, "throughput", bench_throughput(
-        work, runs, jobs, actions=1_000 if quick else 10_000)))
-    _stage(res, f"analysis {big.label}", lambda: res.analysis.append(
-        bench_analysis(big, work=work, runs=runs)))
+    _stage(
+        res,
+        f"throughput -j {jobs}",
+        lambda: setattr(
+            res,
+            "throughput",
+            bench_throughput(work, runs, jobs, actions=1_000 if quick else 10_000),
+        ),
+    )
+    _stage(
+        res,
+        f"analysis {big.label}",
+        lambda: res.analysis.append(bench_analysis(big, work=work, runs=runs)),
+    )
     if not quick:
         huge = make_graph(100, 1000)
-        _stage(res, f"analysis {huge.label}", lambda: res.analysis.append(
-            bench_analysis(huge, work=work, runs=runs)))
+        _stage(
+            res,
+            f"analysis {huge.label}",
+            lambda: res.analysis.append(bench_analysis(huge, work=work, runs=runs)),
+        )
         _stage(res, "iree.build scaling", lambda: res.probe.extend(_iree_probe(work)))
-    _stage(res, "process actions", lambda: setattr(res, "process", bench_process(
-        200, work=work, runs=runs)))
+    _stage(
+        res,
+        "process actions",
+        lambda: setattr(res, "process", bench_process(200, work=work, runs=runs)),
+    )
     if not args.no_zoo:
-        _stage(res, "model zoo", lambda: setattr(res, "zoo", bench_zoo(
-            zoo_models, work=work, runs=runs)))
-        _stage(res, "model zoo cache", lambda: setattr(res, "cache", bench_zoo_cache(
-            zoo_models, work=work, runs=runs)))
+        _stage(
+            res,
+            "model zoo",
+            lambda: setattr(res, "zoo", bench_zoo(zoo_models, work=work, runs=runs)),
+        )
+        _stage(
+            res,
+            "model zoo cache",
+            lambda: setattr(res, "cache", bench_zoo_cache(zoo_models, work=work, runs=runs)),
+        )
     if args.dask:
         from _dask_row import bench_dask
 
-        _stage(res, "dask", lambda: setattr(res, "dask", bench_dask(
-            work / "dask", zoo=zoo_models, actions=500 if quick else 5000,
-            workers=8 if quick else 32, runs=1 if quick else 3)))
-    # fmt: skip
+        _stage(
+            res,
+            "dask",
+            lambda: setattr(
+                res,
+                "dask",
+                bench_dask(
+                    work / "dask",
+                    zoo=zoo_models,
+                    actions=500 if quick else 5000,
+                    workers=8 if quick else 32,
+                    runs=1 if quick else 3,
+                ),
+            ),
+        )
 
 
 def _command(args: argparse.Namespace) -> str:
-    flags = [f for f, on in (("--quick", args.quick), ("--dask", args.dask),
-                             ("--no-zoo", args.no_zoo)) if on]  # fmt: skip
+    flags = [
+        f
+        for f, on in (("--quick", args.quick), ("--dask", args.dask), ("--no-zoo", args.no_zoo))
+        if on
+    ]
     if args.runs:
         flags.append(f"--runs {args.runs}")
     if args.throughput_jobs:
@@ -183,8 +267,9 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(["benchmarks/run.py", *flags])
 
 
-def _finish(args: argparse.Namespace, res: Results, took: float, machine: list[str],
-            commit: str, work: Path) -> int:  # fmt: skip
+def _finish(
+    args: argparse.Namespace, res: Results, took: float, machine: list[str], commit: str, work: Path
+) -> int:
     command = _command(args)
     text = markdown(res, command, took, machine)
     print("\n" + text)
@@ -198,11 +283,13 @@ def _finish(args: argparse.Namespace, res: Results, took: float, machine: list[s
     dated = RESULTS / f"{today}-{res.mode}.md"
     dated.write_text(text)
     (RESULTS / "latest.md").write_text(text)
-    section = _readme.render(res, command, _report.machine_summary(work), _report.versions(),
-                             commit, targets(res))  # fmt: skip
+    section = _readme.render(
+        res, command, _report.machine_summary(work), _report.versions(), commit, targets(res)
+    )
     (RESULTS / "latest-readme.md").write_text("\n".join(section) + "\n")
-    print(f"written to {dated.relative_to(ROOT)}, benchmarks/results/latest.md and "
-          "latest-readme.md")  # fmt: skip
+    print(
+        f"written to {dated.relative_to(ROOT)}, benchmarks/results/latest.md and latest-readme.md"
+    )
     if args.readme:
         _readme.splice(section)
         print("README.md's performance section rewritten")

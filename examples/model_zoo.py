@@ -28,11 +28,18 @@ TARGETS = ("cpu", "vmvx")
 # the module then no longer accepts the f64 reference inputs.
 FLAGS = ("--iree-input-demote-f64-to-f32=false",)
 STAGES = (
-    "import", *(f"compile {t}" for t in TARGETS), *(f"verify {t}" for t in TARGETS),
-    *(f"ort {t}" for t in TARGETS), *(f"bench {t}" for t in TARGETS),
-)  # fmt: skip
+    "import",
+    *(f"compile {t}" for t in TARGETS),
+    *(f"verify {t}" for t in TARGETS),
+    *(f"ort {t}" for t in TARGETS),
+    *(f"bench {t}" for t in TARGETS),
+)
 MARKS = {
-    "built": "ok", "failed": "FAILED", "not run": "-", "not built": "?", "stale": "?",
+    "built": "ok",
+    "failed": "FAILED",
+    "not run": "-",
+    "not built": "?",
+    "stale": "?",
     "skipped": "skipped",
 }
 
@@ -48,12 +55,35 @@ def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
         for target, module in zip(TARGETS, modules, strict=True):
             # Against the shipped outputs and against onnxruntime, as two checks, so
             # that each reference's verdict stands even when the other cannot run.
-            checks.append(verify(name=f"verify_{target}.json", module=module, inputs=inputs,
-                                 expected=expected, rtol=1e-3, atol=1e-4))
-            checks.append(verify(name=f"ort_{target}.json", module=module, inputs=inputs,
-                                 reference="onnxruntime", rtol=1e-3, atol=1e-4))
-            checks.append(benchmark(name=f"bench_{target}.json", module=module, inputs=inputs,
-                                    repetitions=3, min_time_s=0.01))
+            checks.append(
+                verify(
+                    name=f"verify_{target}.json",
+                    module=module,
+                    inputs=inputs,
+                    expected=expected,
+                    rtol=1e-3,
+                    atol=1e-4,
+                )
+            )
+            checks.append(
+                verify(
+                    name=f"ort_{target}.json",
+                    module=module,
+                    inputs=inputs,
+                    reference="onnxruntime",
+                    rtol=1e-3,
+                    atol=1e-4,
+                )
+            )
+            checks.append(
+                benchmark(
+                    name=f"bench_{target}.json",
+                    module=module,
+                    inputs=inputs,
+                    repetitions=3,
+                    min_time_s=0.01,
+                )
+            )
         return [mlir, *modules, *checks]
 
     build.__name__ = model.name
@@ -148,7 +178,8 @@ def _summary(rows: dict[str, Row], counts: dict[str, int]) -> str:
             bench += f"; bench {target} {_duration(medians[0])}-{_duration(medians[-1])}"
             bench += f" (median {_duration(mid)})"
     return (
-        f"models: {len(rows)}; " + ", ".join(f"{s}: {counts[s]}" for s in STAGES)
+        f"models: {len(rows)}; "
+        + ", ".join(f"{s}: {counts[s]}" for s in STAGES)
         + f"; {fully} verified on every target{bench}"
         + (f"; {skipped} check(s) skipped (no device here)" if skipped else "")
     )

@@ -73,9 +73,10 @@ def tests_of(source: str) -> list[str]:
             ast.unparse(b).endswith("TestCase") for b in node.bases
         ):
             names += [
-                f.name for f in node.body
+                f.name
+                for f in node.body
                 if isinstance(f, ast.FunctionDef) and f.name.startswith("test")
-            ]  # fmt: skip
+            ]
     return names
 
 
@@ -87,16 +88,20 @@ def outcomes(file: str, names: list[str], proc: subprocess.CompletedProcess[str]
         return [Outcome(file, n, "NOT RUN", f"exit {proc.returncode}: {tail[0]}") for n in names]
     failed = {m.group(2): m.group(1) for m in _RESULT.finditer(proc.stderr)}
     return [
-        Outcome(file, n, failed[n], _failure_line(proc.stderr, n)) if n in failed
+        Outcome(file, n, failed[n], _failure_line(proc.stderr, n))
+        if n in failed
         else Outcome(file, n, "PASS")
         for n in names
-    ]  # fmt: skip
+    ]
 
 
 def _failure_line(report: str, name: str) -> str:
     """The last line of the traceback unittest printed for test ``name``."""
-    block = re.search(rf"^(?:FAIL|ERROR): {name} \(.*?\n-+\n(.*?)(?:\n=+\n|\n-+\nRan )",
-                      report, re.MULTILINE | re.DOTALL)  # fmt: skip
+    block = re.search(
+        rf"^(?:FAIL|ERROR): {name} \(.*?\n-+\n(.*?)(?:\n=+\n|\n-+\nRan )",
+        report,
+        re.MULTILINE | re.DOTALL,
+    )
     if block is None:
         return ""
     lines = [line for line in block.group(1).splitlines() if line.strip()]
@@ -145,11 +150,27 @@ def make_certificate(folder: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1, made with the openssl program."""
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -175,8 +196,9 @@ def https_server(root: Path, cert: Path, key: Path) -> Iterator[str]:
         server.server_close()
 
 
-def measure(upstream: Path, package: str, python: str, timeout: float,
-            show_output: bool) -> list[Outcome]:  # fmt: skip
+def measure(
+    upstream: Path, package: str, python: str, timeout: float, show_output: bool
+) -> list[Outcome]:
     missing = [n for n in TEST_FILES + SUPPORT_FILES if not (upstream / n).is_file()]
     if missing:
         raise SystemExit(f"compat_upstream: {upstream} lacks {', '.join(missing)}")
@@ -213,11 +235,18 @@ def _child_env(package: str, cert: Path) -> dict[str, str]:
     return env
 
 
-def _run(python: str, file: Path, env: dict[str, str],
-         timeout: float) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def _run(
+    python: str, file: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run([python, file.name], cwd=file.parent, env=env, text=True,
-                              capture_output=True, timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [python, file.name],
+            cwd=file.parent,
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return subprocess.CompletedProcess(e.cmd, -9, out, f"timed out after {timeout:g}s")
@@ -226,8 +255,12 @@ def _run(python: str, file: Path, env: dict[str, str],
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("upstream", type=Path, help="folder with upstream's build_api test files")
-    p.add_argument("--package", default="kiln", choices=("kiln", "iree.build"),
-                   help="what the tests import (default: kiln, from this checkout)")
+    p.add_argument(
+        "--package",
+        default="kiln",
+        choices=("kiln", "iree.build"),
+        help="what the tests import (default: kiln, from this checkout)",
+    )
     p.add_argument("--python", default=sys.executable, help="interpreter to run the tests")
     p.add_argument("--timeout", type=float, default=600, help="seconds per test file")
     p.add_argument("--show-output", action="store_true", help="print each file's output")

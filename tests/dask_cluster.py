@@ -28,8 +28,13 @@ _READY_S = 60
 class DaskCluster:
     """A scheduler at ``address`` and workers ``workers[name] = (process, local dir)``."""
 
-    def __init__(self, root: Path, n_workers: int = 2, env: dict[str, str] | None = None,
-                 worker_args: dict[str, list[str]] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        root: Path,
+        n_workers: int = 2,
+        env: dict[str, str] | None = None,
+        worker_args: dict[str, list[str]] | None = None,
+    ):
         """``worker_args`` adds arguments to a worker's command line, by name (``w0``,
         ``w1``, ...), e.g. ``{"w0": ["--resources", "memory=1"]}``."""
         self.root = root
@@ -37,19 +42,35 @@ class DaskCluster:
         self.port = free_port()
         self.env = {**os.environ, **(env or {})}
         self.scheduler = self._start(
-            "scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard",
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--no-dashboard",
             log="scheduler.log",
-        )  # fmt: skip
+        )
         self.workers: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
         for i in range(n_workers):
             name = f"w{i}"
             local = root / f"{name}-local"
             local.mkdir(parents=True)
             proc = self._start(
-                "worker", self.address, "--name", name, "--nthreads", "1", "--no-nanny",
-                "--local-directory", str(local), "--host", "127.0.0.1", "--no-dashboard",
-                *(worker_args or {}).get(name, []), log=f"{name}.log",
-            )  # fmt: skip
+                "worker",
+                self.address,
+                "--name",
+                name,
+                "--nthreads",
+                "1",
+                "--no-nanny",
+                "--local-directory",
+                str(local),
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+                *(worker_args or {}).get(name, []),
+                log=f"{name}.log",
+            )
             self.workers[name] = (proc, local)
         self._wait_ready(n_workers)
 
@@ -63,17 +84,22 @@ class DaskCluster:
 
     def _start(self, *args: str, log: str) -> subprocess.Popen[bytes]:
         with open(self.root / log, "wb") as out:
-            return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=out,
-                                    stderr=subprocess.STDOUT, env=self.env)  # fmt: skip
+            return subprocess.Popen(
+                [sys.executable, "-m", "dask", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
 
     def _wait_ready(self, n_workers: int) -> None:
         from distributed import Client
 
         deadline = time.monotonic() + _READY_S
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, TimeoutError), Client(
-                self.address, timeout=5
-            ) as client:
+            with (
+                contextlib.suppress(OSError, TimeoutError),
+                Client(self.address, timeout=5) as client,
+            ):
                 client.wait_for_workers(n_workers, timeout=max(1, deadline - time.monotonic()))
                 return
             time.sleep(0.2)

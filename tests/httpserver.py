@@ -157,9 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _drip(self, route: Route) -> None:
         """Send the response a byte at a time, ``route.drip_s`` seconds apart."""
         assert route.drip_s is not None
-        head = (
-            f"HTTP/1.0 {route.status} OK\r\nContent-Length: {len(route.body)}\r\n\r\n"
-        ).encode()
+        head = (f"HTTP/1.0 {route.status} OK\r\nContent-Length: {len(route.body)}\r\n\r\n").encode()
         if not route.drip_headers:
             self.wfile.write(head)
             head = b""

@@ -69,10 +69,20 @@ class NginxCache:
         conf = root / "nginx.conf"
         conf.write_text(_CONF.format(root=root, port=self.port, user=user))
         self._proc = subprocess.Popen(
-            [program, "-p", str(root), "-e", str(root / "error.log"), "-c", str(conf),
-             "-g", "daemon off;"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            [
+                program,
+                "-p",
+                str(root),
+                "-e",
+                str(root / "error.log"),
+                "-c",
+                str(conf),
+                "-g",
+                "daemon off;",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self._wait_ready()
 
     @property
@@ -85,8 +95,9 @@ class NginxCache:
             if self._proc.poll() is not None:
                 err = self._proc.stderr.read().decode() if self._proc.stderr else ""
                 raise RuntimeError(f"nginx exited with {self._proc.returncode}: {err}")
-            with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", self.port), timeout=0.5
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
             ):
                 return
             time.sleep(0.05)

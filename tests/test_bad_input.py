@@ -84,26 +84,50 @@ def make(name, deps=(), **kw):
 
 CASES = [
     # -- the build module --------------------------------------------------------
-    Case("syntax-error", 2, ["{module}:{line}: syntax error in build module", "def broken(:"],
-         extra="@entrypoint\ndef broken(:  # HERE\n    pass\n"),
-    Case("exception-at-import", 2,
-         ["{module}:{line}: error while loading build module {module}: JSONDecodeError"],
-         extra="import json\njson.loads('{')  # HERE\n"),
-    Case("import-error", 2,
-         ["{module}:{line}: error while loading build module {module}: ModuleNotFoundError: "
-          "No module named 'kiln_no_such_module'"],
-         extra="import kiln_no_such_module  # HERE\n"),
-    Case("entrypoint-raises", 2,
-         ["{module}:{line}: error while analysing entrypoint 'broken' of {module}: KeyError: 'x'"],
-         extra="@entrypoint\ndef broken():\n    return {}['x']  # HERE\n"),
-    Case("no-entrypoints", 2,
-         ["build module {module} defines no entrypoints; mark a function with @entrypoint"],
-         module="x = 1\n"),
+    Case(
+        "syntax-error",
+        2,
+        ["{module}:{line}: syntax error in build module", "def broken(:"],
+        extra="@entrypoint\ndef broken(:  # HERE\n    pass\n",
+    ),
+    Case(
+        "exception-at-import",
+        2,
+        ["{module}:{line}: error while loading build module {module}: JSONDecodeError"],
+        extra="import json\njson.loads('{')  # HERE\n",
+    ),
+    Case(
+        "import-error",
+        2,
+        [
+            "{module}:{line}: error while loading build module {module}: ModuleNotFoundError: "
+            "No module named 'kiln_no_such_module'"
+        ],
+        extra="import kiln_no_such_module  # HERE\n",
+    ),
+    Case(
+        "entrypoint-raises",
+        2,
+        ["{module}:{line}: error while analysing entrypoint 'broken' of {module}: KeyError: 'x'"],
+        extra="@entrypoint\ndef broken():\n    return {}['x']  # HERE\n",
+    ),
+    Case(
+        "no-entrypoints",
+        2,
+        ["build module {module} defines no entrypoints; mark a function with @entrypoint"],
+        module="x = 1\n",
+    ),
     Case("module-missing", 2, ["build module nope.py does not exist"], argv=("build", "nope.py")),
     # -- the graph ---------------------------------------------------------------
-    Case("cycle", 2, ["dependency cycle: loop/a -> make a -> loop/b -> make b -> loop/a",
-                      "break one of these edges"],
-         extra=CUSTOM + textwrap.dedent("""
+    Case(
+        "cycle",
+        2,
+        [
+            "dependency cycle: loop/a -> make a -> loop/b -> make b -> loop/a",
+            "break one of these edges",
+        ],
+        extra=CUSTOM
+        + textwrap.dedent("""
             @entrypoint
             def loop():
                 ctx = BuildContext.current()
@@ -111,43 +135,66 @@ CASES = [
                 a.deps.add(Make(a, desc="make a", executor=ctx.executor, deps=[b]))
                 b.deps.add(Make(b, desc="make b", executor=ctx.executor, deps=[a]))
                 return a
-            """)),
-    Case("duplicate-path", 2,
-         ["duplicate path 'twice/x.txt': defined at {module}:{line} and already at "
-          "{module}:{first}; give one of them another name"],
-         extra=textwrap.dedent("""
+            """),
+    ),
+    Case(
+        "duplicate-path",
+        2,
+        [
+            "duplicate path 'twice/x.txt': defined at {module}:{line} and already at "
+            "{module}:{first}; give one of them another name"
+        ],
+        extra=textwrap.dedent("""
             @entrypoint
             def twice():
                 run_command(name="x.txt", command=["true"])  # FIRST
                 return run_command(name="x.txt", command=["true"])  # HERE
-            """)),
-    Case("path-escapes-output-root", 2,
-         ["path '../../x.txt' (in 'escape', at {module}:{line}) leaves the 'gen' output root "
-          "{tmp}/kiln-out/genfiles"],
-         extra=textwrap.dedent("""
+            """),
+    ),
+    Case(
+        "path-escapes-output-root",
+        2,
+        [
+            "path '../../x.txt' (in 'escape', at {module}:{line}) leaves the 'gen' output root "
+            "{tmp}/kiln-out/genfiles"
+        ],
+        extra=textwrap.dedent("""
             @entrypoint
             def escape():
                 return run_command(name="../../x.txt", command=["true"])  # HERE
-            """)),
-    Case("unknown-file", 2,
-         ["file 'good/god.txt' is not known in the build graph; did you mean: good/good.txt?"],
-         extra=textwrap.dedent("""
+            """),
+    ),
+    Case(
+        "unknown-file",
+        2,
+        ["file 'good/god.txt' is not known in the build graph; did you mean: good/good.txt?"],
+        extra=textwrap.dedent("""
             @entrypoint
             def uses():
                 return run_command(name="y.txt", command=["true"], inputs=["/good/god.txt"])
-            """)),
-    Case("missing-source-file", 2,
-         ["source file {tmp}/nope.txt does not exist (source_file('nope.txt') in entrypoint "
-          "'src', at {module}:{line})"],
-         extra=textwrap.dedent("""
+            """),
+    ),
+    Case(
+        "missing-source-file",
+        2,
+        [
+            "source file {tmp}/nope.txt does not exist (source_file('nope.txt') in entrypoint "
+            "'src', at {module}:{line})"
+        ],
+        extra=textwrap.dedent("""
             @entrypoint
             def src():
                 return source_file("nope.txt")  # HERE
-            """)),
-    Case("conflicting-cl-args", 2,
-         ["option --level is defined twice with different settings: at {module}:{first} and "
-          "at {module}:{line}"],
-         extra=textwrap.dedent("""
+            """),
+    ),
+    Case(
+        "conflicting-cl-args",
+        2,
+        [
+            "option --level is defined twice with different settings: at {module}:{first} and "
+            "at {module}:{line}"
+        ],
+        extra=textwrap.dedent("""
             @entrypoint
             def one(level=cl_arg("level", default=1, type=int)):  # FIRST
                 return None
@@ -155,52 +202,94 @@ CASES = [
             @entrypoint
             def two(level=cl_arg("level", default=2, type=int)):  # HERE
                 return None
-            """)),
-    Case("cl-arg-clashes-with-kiln-option", 2,
-         ["cl_arg 'jobs' at {module}:{line} clashes with kiln's own option --jobs"],
-         extra="@entrypoint\ndef mine(jobs=cl_arg('jobs', default=1)):  # HERE\n    return None\n"),
+            """),
+    ),
+    Case(
+        "cl-arg-clashes-with-kiln-option",
+        2,
+        ["cl_arg 'jobs' at {module}:{line} clashes with kiln's own option --jobs"],
+        extra="@entrypoint\ndef mine(jobs=cl_arg('jobs', default=1)):  # HERE\n    return None\n",
+    ),
     # -- the command line --------------------------------------------------------
     Case("unknown-target", 2, ["unknown target 'goood'; did you mean: good"], args=("goood",)),
     Case("jobs-zero", 2, ["argument -j/--jobs: must be at least 1, got 0"], args=("-j", "0")),
     Case("unknown-option", 2, ["unrecognized arguments: --frobnicate"], args=("--frobnicate",)),
-    Case("unknown-compile-target", 2, ["argument --target: unknown --target 'tpu'"],
-         args=("--target", "tpu")),
-    Case("output-dir-under-a-file", 2,
-         ["cannot write to the output directory {tmp}/afile/out: Not a directory"],
-         args=("--output-dir", "afile/out"), setup=_a_file),
-    Case("output-dir-is-a-file", 2,
-         ["cannot write to the output directory {tmp}/afile: Not a directory"],
-         args=("--output-dir", "afile"), setup=_a_file),
-    Case("explain-output-dir-under-a-file", 2,
-         ["cannot write to the output directory {tmp}/afile/out: Not a directory"],
-         argv=("explain", "build.py"), args=("--output-dir", "afile/out"), setup=_a_file),
+    Case(
+        "unknown-compile-target",
+        2,
+        ["argument --target: unknown --target 'tpu'"],
+        args=("--target", "tpu"),
+    ),
+    Case(
+        "output-dir-under-a-file",
+        2,
+        ["cannot write to the output directory {tmp}/afile/out: Not a directory"],
+        args=("--output-dir", "afile/out"),
+        setup=_a_file,
+    ),
+    Case(
+        "output-dir-is-a-file",
+        2,
+        ["cannot write to the output directory {tmp}/afile: Not a directory"],
+        args=("--output-dir", "afile"),
+        setup=_a_file,
+    ),
+    Case(
+        "explain-output-dir-under-a-file",
+        2,
+        ["cannot write to the output directory {tmp}/afile/out: Not a directory"],
+        argv=("explain", "build.py"),
+        args=("--output-dir", "afile/out"),
+        setup=_a_file,
+    ),
     # -- actions -----------------------------------------------------------------
-    Case("action-raises", 1,
-         ["  * make boom.txt\n      defined at {module}:{defined}", "RuntimeError: boom in action",
-          "1 failed"],
-         extra=CUSTOM + "@entrypoint\ndef boom():\n"
-                        "    return make('boom.txt', fail=True)  # HERE\n",
-         user_traceback=True),
-    Case("action-writes-no-output", 1,
-         ["'make lazy.txt' finished without writing its output "
-          "{tmp}/kiln-out/genfiles/lazy/lazy.txt"],
-         extra=CUSTOM + "@entrypoint\ndef lazy():\n    return make('lazy.txt', write=False)\n"),
-    Case("command-fails", 1,
-         ["'Running fails/f.txt': command exited with status 3: sh -c \"echo oops >&2; exit 3\"",
-          "oops"],
-         extra=textwrap.dedent("""
+    Case(
+        "action-raises",
+        1,
+        [
+            "  * make boom.txt\n      defined at {module}:{defined}",
+            "RuntimeError: boom in action",
+            "1 failed",
+        ],
+        extra=CUSTOM + "@entrypoint\ndef boom():\n    return make('boom.txt', fail=True)  # HERE\n",
+        user_traceback=True,
+    ),
+    Case(
+        "action-writes-no-output",
+        1,
+        [
+            "'make lazy.txt' finished without writing its output "
+            "{tmp}/kiln-out/genfiles/lazy/lazy.txt"
+        ],
+        extra=CUSTOM + "@entrypoint\ndef lazy():\n    return make('lazy.txt', write=False)\n",
+    ),
+    Case(
+        "command-fails",
+        1,
+        [
+            "'Running fails/f.txt': command exited with status 3: sh -c \"echo oops >&2; exit 3\"",
+            "oops",
+        ],
+        extra=textwrap.dedent("""
             @entrypoint
             def fails():
                 return run_command(name="f.txt", command=["sh", "-c", "echo oops >&2; exit 3"])
-            """)),
-    Case("command-not-found", 1,
-         ["'Running nocmd/n.txt': cannot run 'kiln-no-such-program': No such file or directory"],
-         extra="@entrypoint\ndef nocmd():\n"
-               "    return run_command(name='n.txt', command=['kiln-no-such-program'])\n"),
-    Case("command-bad-placeholder", 1,
-         ["'Running fmt/f.txt': cannot format the command", "{{{{ and }}}} for literal braces"],
-         extra="@entrypoint\ndef fmt():\n"
-               "    return run_command(name='f.txt', command=['sh', '-c', 'x {{out}'])\n"),
+            """),
+    ),
+    Case(
+        "command-not-found",
+        1,
+        ["'Running nocmd/n.txt': cannot run 'kiln-no-such-program': No such file or directory"],
+        extra="@entrypoint\ndef nocmd():\n"
+        "    return run_command(name='n.txt', command=['kiln-no-such-program'])\n",
+    ),
+    Case(
+        "command-bad-placeholder",
+        1,
+        ["'Running fmt/f.txt': cannot format the command", "{{{{ and }}}} for literal braces"],
+        extra="@entrypoint\ndef fmt():\n"
+        "    return run_command(name='f.txt', command=['sh', '-c', 'x {{out}'])\n",
+    ),
 ]
 
 
@@ -216,8 +305,13 @@ def built_good(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("good")
     (root / "build.py").write_text(HEADER + GOOD)
-    subprocess.run([sys.executable, "-m", "kiln", "build", "build.py"], cwd=root, check=True,
-                   capture_output=True, env={**os.environ, "NO_COLOR": "1"})  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "kiln", "build", "build.py"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     return root / "kiln-out"
 
 
@@ -237,8 +331,13 @@ def check_bad_build(kiln, tmp_path: Path, case: Case, good: Path) -> str:  # typ
     module.write_text(text)
     if case.setup is not None:
         case.setup(tmp_path)
-    fields = {"module": module, "tmp": tmp_path, "line": _line_of(text, "# HERE"),
-              "first": _line_of(text, "# FIRST"), "defined": _line_of(text, "# DEF")}  # fmt: skip
+    fields = {
+        "module": module,
+        "tmp": tmp_path,
+        "line": _line_of(text, "# HERE"),
+        "first": _line_of(text, "# FIRST"),
+        "defined": _line_of(text, "# DEF"),
+    }
 
     r = kiln(*case.argv, *case.args)
     assert r.returncode == case.code, r.stderr
@@ -300,8 +399,13 @@ def test_fetch_failures(
         actual = hashlib.sha256(b"abc").hexdigest()
         args = ("--url", url, "--sha", "0" * 64)
         expect = [f"checksum mismatch for {url}: expected {'0' * 64}, got {actual}"]
-    case = Case(f"fetch-{failure}", 1, [e.replace("{", "{{").replace("}", "}}") for e in expect],
-                extra=FETCH, args=args)  # fmt: skip
+    case = Case(
+        f"fetch-{failure}",
+        1,
+        [e.replace("{", "{{").replace("}", "}}") for e in expect],
+        extra=FETCH,
+        args=args,
+    )
     check_bad_build(kiln, tmp_path, case, good_dir)
     assert not (tmp_path / "kiln-out" / "genfiles" / "get" / "blob.bin").exists()
     assert list((tmp_path / "kiln-out" / "genfiles" / "get").iterdir()) == []  # no temporary
@@ -320,8 +424,10 @@ func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {
 def test_corrupt_onnx(kiln, tmp_path: Path, good_dir: Path) -> None:
     pytest.importorskip("onnx")
     (tmp_path / "broken.onnx").write_bytes(b"\x08\x07not a model")
-    extra = ("@entrypoint\ndef imp():\n"
-             "    return onnx_import(name='b.mlir', source=source_file('broken.onnx'))\n")
+    extra = (
+        "@entrypoint\ndef imp():\n"
+        "    return onnx_import(name='b.mlir', source=source_file('broken.onnx'))\n"
+    )
     stderr = check_bad_build(kiln, tmp_path, Case("onnx", 1, [], extra=extra), good_dir)
     assert f"{tmp_path}/broken.onnx" in stderr and "1 failed" in stderr
 
@@ -329,8 +435,10 @@ def test_corrupt_onnx(kiln, tmp_path: Path, good_dir: Path) -> None:
 def test_mlir_compile_error(kiln, tmp_path: Path, good_dir: Path) -> None:
     pytest.importorskip("iree.compiler")
     (tmp_path / "bad.mlir").write_text("func.func @main( -> {\n")
-    extra = ("@entrypoint\ndef bad():\n"
-             "    return compile(name='bad', source=source_file('bad.mlir'), targets=['vmvx'])\n")
+    extra = (
+        "@entrypoint\ndef bad():\n"
+        "    return compile(name='bad', source=source_file('bad.mlir'), targets=['vmvx'])\n"
+    )
     case = Case("compile", 1, ["iree-compile failed on", "bad.mlir", "error"], extra=extra)
     check_bad_build(kiln, tmp_path, case, good_dir)
     assert not (tmp_path / "kiln-out" / "bin" / "bad" / "bad_vmvx.vmfb").exists()

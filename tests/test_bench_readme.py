@@ -24,8 +24,9 @@ def readme_module():  # type: ignore[no-untyped-def]
 
 def test_splice_replaces_only_the_section(tmp_path: Path, readme_module) -> None:  # type: ignore[no-untyped-def]
     readme = tmp_path / "README.md"
-    readme.write_text(f"# title\n\nbefore\n{readme_module.BEGIN}\nold table\n"
-                      f"{readme_module.END}\nafter\n")  # fmt: skip
+    readme.write_text(
+        f"# title\n\nbefore\n{readme_module.BEGIN}\nold table\n{readme_module.END}\nafter\n"
+    )
     readme_module.splice(["| new | table |", "|---|---|"], readme)
     text = readme.read_text()
     assert "old table" not in text
@@ -48,8 +49,11 @@ def test_the_readme_has_the_markers(readme_module) -> None:  # type: ignore[no-u
 
 
 def test_readme_from_a_missing_file_is_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(BENCH / "run.py"), "--readme-from",
-                           str(tmp_path / "missing.md")], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "--readme-from", str(tmp_path / "missing.md")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "missing.md" in done.stderr

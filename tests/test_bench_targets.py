@@ -28,12 +28,22 @@ def test_an_empty_run_lists_every_target_as_not_measured(bench) -> None:  # type
     _, results, targets, _ = bench
     rows = targets.targets(results.Results("quick", 3))
     names = " / ".join(r.name for r in rows)
-    for expected in ("10k no-op, kiln (py)", "10k no-op, kiln (sh), vs doit",
-                     "10k clean, in-process actions, vs doit", "run_command actions, vs Ninja",
-                     "throughput", "own CPU per subprocess action", "no-op independent of -j",
-                     "not slower as -j grows", "100k analysis (definition + plan)",
-                     "peak memory per action", "100k ÷ 10k", "zoo clean", "zoo no-op",
-                     "hermetic process actions"):  # fmt: skip
+    for expected in (
+        "10k no-op, kiln (py)",
+        "10k no-op, kiln (sh), vs doit",
+        "10k clean, in-process actions, vs doit",
+        "run_command actions, vs Ninja",
+        "throughput",
+        "own CPU per subprocess action",
+        "no-op independent of -j",
+        "not slower as -j grows",
+        "100k analysis (definition + plan)",
+        "peak memory per action",
+        "100k ÷ 10k",
+        "zoo clean",
+        "zoo no-op",
+        "hermetic process actions",
+    ):
         assert expected in names
     assert all(r.met is None for r in rows)
     assert all("not measured" in r.row() for r in rows)
@@ -62,10 +72,22 @@ def test_dask_rows_state_the_floor_dask_alone_sets(bench) -> None:  # type: igno
     _, results, targets, _ = bench
     import _dask_row
 
-    d = _dask_row.DaskResult(20, 5000, 32, zoo_local_s=5.0, zoo_dask_s=6.0, overhead={
-        "ideal": 3.12, "dask_wall": 30.0, "dask_ms_per_action": 5.4, "local_wall": 5.4,
-        "local_ms_per_action": 0.45, "dask_alone_wall": 22.2,
-        "dask_alone_ms_per_action": 3.8})  # fmt: skip
+    d = _dask_row.DaskResult(
+        20,
+        5000,
+        32,
+        zoo_local_s=5.0,
+        zoo_dask_s=6.0,
+        overhead={
+            "ideal": 3.12,
+            "dask_wall": 30.0,
+            "dask_ms_per_action": 5.4,
+            "local_wall": 5.4,
+            "local_ms_per_action": 0.45,
+            "dask_alone_wall": 22.2,
+            "dask_alone_ms_per_action": 3.8,
+        },
+    )
     rows = {r.name: r for r in targets.targets(results.Results("full", 1, dask=d))}
     zoo = rows["issue 13: zoo (20 models) on dask-local:2 vs local -j 2"]
     cost = rows["issue 13: kiln's added cost per action on Dask (5,000 x sleep 0.02 s, 32 workers)"]
@@ -83,10 +105,19 @@ def test_analysis_memory_row_says_where_the_peak_was_reached(bench) -> None:  # 
 
     def analysis(actions: int, rss_mib: float, loaded_mib: float, total_s: float) -> object:
         a = _synthetic.AnalysisResult(actions, graph_bytes=actions * 1900)
-        a.phases.append({"import_kiln": 0.04, "load_module": 0.5, "analyze": 0.8, "plan": 0.4,
-                         "total": total_s, "actions": actions, "peak_loaded_mib": loaded_mib})
+        a.phases.append(
+            {
+                "import_kiln": 0.04,
+                "load_module": 0.5,
+                "analyze": 0.8,
+                "plan": 0.4,
+                "total": total_s,
+                "actions": actions,
+                "peak_loaded_mib": loaded_mib,
+            }
+        )
         a.process.samples.append(measure.Sample(total_s + 0.1, total_s, rss_mib, 0))
-        return a  # fmt: skip
+        return a
 
     big = analysis(100_000, 358.0, 261.0, 1.7)
     res = results.Results("full", 1, analysis=[analysis(10_000, 45.0, 44.0, 0.13), big])
@@ -95,5 +126,7 @@ def test_analysis_memory_row_says_where_the_peak_was_reached(bench) -> None:  # 
     assert memory.met is False and memory.measured.startswith("3.75 KB")
     assert "261 MiB, 2.74 KB per action, reached while CPython compiled" in memory.measured
     assert "the graph and plan hold 1.90 KB per action (tracemalloc)" in memory.measured
-    assert "| 100,000 | 1 | 0.500 | 0.800 | 0.400 | 1.700 | 0.040 | 1.800 | 358 | 261 | 1,900 |" \
-        in "\n".join(_report.analysis_table([big]))  # fmt: skip
+    assert (
+        "| 100,000 | 1 | 0.500 | 0.800 | 0.400 | 1.700 | 0.040 | 1.800 | 358 | 261 | 1,900 |"
+        in "\n".join(_report.analysis_table([big]))
+    )

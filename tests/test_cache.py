@@ -110,9 +110,12 @@ def test_the_manifest_records_which_outputs_came_from_the_cache(
 
 @pytest.mark.parametrize("damage", ["corrupt", "truncate"])
 def test_a_damaged_blob_is_a_miss_removed_and_reported_once(
-    tmp_path: Path, cache: Path, project: Callable[..., Path], kiln: Callable[..., Any],
+    tmp_path: Path,
+    cache: Path,
+    project: Callable[..., Path],
+    kiln: Callable[..., Any],
     damage: str,
-) -> None:  # fmt: skip
+) -> None:
     project(["m1"], size=200_000)
     build(kiln, "o1")
     good = (tmp_path / "o1/bin/m1/m1.bin").read_bytes()
@@ -146,8 +149,12 @@ def test_concurrent_builds_share_one_cache(
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "kiln", "build", "build.py", "--output-dir", f"o{i}", "-j", "2"],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(4)
     ]
     for proc in procs:
@@ -160,8 +167,12 @@ def test_concurrent_builds_share_one_cache(
         assert tree(tmp_path / f"o{i}") == expected
     r = subprocess.run(
         [sys.executable, "-m", "kiln", "build", "build.py", "--output-dir", "fresh"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "0 built, 12 cached" in r.stderr, r.stderr
     assert tree(tmp_path / "fresh") == expected
     assert list((cache / "v1" / "tmp").iterdir()) == []  # no temporaries left behind
@@ -183,8 +194,9 @@ def test_eviction_keeps_the_cache_within_its_size_least_recently_used_first(
     build(kiln, "o2", "a")  # a hit: a is now used more recently than b
     time.sleep(0.05)
     r = build(kiln, "o1", "c", "--cache-max-size", "45K")
-    usage = sum(p.stat().st_size for p in (cache / "v1").rglob("*") if p.parent.parent.name
-                in ("ac", "cas"))  # fmt: skip
+    usage = sum(
+        p.stat().st_size for p in (cache / "v1").rglob("*") if p.parent.parent.name in ("ac", "cas")
+    )
     assert usage <= 45 * 1024, r.stderr
     a, b, c = (tmp_path / f"o1/bin/{n}/{n}.bin" for n in "abc")
     assert blob(cache, a.read_bytes()).exists()
@@ -465,9 +477,7 @@ def shout():
 """
 
 
-def test_a_checkout_elsewhere_is_served_from_the_cache(
-    tmp_path: Path, cache: Path
-) -> None:
+def test_a_checkout_elsewhere_is_served_from_the_cache(tmp_path: Path, cache: Path) -> None:
     """Source files are keyed by their path under the build module's directory, so
     the same project checked out at another path reuses what the first built."""
     results = []
@@ -477,10 +487,16 @@ def test_a_checkout_elsewhere_is_served_from_the_cache(
         (root / "data/words.txt").write_text("hello\n")
         (root / "build.py").write_text(SOURCE_PROJECT)
         env = {**os.environ, "NO_COLOR": "1", "KILN_CACHE_DIR": str(cache)}
-        results.append(subprocess.run(
-            [sys.executable, "-m", "kiln", "build", "build.py"],
-            cwd=root, capture_output=True, text=True, timeout=120, env=env,
-        ))  # fmt: skip
+        results.append(
+            subprocess.run(
+                [sys.executable, "-m", "kiln", "build", "build.py"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
+        )
         assert results[-1].returncode == 0, results[-1].stderr
     assert "1 built" in results[0].stderr
     assert "0 built, 1 cached" in results[1].stderr, results[1].stderr

@@ -25,7 +25,9 @@ from kiln.executor import *
 
 """
 
-MODULE = HEADER + '''
+MODULE = (
+    HEADER
+    + '''
 """Two small models."""
 
 
@@ -51,6 +53,7 @@ def both():
 def broken():
     return run_command(name="broken.txt", command=["sh", "-c", "echo went wrong >&2; exit 1"])
 '''
+)
 
 
 @pytest.fixture

@@ -120,8 +120,9 @@ def test_a_fifo_planted_as_a_spool_does_not_hang_the_build(
     spool = tmp_path / "kiln-out" / ".kiln" / "spool" / "0"
     spool.unlink()
     os.mkfifo(spool)
-    r = kiln("build", "build.py", "--no-cache", "-j", "1", timeout=60,
-             env={"LOUD": "echo again > {out}"})
+    r = kiln(
+        "build", "build.py", "--no-cache", "-j", "1", timeout=60, env={"LOUD": "echo again > {out}"}
+    )
     assert r.returncode == 1, r.stderr
     assert "cannot write the command output spool" in r.stderr and "FIFO" in r.stderr
 
@@ -136,8 +137,9 @@ def test_a_build_that_wrote_outputs_syncs_them_once_and_a_noop_does_not(
 
     calls: list[str] = []
     real = kiln.scheduler.sync_filesystem
-    monkeypatch.setattr(kiln.scheduler, "sync_filesystem",
-                        lambda path: (calls.append(str(path)), real(path)))  # fmt: skip
+    monkeypatch.setattr(
+        kiln.scheduler, "sync_filesystem", lambda path: (calls.append(str(path)), real(path))
+    )
     fsyncs: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
@@ -164,8 +166,11 @@ def test_two_builds_in_one_process_remove_the_first_ones_log(tmp_path: Path) -> 
         assert BuildContext.current() is not None
         # y.txt, quiet, runs first: the logs directory is listed (empty) then.
         first = run_command(name="y.txt", command=["sh", "-c", ": > {out}"])
-        out = run_command(name="x.txt", inputs=[source_file(str(source)), first], command=[
-            "sh", "-c", "grep -q loud {inputs[0]} && echo said; cp {inputs[0]} {out}"])
+        out = run_command(
+            name="x.txt",
+            inputs=[source_file(str(source)), first],
+            command=["sh", "-c", "grep -q loud {inputs[0]} && echo said; cp {inputs[0]} {out}"],
+        )
     log = tmp_path / "out" / ".kiln" / "logs" / "x.txt.log"
     try:
         assert executor.build(out)

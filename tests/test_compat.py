@@ -188,14 +188,16 @@ def test_run_as_a_script_builds_every_entrypoint_by_default(module: Path, tmp_pa
 
 
 def test_run_through_kiln_build(module: Path, tmp_path: Path) -> None:
-    proc = run(tmp_path, "-m", "kiln", "build", "proj/build_models.py", "combined",
-               "--greeting", "servus")  # fmt: skip
+    proc = run(
+        tmp_path, "-m", "kiln", "build", "proj/build_models.py", "combined", "--greeting", "servus"
+    )
 
     assert proc.returncode == 0, proc.stderr
     check_outputs(tmp_path / "kiln-out", proc.stdout, "servus")
 
-    again = run(tmp_path, "-m", "kiln", "build", "proj/build_models.py", "combined",
-                "--greeting", "servus")  # fmt: skip
+    again = run(
+        tmp_path, "-m", "kiln", "build", "proj/build_models.py", "combined", "--greeting", "servus"
+    )
     assert again.returncode == 0, again.stderr
     assert "0 built, 3 up to date" in again.stderr
     check_outputs(tmp_path / "kiln-out", again.stdout, "servus")
@@ -204,8 +206,9 @@ def test_run_through_kiln_build(module: Path, tmp_path: Path) -> None:
 def test_changed_option_rebuilds_through_kiln(module: Path, tmp_path: Path) -> None:
     first = run(tmp_path, "-m", "kiln", "build", "proj/build_models.py", "write_hello")
     assert first.returncode == 0, first.stderr
-    second = run(tmp_path, "-m", "kiln", "build", "proj/build_models.py", "write_hello",
-                 "--greeting", "moin")  # fmt: skip
+    second = run(
+        tmp_path, "-m", "kiln", "build", "proj/build_models.py", "write_hello", "--greeting", "moin"
+    )
     assert second.returncode == 0, second.stderr
     hello = tmp_path / "kiln-out" / "genfiles" / "write_hello" / "hello.txt"
     assert hello.read_text().split()[0] == "moin"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from httpserver import HTTPTestServer
 
-PROCESS_MODULE = '''\
+PROCESS_MODULE = """\
 import os
 from pathlib import Path
 
@@ -70,7 +70,7 @@ def slow():
 
 if __name__ == "__main__":
     iree_build_main()
-'''
+"""
 
 
 def python(
@@ -169,7 +169,12 @@ def test_iree_build_main_with_a_loaded_module_and_streams(process_module, tmp_pa
     assert got["list"] == [0, "pid\nfailing\nslow\n", ""]
     code, out, err = got["list_all"]
     assert code == 0 and set(out.split()) == {
-        "pid", "pid/pid.txt", "failing", "failing/never.txt", "slow", "slow/slow.txt"
+        "pid",
+        "pid/pid.txt",
+        "failing",
+        "failing/never.txt",
+        "slow",
+        "slow/slow.txt",
     }
     code, out, err = got["build"]
     assert code == 0 and out == f"{tmp_path / 'out' / 'genfiles' / 'pid' / 'pid.txt'}\n"
@@ -302,8 +307,9 @@ def test_a_file_before_the_untargeted_compile_builds(tmp_path):
 
 
 def test_force_console_draws_live_off_a_terminal(process_module, tmp_path):
-    live = python(tmp_path, "-m", "kiln", "thunks.py", "pid", "--output-dir", "a",
-                  "--test-force-console")  # fmt: skip
+    live = python(
+        tmp_path, "-m", "kiln", "thunks.py", "pid", "--output-dir", "a", "--test-force-console"
+    )
     plain = python(tmp_path, "-m", "kiln", "thunks.py", "pid", "--output-dir", "b")
 
     assert live.returncode == 0 and plain.returncode == 0, live.stderr
@@ -314,8 +320,15 @@ def test_force_console_draws_live_off_a_terminal(process_module, tmp_path):
 
 
 def test_long_running_threshold(process_module, tmp_path):
-    r = python(tmp_path, "-m", "kiln", "thunks.py", "slow", "--test-force-console",
-               "--test-long-display-time-threshold=0.1")  # fmt: skip
+    r = python(
+        tmp_path,
+        "-m",
+        "kiln",
+        "thunks.py",
+        "slow",
+        "--test-force-console",
+        "--test-long-display-time-threshold=0.1",
+    )
 
     assert r.returncode == 0, r.stderr
     assert "Waiting for long running actions:" in r.stderr
@@ -394,7 +407,8 @@ def test_redact_url(url: str, shown: str) -> None:
 
 def test_builder_style_imports(tmp_path):
     module = tmp_path / "builder.py"
-    module.write_text(textwrap.dedent("""\
+    module.write_text(
+        textwrap.dedent("""\
         from kiln import *
         from kiln.executor import (
             BuildAction, BuildContext, BuildFile, BuildFileLike, FileNamespace,
@@ -408,7 +422,8 @@ def test_builder_style_imports(tmp_path):
             src = source_file("in.txt")
             return run_command(name="out.txt", inputs=[as_file(src)],
                                command=["cp", "{inputs[0]}", "{out}"])
-        """))
+        """)
+    )
     (tmp_path / "in.txt").write_text("payload")
     r = python(tmp_path, "-m", "kiln", "builder.py")
 

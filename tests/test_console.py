@@ -20,7 +20,9 @@ from kiln import cl_arg, entrypoint, run_command, source_file
 from kiln.executor import *
 """
 
-MODULE = HEADER + """
+MODULE = (
+    HEADER
+    + """
 import os
 
 
@@ -40,6 +42,7 @@ def broken():
     first = run_command(name="first.txt", command=["sh", "-c", "echo kaput >&2; exit 2"])
     return run_command(name="second.txt", inputs=[first], command=["touch", "{out}"])
 """
+)
 
 PLAIN_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+)$")
 SUMMARY = re.compile(

@@ -67,8 +67,14 @@ def shout(name, src, extra=_nothing):
 
 def start_kiln(cwd: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "NO_COLOR": "1"}
-    return subprocess.Popen([sys.executable, "-m", "kiln", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "kiln", *args],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 90) -> str:
@@ -95,16 +101,32 @@ def lanes(events: Path) -> dict[str, str]:
 
 
 def remote_args(cluster: DaskCluster, cache: NginxCache, out: str, *more: str) -> list[str]:
-    return ["build", "build.py", "--output-dir", out, "--cache-dir", f"cache-{out}",
-            "--executor", cluster.url, "--remote-cache", cache.url, *more]  # fmt: skip
+    return [
+        "build",
+        "build.py",
+        "--output-dir",
+        out,
+        "--cache-dir",
+        f"cache-{out}",
+        "--executor",
+        cluster.url,
+        "--remote-cache",
+        cache.url,
+        *more,
+    ]
 
 
 def test_outputs_are_byte_identical_to_a_local_build(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
-    dask_cluster: DaskCluster, nginx_cache: NginxCache,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    dask_cluster: DaskCluster,
+    nginx_cache: NginxCache,
+) -> None:
     (tmp_path / "data.txt").write_text("hello cluster\n")
-    write_module(_THUNK_ACTIONS + """
+    write_module(
+        _THUNK_ACTIONS
+        + """
 @entrypoint
 def top():
     src = source_file("data.txt")
@@ -113,7 +135,8 @@ def top():
     b = shout("b.txt", a)
     return run_command(name="c.txt", command=["sh", "-c", "cat {inputs[0]} {inputs[1]} > {out}"],
                        inputs=[a, b])
-""")
+"""
+    )
     local = kiln("build", "build.py", "--output-dir", "local", "--no-cache")
     assert local.returncode == 0, local.stderr
     remote = kiln(*remote_args(dask_cluster, nginx_cache, "remote", "--events", "ev.jsonl"))
@@ -122,7 +145,8 @@ def top():
         mine = (tmp_path / "remote/genfiles/top" / name).read_bytes()
         assert mine == (tmp_path / "local/genfiles/top" / name).read_bytes(), name
     assert (tmp_path / "remote/genfiles/top/c.txt").read_text() == (
-        "hello cluster\nhello cluster\nHELLO CLUSTER\nHELLO CLUSTER\n")  # fmt: skip
+        "hello cluster\nhello cluster\nHELLO CLUSTER\nHELLO CLUSTER\n"
+    )
     worker_addresses = lanes(tmp_path / "ev.jsonl")
     assert len(worker_addresses) == 3
     assert all(lane.startswith("dask tcp://127.0.0.1:") for lane in worker_addresses.values())
@@ -137,11 +161,16 @@ def top():
 
 
 def test_actions_run_in_a_sandbox_inside_a_workers_directory(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
-    dask_cluster: DaskCluster, nginx_cache: NginxCache,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    dask_cluster: DaskCluster,
+    nginx_cache: NginxCache,
+) -> None:
     (tmp_path / "data.txt").write_text("x")
-    write_module(_THUNK_ACTIONS + """
+    write_module(
+        _THUNK_ACTIONS
+        + """
 @entrypoint
 def top():
     cmd = run_command(name="cmd.txt", command=["sh", "-c", "pwd > {out}"])
@@ -150,7 +179,8 @@ def top():
     here = ctx.allocate_file("here.txt")
     StaysHere(here, desc="Staying here", executor=ctx.executor)
     return [cmd, thunk, here]
-""")
+"""
+    )
     r = kiln(*remote_args(dask_cluster, nginx_cache, "out"))
     assert r.returncode == 0, r.stderr
     top = tmp_path / "out/genfiles/top"
@@ -166,9 +196,12 @@ def top():
 
 
 def test_jobs_bounds_the_actions_in_flight_on_the_cluster(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
-    dask_cluster: DaskCluster, nginx_cache: NginxCache,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    dask_cluster: DaskCluster,
+    nginx_cache: NginxCache,
+) -> None:
     log = tmp_path / "spans.log"
     write_module(f"""
 @entrypoint
@@ -184,9 +217,11 @@ def top():
 
 
 def test_a_resource_pool_maps_to_dask_worker_resources(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
     nginx_cache: NginxCache,
-) -> None:  # fmt: skip
+) -> None:
     require_dask()
     log = tmp_path / "spans.log"
     write_module(f"""
@@ -208,8 +243,7 @@ def top():
     return heavy + light
 """)
     # Only w0 has the resource, and one unit of it: kiln's own pool allows 3 at once.
-    cluster = DaskCluster(tmp_path / "cluster",
-                          worker_args={"w0": ["--resources", "memory=1"]})  # fmt: skip
+    cluster = DaskCluster(tmp_path / "cluster", worker_args={"w0": ["--resources", "memory=1"]})
     try:
         r = kiln(*remote_args(cluster, nginx_cache, "out", "-j", "4", "--pool", "memory=3"))
         marks = [line.split() for line in log.read_text().splitlines()]
@@ -224,9 +258,11 @@ def top():
 
 
 def test_a_worker_killed_mid_action_is_retried_on_the_other(
-    tmp_path: Path, write_module: Callable[..., Path],
-    dask_cluster: DaskCluster, nginx_cache: NginxCache,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    dask_cluster: DaskCluster,
+    nginx_cache: NginxCache,
+) -> None:
     marker = tmp_path / "started"
     write_module(f"""
 @entrypoint
@@ -234,8 +270,9 @@ def top():
     return run_command(name="slow.txt", command=["sh", "-c",
                        "pwd >> {marker}; sleep 3; echo done > {{out}}"])
 """)
-    proc = start_kiln(tmp_path, *remote_args(dask_cluster, nginx_cache, "out", "--events",
-                                             "ev.jsonl"))  # fmt: skip
+    proc = start_kiln(
+        tmp_path, *remote_args(dask_cluster, nginx_cache, "out", "--events", "ev.jsonl")
+    )
     first = dask_cluster.worker_of(wait_for(marker, proc).splitlines()[0])
     assert first is not None
     dask_cluster.kill_worker(first)
@@ -247,11 +284,14 @@ def top():
 
 
 def test_an_action_whose_workers_all_die_fails_naming_it_and_the_worker(
-    tmp_path: Path, write_module: Callable[..., Path], nginx_cache: NginxCache,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    nginx_cache: NginxCache,
+) -> None:
     require_dask()
-    cluster = DaskCluster(tmp_path / "cluster",
-                          env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"})
+    cluster = DaskCluster(
+        tmp_path / "cluster", env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    )
     try:
         marker = tmp_path / "started"
         write_module(f"""
@@ -274,9 +314,11 @@ def top():
 
 
 def test_losing_the_scheduler_fails_the_build_and_a_rerun_resumes(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
     nginx_cache: NginxCache,
-) -> None:  # fmt: skip
+) -> None:
     require_dask()
     marker = tmp_path / "started"
     write_module(f"""
@@ -308,9 +350,11 @@ def top():
 
 
 def test_ctrl_c_cancels_the_clusters_work_and_exits_130(
-    tmp_path: Path, write_module: Callable[..., Path],
-    dask_cluster: DaskCluster, nginx_cache: NginxCache,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    dask_cluster: DaskCluster,
+    nginx_cache: NginxCache,
+) -> None:
     marker = tmp_path / "started"
     write_module(f"""
 @entrypoint
@@ -331,9 +375,15 @@ def top():
     from distributed import Client
 
     with Client(dask_cluster.address, timeout=10) as client:
+
         def kiln_tasks() -> int:  # what the scheduler still holds of kiln's
-            return int(client.run_on_scheduler(lambda dask_scheduler: sum(
-                1 for key in dask_scheduler.tasks if str(key).startswith("kiln-"))))
+            return int(
+                client.run_on_scheduler(
+                    lambda dask_scheduler: sum(
+                        1 for key in dask_scheduler.tasks if str(key).startswith("kiln-")
+                    )
+                )
+            )
 
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and kiln_tasks():
@@ -341,17 +391,25 @@ def top():
         assert kiln_tasks() == 0
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--executor", "dask-local:2"], "needs --remote-cache"),
-    (["--executor", "dask-local:2", "--remote-cache", "http://127.0.0.1:9", "--no-cache"],
-     "needs --remote-cache"),
-    (["--executor", "dask:/nowhere"], "--executor 'dask:/nowhere': give local"),
-    (["--executor", "dask-local:0"], "dask-local:N"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--executor", "dask-local:2"], "needs --remote-cache"),
+        (
+            ["--executor", "dask-local:2", "--remote-cache", "http://127.0.0.1:9", "--no-cache"],
+            "needs --remote-cache",
+        ),
+        (["--executor", "dask:/nowhere"], "--executor 'dask:/nowhere': give local"),
+        (["--executor", "dask-local:0"], "dask-local:N"),
+    ],
+)
 def test_bad_executor_options_are_usage_errors(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
-    args: list[str], expected: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    args: list[str],
+    expected: str,
+) -> None:
     write_module('@entrypoint\ndef top():\n    return run_command(name="a", command=["true"])\n')
     r = kiln("build", "build.py", *args)
     assert r.returncode == 2 and expected in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -359,25 +417,42 @@ def test_bad_executor_options_are_usage_errors(
 
 
 def test_without_dask_the_executor_names_the_extra(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+) -> None:
     blocker = tmp_path / "blocked"
     blocker.mkdir()
     (blocker / "distributed.py").write_text("raise ImportError('no distributed here')\n")
     write_module('@entrypoint\ndef top():\n    return run_command(name="a", command=["true"])\n')
     path = os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")])
-    r = kiln("build", "build.py", "--executor", "dask-local:1", "--remote-cache",
-             "http://127.0.0.1:9", env={"PYTHONPATH": path})  # fmt: skip
+    r = kiln(
+        "build",
+        "build.py",
+        "--executor",
+        "dask-local:1",
+        "--remote-cache",
+        "http://127.0.0.1:9",
+        env={"PYTHONPATH": path},
+    )
     assert r.returncode == 2 and "pip install 'kiln[dask]'" in r.stderr, r.stderr
 
 
 def test_an_unreachable_scheduler_is_a_usage_error(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+) -> None:
     require_dask()
     write_module('@entrypoint\ndef top():\n    return run_command(name="a", command=["true"])\n')
     port = free_port()
-    r = kiln("build", "build.py", "--executor", f"dask://127.0.0.1:{port}",
-             "--remote-cache", "http://127.0.0.1:9")  # fmt: skip
+    r = kiln(
+        "build",
+        "build.py",
+        "--executor",
+        f"dask://127.0.0.1:{port}",
+        "--remote-cache",
+        "http://127.0.0.1:9",
+    )
     assert r.returncode == 2, r.stderr
     assert f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}" in r.stderr

@@ -106,9 +106,14 @@ def test_events_of_a_build_have_the_documented_fields(write_module, kiln, tmp_pa
     step2 = finished["gen/chain/step2.txt"]
     content = (out / "genfiles" / "chain" / "step2.txt").read_bytes()
     assert step2["cached"] is False and step2["reason"] == "never built"
-    assert step2["outputs"] == [{"path": "chain/step2.txt", "namespace": "gen",
-                                 "sha256": hashlib.sha256(content).hexdigest(),
-                                 "bytes": len(content)}]  # fmt: skip
+    assert step2["outputs"] == [
+        {
+            "path": "chain/step2.txt",
+            "namespace": "gen",
+            "sha256": hashlib.sha256(content).hexdigest(),
+            "bytes": len(content),
+        }
+    ]
     assert step2["bytes"] == len(content) and step2["duration"] >= 0
     assert re.fullmatch(r"kiln-\d+", step2["lane"])
     started = {e["action"]: e for e in by_kind["started"]}
@@ -124,8 +129,14 @@ def test_events_of_a_build_have_the_documented_fields(write_module, kiln, tmp_pa
     assert "first.txt, which failed" in not_run["gen/broken/second.txt"]["error"]
     end = by_kind["build_finished"][0]
     assert end["ok"] is False and end["interrupted"] is False
-    assert end["counts"] == {"built": 3, "up_to_date": 0, "cached": 0, "failed": 1,
-                             "not_run": 2, "would_run": 0}  # fmt: skip
+    assert end["counts"] == {
+        "built": 3,
+        "up_to_date": 0,
+        "cached": 0,
+        "failed": 1,
+        "not_run": 2,
+        "would_run": 0,
+    }
 
     up = {e["action"]: e for e in two if e["event"] == "up_to_date"}
     assert set(up) == {"gen/chain/step0.txt", "gen/chain/step1.txt"}
@@ -159,8 +170,9 @@ def test_cached_event_has_the_documented_fields(tmp_path: Path) -> None:
     (event,) = [json.loads(line) for line in sink.getvalue().splitlines()]
     check_documented([event])
     assert event["cached"] is True and event["action"] == "gen/model/weights.bin"
-    assert event["outputs"] == [{"path": "model/weights.bin", "namespace": "gen",
-                                 "sha256": "ab" * 32, "bytes": 5}]  # fmt: skip
+    assert event["outputs"] == [
+        {"path": "model/weights.bin", "namespace": "gen", "sha256": "ab" * 32, "bytes": 5}
+    ]
     assert event["bytes"] == 5 and event["reason"] == "never built" and event["lane"] == "main"
 
 
@@ -188,9 +200,12 @@ def test_a_killed_build_keeps_its_events_so_far(write_module, tmp_path: Path, ta
     log = tmp_path / "events.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "kiln", "build", "build.py", "--events", str(log)],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "KILN_TEST_TAG": tag}, start_new_session=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "KILN_TEST_TAG": tag},
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while '"desc": "Running slow/slow.txt"' not in _started(log):
@@ -274,9 +289,13 @@ def test_reporters_of_the_seed_api_still_get_their_calls(tmp_path: Path) -> None
             g.executor.close()
         first = [("start_dep", "a"), ("finish_dep", "a")] if build == 0 else [("skip_dep", "a")]
         assert legacy.calls == [
-            ("start_graph", "6"), *first, ("start_dep", "b"), ("report_failure", "b"),
-            ("finish_dep", "b"), ("end_graph", ""),
-        ]  # fmt: skip
+            ("start_graph", "6"),
+            *first,
+            ("start_dep", "b"),
+            ("report_failure", "b"),
+            ("finish_dep", "b"),
+            ("end_graph", ""),
+        ]
 
 
 def test_a_fifo_planted_at_the_last_events_file_never_blocks_the_build(

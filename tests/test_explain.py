@@ -20,6 +20,7 @@ def kiln(kiln_in_process):
     the tests that need a process of their own take ``kiln_subprocess``."""
     return kiln_in_process
 
+
 STAMP_MODULE = """
 class Stamp(BuildAction):
     always_run = True

@@ -139,17 +139,38 @@ def test_star_import_of_executor_gives_exactly_its_exports() -> None:
 
 
 ERRORS = {
-    "ActionFailed", "ActionTimeout", "BuildDefinitionError", "BuildInterrupted",
-    "ConfinementError", "DependenceException", "KilnError", "NotRegularFile",
-    "OutputDirLocked", "RemoteError", "StateError", "ToolError", "UsageError",
-    "VerificationFailed", "WorkerCrashed",
+    "ActionFailed",
+    "ActionTimeout",
+    "BuildDefinitionError",
+    "BuildInterrupted",
+    "ConfinementError",
+    "DependenceException",
+    "KilnError",
+    "NotRegularFile",
+    "OutputDirLocked",
+    "RemoteError",
+    "StateError",
+    "ToolError",
+    "UsageError",
+    "VerificationFailed",
+    "WorkerCrashed",
 }
 # The exit status the command line gives for each public error.
 EXIT_CODES = {
-    "ActionFailed": 1, "ActionTimeout": 1, "ConfinementError": 1, "DependenceException": 1,
-    "KilnError": 1, "NotRegularFile": 1, "RemoteError": 1, "ToolError": 1,
-    "VerificationFailed": 1, "WorkerCrashed": 1,
-    "BuildDefinitionError": 2, "OutputDirLocked": 2, "StateError": 2, "UsageError": 2,
+    "ActionFailed": 1,
+    "ActionTimeout": 1,
+    "ConfinementError": 1,
+    "DependenceException": 1,
+    "KilnError": 1,
+    "NotRegularFile": 1,
+    "RemoteError": 1,
+    "ToolError": 1,
+    "VerificationFailed": 1,
+    "WorkerCrashed": 1,
+    "BuildDefinitionError": 2,
+    "OutputDirLocked": 2,
+    "StateError": 2,
+    "UsageError": 2,
 }
 
 
@@ -177,11 +198,13 @@ def test_no_exception_class_is_defined_outside_errors() -> None:
     import re
 
     src = pathlib.Path(kiln.__file__).parent
-    pattern = re.compile(r"^class (\w+)\((?:\w+\.)?\w*(?:Error|Exception|Failed|Interrupt)\w*\)",
-                         re.M)
+    pattern = re.compile(
+        r"^class (\w+)\((?:\w+\.)?\w*(?:Error|Exception|Failed|Interrupt)\w*\)", re.M
+    )
     found = {
         f"{path.relative_to(src)}:{name}"
-        for path in src.rglob("*.py") if path.name != "errors.py"
+        for path in src.rglob("*.py")
+        if path.name != "errors.py"
         for name in pattern.findall(path.read_text())
         if not name.startswith("_")
     }

@@ -142,8 +142,9 @@ def test_absolute_paths(executor: Executor, root: BuildContext, tmp_path: Path) 
         root.allocate_file(str(tmp_path / "elsewhere.txt"))
     with pytest.raises(BuildDefinitionError, match="outside the output root"):
         root.allocate_file(str(executor.get_root(FileNamespace.GEN) / ".." / "escape.txt"))
-    inside = root.allocate_file(str(executor.get_root(FileNamespace.BIN) / "m" / "a.vmfb"),
-                                namespace=FileNamespace.BIN)  # fmt: skip
+    inside = root.allocate_file(
+        str(executor.get_root(FileNamespace.BIN) / "m" / "a.vmfb"), namespace=FileNamespace.BIN
+    )
     assert inside.path == "m/a.vmfb"
     assert inside.get_fs_path() == executor.output_dir / "bin" / "m" / "a.vmfb"
 
@@ -688,7 +689,9 @@ def typo():
 
 # -- cl_arg ---------------------------------------------------------------------
 
-CL_ARGS = HEADER + """
+CL_ARGS = (
+    HEADER
+    + """
 MODEL = cl_arg("model", default="tiny", help="which model to build")
 
 @entrypoint
@@ -701,6 +704,7 @@ def first(model=MODEL, repeat=cl_arg("repeat", default=1, type=int, help="copies
 def second(model=MODEL):
     return run_command(name="second.txt", command=["sh", "-c", f'printf {model} > "$0"', "{out}"])
 """
+)
 
 
 def test_cl_args_become_options(write_module, kiln, tmp_path: Path) -> None:

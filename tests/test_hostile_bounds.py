@@ -58,8 +58,9 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     mnt.mkdir()
     r = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         if os.environ.get("CI"):
             pytest.fail(f"cannot mount a tmpfs in CI: {r.stderr.strip()}")
@@ -153,9 +154,14 @@ def run_with_file_size_limit(args: list[str], cwd: Path, limit: int) -> subproce
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return subprocess.run(
-        [sys.executable, "-m", "kiln", *args], cwd=cwd, capture_output=True, text=True,
-        preexec_fn=limit_size, env={**os.environ, "NO_COLOR": "1"}, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "-m", "kiln", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_size,
+        env={**os.environ, "NO_COLOR": "1"},
+        timeout=120,
+    )
 
 
 def test_io_error_while_opening_the_state_keeps_it(write_module, kiln, tmp_path: Path) -> None:
@@ -273,10 +279,14 @@ def test_dripping_body_fails_within_the_timeout(write_module, kiln, server: HTTP
     r, took = timed_build(kiln)
     assert r.returncode == 1, r.stderr
     assert took < 2.0 + 4.0  # the timeout, plus kiln's start-up and slack
-    assert re.search(r"download of http://127\.0\.0\.1:\d+/m\.bin\?\*\*\* did not finish "
-                     r"within its timeout of 2 s \(\d+ bytes received\)", r.stderr), r.stderr
+    assert re.search(
+        r"download of http://127\.0\.0\.1:\d+/m\.bin\?\*\*\* did not finish "
+        r"within its timeout of 2 s \(\d+ bytes received\)",
+        r.stderr,
+    ), r.stderr
     assert "SECRET123" not in r.stderr + r.stdout
     no_traceback(r.stderr)
+
 
 def test_dripping_headers_fail_within_the_timeout(
     write_module, kiln, server: HTTPTestServer
@@ -314,8 +324,14 @@ def build_measuring_rss(module_dir: Path) -> tuple[subprocess.CompletedProcess, 
         sys.stdout.write(f"{r.returncode}\\n{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n")
         sys.stderr.write(r.stderr)
     """)
-    p = subprocess.run([sys.executable, "-c", probe], cwd=module_dir, capture_output=True,
-                       text=True, env={**os.environ, "NO_COLOR": "1"}, timeout=300)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=module_dir,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+        timeout=300,
+    )
     code, kib = p.stdout.split()
     return subprocess.CompletedProcess(p.args, int(code), "", p.stderr), int(kib) * 1024
 
@@ -393,8 +409,10 @@ def test_huge_jobs_start_few_threads_and_say_so(write_module, kiln, tmp_path: Pa
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - start < 30
     assert "kiln: -j 100000 capped to 3 (the number of actions in this build)" in r.stderr
-    counts = [int((tmp_path / "kiln-out" / "genfiles" / "threads" / f"t{i}.txt").read_text())
-              for i in range(3)]  # fmt: skip
+    counts = [
+        int((tmp_path / "kiln-out" / "genfiles" / "threads" / f"t{i}.txt").read_text())
+        for i in range(3)
+    ]
     assert max(counts) <= 8, counts  # main, a few workers: not thousands
 
 

@@ -35,9 +35,12 @@ def test_exit_in_the_build_module_is_a_definition_error(
     else:
         text = f"import sys\n@entrypoint\ndef ep():\n    {stmt}  # HERE\n"
     module = write_module(text)
-    line = module.read_text().splitlines().index(
-        next(x for x in module.read_text().splitlines() if x.endswith("# HERE"))
-    ) + 1
+    line = (
+        module.read_text()
+        .splitlines()
+        .index(next(x for x in module.read_text().splitlines() if x.endswith("# HERE")))
+        + 1
+    )
     r = kiln("build", "build.py")
     assert r.returncode == 2, r.stderr
     assert f"{module}:{line}:" in r.stderr
@@ -211,8 +214,11 @@ def test_a_broken_socket_or_kill_pipe_does_not_stop_the_build(
     (tmp_path / "marks").mkdir()
     kiln = _start(tmp_path, tag, "-j", "2")
     try:
-        wait_for(lambda: kiln.poll() is not None or len(list((tmp_path / "marks").iterdir())) >= 2,
-                 60, "the writes")  # fmt: skip
+        wait_for(
+            lambda: kiln.poll() is not None or len(list((tmp_path / "marks").iterdir())) >= 2,
+            60,
+            "the writes",
+        )
         time.sleep(0.3)
         assert kiln.poll() is None, "a write to a closed socket stopped the build"
         os.kill(kiln.pid, signal.SIGPIPE)
@@ -267,12 +273,18 @@ def test_a_write_to_a_closed_socket_at_exit_keeps_the_build_status(
     write_module("import time\n" + BROKEN_SOCKETS + AT_EXIT)
     (tmp_path / "marks").mkdir()
     (tmp_path / "flag").touch()
-    r = subprocess.run([sys.executable, "-m", "kiln", "build", "build.py", "one"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "NO_COLOR": "1"})  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "kiln", "build", "build.py", "one"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert "kiln: done: 1 built" in r.stderr
     assert "at exit: BrokenPipeError" in r.stderr
+
 
 LEAKY = """
 import subprocess
@@ -350,9 +362,7 @@ def _manifest(tmp_path: Path) -> dict[str, dict[str, object]]:
     data = json.loads((tmp_path / "kiln-out/manifest.json").read_text())
     assert data["format"] == "kiln-manifest/2"
     return {
-        Path(str(o["path"])).name: o
-        for ep in data["entrypoints"].values()
-        for o in ep["outputs"]
+        Path(str(o["path"])).name: o for ep in data["entrypoints"].values() for o in ep["outputs"]
     }
 
 
@@ -431,7 +441,11 @@ def test_manifest_has_one_line_per_output_and_reads_back(
     assert data["entrypoints"]["none"] == {"outputs": []}
     outputs = data["entrypoints"]["many"]["outputs"]
     assert [o["path"] for o in outputs] == [
-        "genfiles/many/o0.txt", "genfiles/many/o1.txt", "genfiles/many/o2.txt", "../src.txt"]
+        "genfiles/many/o0.txt",
+        "genfiles/many/o1.txt",
+        "genfiles/many/o2.txt",
+        "../src.txt",
+    ]
     assert all(o["built"] and o["sha256"] for o in outputs), outputs
     lines = text.splitlines()
     for o in outputs:  # each entry whole on its own line
@@ -472,10 +486,16 @@ def test_cl_arg_flag_clash_names_both(write_module, kiln) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [("build", "build.py", ""), ("build", "build.py", "/"), ("build", "build.py", " "),
-     ("list", "build.py", "bogus"), ("list", "build.py", "ep"), ("graph", "build.py", "")],
+    [
+        ("build", "build.py", ""),
+        ("build", "build.py", "/"),
+        ("build", "build.py", " "),
+        ("list", "build.py", "bogus"),
+        ("list", "build.py", "ep"),
+        ("graph", "build.py", ""),
+    ],
     ids=["empty", "slash", "blank", "list-bogus", "list-known", "graph-empty"],
-)  # fmt: skip
+)
 def test_bad_target_words_are_usage_errors(
     write_module, kiln, tmp_path: Path, argv: tuple[str, ...]
 ) -> None:
@@ -532,21 +552,24 @@ def test_prints_of_actions_never_reach_kiln_stdout(write_module, kiln, tmp_path:
     assert r.returncode == 0, r.stderr
     gen = tmp_path / "kiln-out/genfiles/noisy"
     assert r.stdout.splitlines() == [str(gen / n) for n in ("thread.txt", "proc.txt", "cmd.txt")]
-    for noise in ("at import", "from a thread action", "in the entrypoint",
-                  "from a process action"):
-        assert f"noise {noise}" in r.stderr  # fmt: skip
+    for noise in (
+        "at import",
+        "from a thread action",
+        "in the entrypoint",
+        "from a process action",
+    ):
+        assert f"noise {noise}" in r.stderr
     assert "warning" not in r.stderr  # kiln's own workers are no leak
 
 
-def test_prints_of_actions_in_process_go_to_the_given_stderr(
-    write_module, tmp_path: Path
-) -> None:
+def test_prints_of_actions_in_process_go_to_the_given_stderr(write_module, tmp_path: Path) -> None:
     from kiln.cli.main import run_cli
 
     module = write_module(NOISY)
     out, err = io.StringIO(), io.StringIO()
-    code = run_cli(["build", str(module), "--output-dir", str(tmp_path / "out")], stdout=out,
-                   stderr=err)  # fmt: skip
+    code = run_cli(
+        ["build", str(module), "--output-dir", str(tmp_path / "out")], stdout=out, stderr=err
+    )
     assert code == 0, err.getvalue()
     gen = tmp_path / "out/genfiles/noisy"
     assert out.getvalue().splitlines() == [
@@ -569,9 +592,12 @@ def test_closed_stdout_ends_quietly(write_module, tmp_path: Path, command: tuple
     line = " ".join([sys.executable, "-m", "kiln", command[0], "build.py", *command[1:]])
     r = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {line} | head -1"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "NO_COLOR": "1"},
-    )  # fmt: skip
+    )
     assert r.returncode == 141, r.stderr
     assert r.stderr == ""
     assert len(r.stdout.splitlines()) == 1
@@ -580,9 +606,12 @@ def test_closed_stdout_ends_quietly(write_module, tmp_path: Path, command: tuple
 def _pipeline(tmp_path: Path, line: str, tag: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "-c", f"set -o pipefail; {line}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "NO_COLOR": "1", "KILN_TEST_TAG": tag},
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.slow

@@ -31,7 +31,9 @@ def kiln(kiln_in_process):
 
 HEADER = "from kiln import *\nfrom kiln.executor import *\n"
 # ``ep`` writes x.txt and notes each run in runs.log (beside the module, outside kiln-out).
-MODULE = HEADER + """
+MODULE = (
+    HEADER
+    + """
 @entrypoint
 def ep():
     return run_command(name="x.txt",
@@ -41,6 +43,7 @@ def ep():
 def other():
     return run_command(name="y.txt", command=["sh", "-c", "echo other > {out}"])
 """
+)
 FIFO_TIMEOUT = 60
 
 
@@ -78,8 +81,12 @@ def built(kiln, project: Path) -> Path:
 
 
 def user_files(root: Path) -> dict[str, str]:
-    files = {"bin/tool.sh": "#!/bin/sh\necho mine\n", "params/weights.txt": "precious\n",
-             "platform/notes.md": "mine\n", "manifest.json": "{\"mine\": true}\n"}  # fmt: skip
+    files = {
+        "bin/tool.sh": "#!/bin/sh\necho mine\n",
+        "params/weights.txt": "precious\n",
+        "platform/notes.md": "mine\n",
+        "manifest.json": '{"mine": true}\n',
+    }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
@@ -90,9 +97,15 @@ def user_files(root: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "argv", [("build", "build.py"), ("build", "build.py", "--dry-run"),
-             ("explain", "build.py"), ("clean",)], ids=["build", "dry-run", "explain", "clean"],
-)  # fmt: skip
+    "argv",
+    [
+        ("build", "build.py"),
+        ("build", "build.py", "--dry-run"),
+        ("explain", "build.py"),
+        ("clean",),
+    ],
+    ids=["build", "dry-run", "explain", "clean"],
+)
 def test_a_project_directory_is_refused_as_output_dir(kiln, project: Path, argv) -> None:
     files = user_files(project)
     before = tree(project)
@@ -142,9 +155,15 @@ def test_empty_existing_directory_is_used(kiln, project: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [("explain", "build.py"), ("list", "build.py", "--all"), ("graph", "build.py"),
-             ("build", "build.py", "--dry-run")], ids=["explain", "list", "graph", "dry-run"],
-)  # fmt: skip
+    "argv",
+    [
+        ("explain", "build.py"),
+        ("list", "build.py", "--all"),
+        ("graph", "build.py"),
+        ("build", "build.py", "--dry-run"),
+    ],
+    ids=["explain", "list", "graph", "dry-run"],
+)
 def test_read_only_commands_create_nothing(kiln, project: Path, argv) -> None:
     r = kiln(*argv)
     assert r.returncode == 0, r.stderr
@@ -406,11 +425,14 @@ def test_output_turned_into_a_directory_of_user_files_fails_naming_it(kiln, proj
 def test_command_writing_a_link_as_its_output_fails(kiln, project: Path) -> None:
     victim = project / "victim.txt"
     victim.write_text("precious\n")
-    (project / "build.py").write_text(HEADER + f"""
+    (project / "build.py").write_text(
+        HEADER
+        + f"""
 @entrypoint
 def ln():
     return run_command(name="l.txt", command=["ln", "-s", "{victim}", "{{out}}"])
-""")
+"""
+    )
     r = kiln("build", "build.py")
     assert r.returncode == 1
     assert "was not a regular file" in r.stderr and "Traceback" not in r.stderr
@@ -427,17 +449,23 @@ def _line(text: str, mark: str = "# HERE") -> int:
 
 @pytest.mark.parametrize(
     ("name", "expect"),
-    [("a\\x00b", "control character '\\x00'"), ("a\\x1bb", "control character '\\x1b'"),
-     ("d/" + "n" * 256, "component of 256 bytes"),
-     (".kiln-tmp-0123456789-abcdef01", "reserves for its temporaries")],
+    [
+        ("a\\x00b", "control character '\\x00'"),
+        ("a\\x1bb", "control character '\\x1b'"),
+        ("d/" + "n" * 256, "component of 256 bytes"),
+        (".kiln-tmp-0123456789-abcdef01", "reserves for its temporaries"),
+    ],
     ids=["nul", "escape", "too-long", "temporary"],
-)  # fmt: skip
+)
 def test_bad_output_name_is_a_definition_error(kiln, project: Path, name: str, expect: str) -> None:
-    text = MODULE + f"""
+    text = (
+        MODULE
+        + f"""
 @entrypoint
 def bad():
     return run_command(name="{name}", command=["true"])  # HERE
 """
+    )
     (project / "build.py").write_text(text)
     r = kiln("build", "build.py")
     assert r.returncode == 2, r.stderr
@@ -447,11 +475,14 @@ def bad():
 
 def test_longest_name_builds(kiln, project: Path) -> None:
     name = "n" * 251 + ".txt"  # 255 bytes: its temporary must still fit
-    (project / "build.py").write_text(HEADER + f"""
+    (project / "build.py").write_text(
+        HEADER
+        + f"""
 @entrypoint
 def long():
     return run_command(name="{name}", command=["sh", "-c", "echo ok > {{out}}"])
-""")
+"""
+    )
     r = kiln("build", "build.py")
     assert r.returncode == 0, r.stderr
     assert (project / "kiln-out" / "genfiles" / "long" / name).read_text() == "ok\n"
@@ -460,12 +491,15 @@ def long():
 @pytest.mark.parametrize("order", ["file-first", "dir-first"])
 def test_name_that_is_both_a_file_and_a_directory(kiln, project: Path, order: str) -> None:
     first, second = ("a", "a/b") if order == "file-first" else ("a/b", "a")
-    text = HEADER + f"""
+    text = (
+        HEADER
+        + f"""
 @entrypoint
 def clash():
     run_command(name="{first}", command=["true"])  # FIRST
     return run_command(name="{second}", command=["true"])  # HERE
 """
+    )
     (project / "build.py").write_text(text)
     r = kiln("build", "build.py")
     assert r.returncode == 2, r.stderr
@@ -475,7 +509,9 @@ def clash():
     assert f"{module}:{_line(text)}" in r.stderr
 
 
-BROKEN = MODULE + """
+BROKEN = (
+    MODULE
+    + """
 @entrypoint
 def bad():
     raise RuntimeError("bad is broken")  # HERE
@@ -484,6 +520,7 @@ def bad():
 def badname():
     return run_command(name="a\\x00b", command=["true"])
 """
+)
 
 
 def test_one_broken_entrypoint_does_not_stop_a_healthy_target(kiln, project: Path) -> None:
@@ -492,8 +529,11 @@ def test_one_broken_entrypoint_does_not_stop_a_healthy_target(kiln, project: Pat
     assert r.returncode == 0, r.stderr
     assert (project / "kiln-out" / "genfiles" / "ep" / "x.txt").read_text() == "fresh\n"
     assert "skipped the broken entrypoint 'bad'" in r.stderr
-    for argv in (("build", "build.py"), ("build", "build.py", "bad"),
-                 ("build", "build.py", "badname")):  # fmt: skip
+    for argv in (
+        ("build", "build.py"),
+        ("build", "build.py", "bad"),
+        ("build", "build.py", "badname"),
+    ):
         r = kiln(*argv)
         assert r.returncode == 2, r.stderr
         assert "Traceback" not in r.stderr
@@ -501,11 +541,14 @@ def test_one_broken_entrypoint_does_not_stop_a_healthy_target(kiln, project: Pat
 
 
 def test_an_old_output_where_a_directory_now_goes_is_replaced(kiln, project: Path) -> None:
-    text = HEADER + """
+    text = (
+        HEADER
+        + """
 @entrypoint
 def ep():
     return run_command(name="NAME", command=["sh", "-c", "echo ok > {out}"])
 """
+    )
     (project / "build.py").write_text(text.replace("NAME", "d"))
     assert kiln("build", "build.py").returncode == 0
     (project / "build.py").write_text(text.replace("NAME", "d/e"))
@@ -519,11 +562,14 @@ def ep():
 
 
 def test_command_that_writes_nothing_says_so(kiln, project: Path) -> None:
-    (project / "build.py").write_text(HEADER + """
+    (project / "build.py").write_text(
+        HEADER
+        + """
 @entrypoint
 def lazy():
     return run_command(name="l.txt", command=["true"])
-""")
+"""
+    )
     r = kiln("build", "build.py")
     assert r.returncode == 1
     out = project / "kiln-out" / "genfiles" / "lazy" / "l.txt"

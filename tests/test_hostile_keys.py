@@ -88,8 +88,9 @@ def write(write_module: Callable[..., Path], text: str, **fields: str) -> None:
 
 
 CHANGES = [
-    pytest.param('{"alpha", "beta", "gamma", "delta"}', '{"alpha", "beta", "gamma", "epsilon"}',
-                 id="set"),
+    pytest.param(
+        '{"alpha", "beta", "gamma", "delta"}', '{"alpha", "beta", "gamma", "epsilon"}', id="set"
+    ),
     pytest.param('frozenset({"a", "b", "c"})', 'frozenset({"a", "b", "d"})', id="frozenset"),
     pytest.param('{1: "one", 2: "two"}', '{1: "one", 2: "TWO"}', id="dict-int-keys"),
     pytest.param('{1: "one"}', '{"1": "one"}', id="int-key-vs-str-key"),
@@ -100,7 +101,7 @@ CHANGES = [
     pytest.param('b"\\x00" * 100', 'b"\\x00" * 99 + b"\\x01"', id="bytes"),
     pytest.param("[1, 2.5, None, True]", "[1, 2.5, None, 1]", id="bool-vs-int"),
     pytest.param("(1, {3, 2})", "(1, {3, 4})", id="nested"),
-]  # fmt: skip
+]
 
 
 def test_an_edit_keeping_size_and_mtime_is_not_hidden_by_cached_bytecode(
@@ -129,9 +130,12 @@ def test_an_edit_keeping_size_and_mtime_is_not_hidden_by_cached_bytecode(
 
 @pytest.mark.parametrize(("before", "after"), CHANGES)
 def test_each_kind_of_value_is_keyed(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
-    before: str, after: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    before: str,
+    after: str,
+) -> None:
     write(write_module, KEYED, value=before, imports="")
     first = kiln("build", "build.py")
     assert first.returncode == 0, first.stderr
@@ -164,8 +168,9 @@ def test_a_numpy_array_changing_one_element_is_keyed(
     assert kiln("build", "build.py").returncode == 0
     assert ran(tmp_path) == ["keyed"]
     # Same values, another dtype: another key.
-    write(write_module, KEYED, value=one_changed.replace("float32", "float64"),
-          imports="import numpy")  # fmt: skip
+    write(
+        write_module, KEYED, value=one_changed.replace("float32", "float64"), imports="import numpy"
+    )
     assert kiln("build", "build.py").returncode == 0
     assert ran(tmp_path) == ["keyed"]
 
@@ -222,37 +227,59 @@ OPEN_FILE = """
 @pytest.mark.parametrize(
     ("holder", "expected"),
     [
-        pytest.param(OPEN_FILE, ["attribute 'handle'", "_io.TextIOWrapper",
-                                 "key_exclude = ('handle',)", "params()"], id="open-file"),
-        pytest.param("""
+        pytest.param(
+            OPEN_FILE,
+            ["attribute 'handle'", "_io.TextIOWrapper", "key_exclude = ('handle',)", "params()"],
+            id="open-file",
+        ),
+        pytest.param(
+            """
     def __init__(self, output, **kwargs):
         super().__init__(output, **kwargs)
         handle = open(__file__)
         self.reader = lambda: handle.read()
-""", ["attribute 'reader'", "closure value 'handle'", "_io.TextIOWrapper"], id="lambda"),
-        pytest.param("""
+""",
+            ["attribute 'reader'", "closure value 'handle'", "_io.TextIOWrapper"],
+            id="lambda",
+        ),
+        pytest.param(
+            """
     def __init__(self, output, **kwargs):
         super().__init__(output, **kwargs)
         self.options = {"lock": __import__("threading").Lock()}
-""", ["attribute 'options'", "['lock']", "_thread.lock"], id="nested"),
-        pytest.param("""
+""",
+            ["attribute 'options'", "['lock']", "_thread.lock"],
+            id="nested",
+        ),
+        pytest.param(
+            """
     def __init__(self, output, **kwargs):
         super().__init__(output, **kwargs)
         from kiln import source_file
         self.extra = source_file("build.py")
-""", ["attribute 'extra'", "neither an input", "deps="], id="undeclared-file"),
-        pytest.param("""
+""",
+            ["attribute 'extra'", "neither an input", "deps="],
+            id="undeclared-file",
+        ),
+        pytest.param(
+            """
     def __init__(self, output, **kwargs):
         super().__init__(output, **kwargs)
         self.loop = []
         self.loop.append(self.loop)
-""", ["attribute 'loop'", "contains itself"], id="self-reference"),
+""",
+            ["attribute 'loop'", "contains itself"],
+            id="self-reference",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_value_kiln_cannot_key_stops_the_build_before_anything_runs(
-    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any],
-    holder: str, expected: list[str],
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    holder: str,
+    expected: list[str],
+) -> None:
     write(write_module, UNKEYABLE, holder=textwrap.indent(textwrap.dedent(holder), "    "))
     result = kiln("build", "build.py")
     assert result.returncode == 2, result.stderr
@@ -338,8 +365,11 @@ def test_editing_one_actions_code_reruns_that_action_only(
     assert (tmp_path / "kiln-out" / "genfiles" / "pair" / "a.txt").read_text() == "first, edited"
 
     # A helper function that only Second calls.
-    write(write_module, TWO_CLASSES, **{**fields, "first": '"first, edited"',
-                                        "decoration": "text.upper()"})  # fmt: skip
+    write(
+        write_module,
+        TWO_CLASSES,
+        **{**fields, "first": '"first, edited"', "decoration": "text.upper()"},
+    )
     assert kiln("build", "build.py").returncode == 0
     assert ran(tmp_path) == ["second"]
     assert (tmp_path / "kiln-out" / "genfiles" / "pair" / "b.txt").read_text() == "SECOND"

@@ -571,18 +571,22 @@ def test_recorded_outputs_are_compared_as_values_not_as_text(p: Project) -> None
     p.build(two_chains)
     conn = sqlite3.connect(p.out / ".kiln" / "state.db", isolation_level=None)
     # The same value, spelled compactly and with an escaped character.
-    conn.execute("UPDATE actions SET outputs = replace(replace(json(outputs), 'gen', "
-                 "'g\\u0065n'), '\":\"', '\": \"') WHERE id = 'gen/B'")  # fmt: skip
-    assert conn.execute("SELECT outputs FROM actions WHERE id = 'gen/B'").fetchone()[0] \
-        .startswith('{"g\\u0065n/B": "')  # fmt: skip
+    conn.execute(
+        "UPDATE actions SET outputs = replace(replace(json(outputs), 'gen', "
+        "'g\\u0065n'), '\":\"', '\": \"') WHERE id = 'gen/B'"
+    )
+    assert (
+        conn.execute("SELECT outputs FROM actions WHERE id = 'gen/B'")
+        .fetchone()[0]
+        .startswith('{"g\\u0065n/B": "')
+    )
     assert p.build(two_chains).ran == []
     # B's record now holds a second output whose text the digest cache's quotes would
     # complete if the comparison were by unescaped text.
     (digest,) = conn.execute("SELECT sha256 FROM files WHERE path LIKE '%/B'").fetchone()
     forged = f'{digest}", "gen/X": "{"0" * 64}'
     conn.execute("UPDATE files SET sha256 = ? WHERE path LIKE '%/B'", (forged,))
-    conn.execute("UPDATE actions SET outputs = ? WHERE id = 'gen/B'",
-                 (f'{{"gen/B": "{forged}"}}',))  # fmt: skip
+    conn.execute("UPDATE actions SET outputs = ? WHERE id = 'gen/B'", (f'{{"gen/B": "{forged}"}}',))
     conn.close()
     build = p.build(two_chains)
     assert "B" in build.ran
@@ -591,6 +595,7 @@ def test_recorded_outputs_are_compared_as_values_not_as_text(p: Project) -> None
 
 
 # -- through the command line --------------------------------------------------------
+
 
 @pytest.fixture
 def cli_project(tmp_path: Path, write_module: Callable[..., Path]) -> Callable[[str], None]:

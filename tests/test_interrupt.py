@@ -161,14 +161,26 @@ def test_signal_stops_the_build_cleanly(
     assert sorted(p.name for p in leftovers) == ["done.txt", "finisher.txt"]
 
     fast = {**os.environ, "NO_COLOR": "1", "FAST": "1"}
-    again = subprocess.run([sys.executable, "-m", "kiln", "build", "build.py"], cwd=tmp_path,
-                           capture_output=True, text=True, env=fast, timeout=120)  # fmt: skip
+    again = subprocess.run(
+        [sys.executable, "-m", "kiln", "build", "build.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=fast,
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr
     assert "4 built, 2 up to date, 0 failed, 0 not run" in again.stderr
     texts = {"cmd": "cmd\n", "proc": "proc", "stuck": "stuck", "late": "finisher"}
     assert {name: (gen / f"{name}.txt").read_text() for name in texts} == texts
-    third = subprocess.run([sys.executable, "-m", "kiln", "build", "build.py"], cwd=tmp_path,
-                           capture_output=True, text=True, env=fast, timeout=120)  # fmt: skip
+    third = subprocess.run(
+        [sys.executable, "-m", "kiln", "build", "build.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=fast,
+        timeout=120,
+    )
     assert "0 built, 6 up to date" in third.stderr
 
 
@@ -258,8 +270,14 @@ def test_signal_during_an_inline_action_stops_the_build(
     assert not (marks / "late").exists(), "an action started after the signal"
     assert sorted(p.name for p in out_dir.iterdir()) == ["gate.txt", "pre.txt"]
     fast = {**os.environ, "NO_COLOR": "1", "FAST": "1"}
-    again = subprocess.run([sys.executable, "-m", "kiln", "build", "build.py"], cwd=tmp_path,
-                           capture_output=True, text=True, env=fast, timeout=120)  # fmt: skip
+    again = subprocess.run(
+        [sys.executable, "-m", "kiln", "build", "build.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=fast,
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr
     assert "2 built, 2 up to date, 0 failed, 0 not run" in again.stderr
 

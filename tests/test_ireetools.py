@@ -184,9 +184,7 @@ def test_missing_onnx_is_a_tool_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("target", ["cpu", "vmvx"])
 def test_verify_passes_on_correct_outputs(built: dict[str, Any], target: str) -> None:
-    result = verify_module(
-        built["modules"][target], built["inputs"], built["outputs"], 1e-5, 1e-5
-    )
+    result = verify_module(built["modules"][target], built["inputs"], built["outputs"], 1e-5, 1e-5)
     assert result["passed"], result["summary"]
     assert result["function"] == "main_graph"
     assert [o["shape"] for o in result["outputs"]] == [[2, 4], [2, 4]]
@@ -316,8 +314,10 @@ def test_model_zoo_sorts_numerically_and_rejects_unknown_categories(
     for n in (10, 2, 1):
         (tmp_path / f"input_{n}.pb").touch()
     assert [Path(p).name for p in zoo._numbered(tmp_path, "input")] == [
-        "input_1.pb", "input_2.pb", "input_10.pb"
-    ]  # fmt: skip
+        "input_1.pb",
+        "input_2.pb",
+        "input_10.pb",
+    ]
     with pytest.raises(UsageError, match="unknown model zoo category"):
         zoo.model_zoo(["nope"])
     with pytest.raises(UsageError):

@@ -154,9 +154,7 @@ def kill_after(root: Path, tag: str, delay: float) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_moments_never_corrupts_the_next_build(
-    tmp_path: Path, tag: str
-) -> None:
+def test_sigkill_at_random_moments_never_corrupts_the_next_build(tmp_path: Path, tag: str) -> None:
     clean: list[dict[str, bytes]] = []
     wall = 0.0
     for variant in range(len(VARIANTS)):

@@ -81,8 +81,11 @@ class Builds:
     def holder(self) -> subprocess.Popen[str]:
         """A build that holds the output directory until marks/release appears."""
         proc = self.start()
-        wait_for(lambda: (self.root / "marks" / f"started-{proc.pid}").exists(), 60,
-                 "the first build to start its action")  # fmt: skip
+        wait_for(
+            lambda: (self.root / "marks" / f"started-{proc.pid}").exists(),
+            60,
+            "the first build to start its action",
+        )
         return proc
 
     def close(self) -> None:

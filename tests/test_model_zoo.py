@@ -31,9 +31,16 @@ def test_models_through_every_stage_with_the_table(tmp_path: Path):
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("model\t"))
     assert header.split("\t")[1:] == [
-        "import", "compile cpu", "compile vmvx", "verify cpu", "verify vmvx", "ort cpu",
-        "ort vmvx", "bench cpu", "bench vmvx",
-    ]  # fmt: skip
+        "import",
+        "compile cpu",
+        "compile vmvx",
+        "verify cpu",
+        "verify vmvx",
+        "ort cpu",
+        "ort vmvx",
+        "bench cpu",
+        "bench vmvx",
+    ]
     row = next(line for line in lines if line.startswith(model)).split("\t")[1:]
     assert row[:7] == ["ok"] * 7 and all(c.endswith("us") for c in row[7:])
     bad = next(line for line in lines if line.startswith(wrong)).split("\t")[1:]
@@ -53,6 +60,7 @@ def test_models_through_every_stage_with_the_table(tmp_path: Path):
         (bench,) = module["benchmark"]
         assert bench["status"] == "measured" and bench["median"] > 0
 
-    strict = subprocess.run([*cmd, "--strict"], capture_output=True, text=True, cwd=tmp_path,
-                            timeout=300)  # fmt: skip
+    strict = subprocess.run(
+        [*cmd, "--strict"], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
     assert strict.returncode == 1

@@ -16,8 +16,15 @@ from kiln.scheduler import SchedulerOptions
 class Timed(BuildAction):
     """Sleeps, writes its output, and records when it ran."""
 
-    def __init__(self, *, out: BuildFile, log: list[tuple[str, float, float]], sleep: float,
-                 lock: threading.Lock, **kw):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        out: BuildFile,
+        log: list[tuple[str, float, float]],
+        sleep: float,
+        lock: threading.Lock,
+        **kw,
+    ):
         super().__init__(**kw)
         self._out, self._log, self._sleep, self._lock = out, log, sleep, lock
         out.deps.add(self)
@@ -41,8 +48,9 @@ def _run(tmp_path: Path, spec: dict[str, tuple[str | None, bool]], **options):  
             files = []
             for name, (pool, exclusive) in spec.items():
                 out = ctx.allocate_file(name)
-                action = Timed(out=out, log=log, lock=lock, sleep=0.15, desc=name,
-                               executor=executor)  # fmt: skip
+                action = Timed(
+                    out=out, log=log, lock=lock, sleep=0.15, desc=name, executor=executor
+                )
                 action.pool, action.exclusive = pool, exclusive
                 files.append(out)
         result = executor.run(files, SchedulerOptions(**options))

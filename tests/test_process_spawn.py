@@ -127,9 +127,13 @@ def test_a_signal_kills_every_running_command(
     (tmp_path / "marks").mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "kiln", "build", "build.py", "-j", "6", *cache],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "NO_COLOR": "1", "KILN_TEST_TAG": tag}, start_new_session=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1", "KILN_TEST_TAG": tag},
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: len(list((tmp_path / "marks").iterdir())) == 6, 60, "six commands")
         os.kill(proc.pid, signum)
@@ -174,10 +178,14 @@ def test_a_command_gets_kilns_environment_and_directory_but_no_stray_descriptor(
     os.set_inheritable(write, True)
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "kiln", "build", "build.py"], cwd=tmp_path,
-            capture_output=True, text=True, timeout=120, pass_fds=(write,),
+            [sys.executable, "-m", "kiln", "build", "build.py"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            pass_fds=(write,),
             env={**os.environ, "KILN_SPAWN_PROBE": "probe-value"},
-        )  # fmt: skip
+        )
     finally:
         os.close(read)
         os.close(write)

@@ -77,8 +77,9 @@ def project(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_two_hundred_runs_leave_the_process_as_it_was(project: Path) -> None:
     code = PROBE.replace("RUNS", "200")
-    r = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     print(got)
@@ -89,8 +90,9 @@ def test_two_hundred_runs_leave_the_process_as_it_was(project: Path) -> None:
     assert got["objects_growth"] < 1000  # no graph, module or executor kept per run
 
 
-def test_one_run_removes_what_loading_the_module_added(project: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_run_removes_what_loading_the_module_added(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kiln.cli.main import run_cli
 
     monkeypatch.chdir(project)
@@ -103,13 +105,19 @@ def test_one_run_removes_what_loading_the_module_added(project: Path,
     assert gc.get_freeze_count() == frozen
 
 
-def test_help_goes_to_the_given_stdout(project: Path, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_goes_to_the_given_stdout(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from kiln.cli.main import run_cli
 
     monkeypatch.chdir(project)
-    for argv in (["build", "build.py", "--help"], ["clean", "--help"], ["--help"],
-                 ["cache", "--help"], ["report", "--help"]):
+    for argv in (
+        ["build", "build.py", "--help"],
+        ["clean", "--help"],
+        ["--help"],
+        ["cache", "--help"],
+        ["report", "--help"],
+    ):
         out, err = io.StringIO(), io.StringIO()
         assert run_cli(argv, stdout=out, stderr=err) == 0, argv
         assert "usage:" in out.getvalue(), argv
@@ -118,8 +126,9 @@ def test_help_goes_to_the_given_stdout(project: Path, monkeypatch: pytest.Monkey
     assert captured.out == "" and captured.err == ""
 
 
-def test_usage_errors_go_to_the_given_stderr(project: Path, monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_go_to_the_given_stderr(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from kiln import kiln_main, load_build_module
     from kiln.cli.main import run_cli
 
@@ -142,4 +151,3 @@ def test_usage_errors_go_to_the_given_stderr(project: Path, monkeypatch: pytest.
     assert "--no-such-option" in err.getvalue()
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ""
-

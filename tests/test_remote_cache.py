@@ -66,15 +66,17 @@ def test_a_fresh_machine_builds_nothing_that_the_remote_has(
 
 
 def test_a_read_only_consumer_uploads_nothing(
-    tmp_path: Path, project: Path, nginx_cache: NginxCache, kiln: Callable[..., Any],
+    tmp_path: Path,
+    project: Path,
+    nginx_cache: NginxCache,
+    kiln: Callable[..., Any],
     write_module: Callable[..., Path],
-) -> None:  # fmt: skip
+) -> None:
     build(kiln, "o1", "cache-a", "--remote-cache", nginx_cache.url)
     stored = nginx_cache.files("ac") + nginx_cache.files("cas")
     # The consumer builds one more model than the producer did.
     write_module(module_text(tmp_path / "tool.py", project, ["m1", "m2", "m3"], size=100_000))
-    r = build(kiln, "o2", "cache-b", "--remote-cache", nginx_cache.url,
-              "--remote-cache-upload=no")  # fmt: skip
+    r = build(kiln, "o2", "cache-b", "--remote-cache", nginx_cache.url, "--remote-cache-upload=no")
     assert "2 built, 4 cached" in r.stderr and not warnings(r.stderr)
     assert nginx_cache.files("ac") + nginx_cache.files("cas") == stored
     assert sorted(runs(project)).count("m3") == 1
@@ -111,16 +113,15 @@ def test_a_remote_serving_wrong_bytes_is_a_miss_and_never_reaches_the_output(
         entry.write_text(json.dumps(data))
     assert inline == 2  # the two 64-byte .sum outputs
 
-    r = build(kiln, "o2", "cache-b", "--remote-cache", nginx_cache.url,
-              "--remote-cache-upload=no")  # fmt: skip
+    r = build(kiln, "o2", "cache-b", "--remote-cache", nginx_cache.url, "--remote-cache-upload=no")
     found = warnings(r.stderr)
-    assert found and all("another digest" in w or "does not match its digest" in w
-                         for w in found), r.stderr  # fmt: skip
+    assert found and all(
+        "another digest" in w or "does not match its digest" in w for w in found
+    ), r.stderr
     assert "4 built" in r.stderr
     assert tree(tmp_path / "o2") == expected
     assert len(runs(project)) == 8
-    assert not any(bad in p.read_bytes() for p in (tmp_path / "cache-b").rglob("*")
-                   if p.is_file())  # fmt: skip
+    assert not any(bad in p.read_bytes() for p in (tmp_path / "cache-b").rglob("*") if p.is_file())
 
 
 def test_a_failing_remote_is_reported_once(

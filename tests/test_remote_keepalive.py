@@ -118,8 +118,9 @@ def test_a_dropped_idle_connection_is_retried_on_a_fresh_one(
     tmp_path: Path, dropping_store: _Store
 ) -> None:
     warnings: list[str] = []
-    remote = RemoteCache(f"http://127.0.0.1:{dropping_store.server_port}/c",
-                         warn=warnings.append, retries=0)  # fmt: skip
+    remote = RemoteCache(
+        f"http://127.0.0.1:{dropping_store.server_port}/c", warn=warnings.append, retries=0
+    )
     for i in range(4):
         digest, path = _blob(tmp_path, f"b{i}", f"blob {i}\n".encode())
         remote.put_blob(digest, path)
@@ -138,8 +139,7 @@ def test_a_blob_known_present_is_not_asked_about_again(tmp_path: Path, store: _S
     remote.put_blob(large, large_path)
     assert remote.has_blob(small) and remote.has_blob(large)
     # The small one is PUT at once; the large one only after a HEAD said it is missing.
-    assert store.requests == [f"PUT /c/cas/{small}", f"HEAD /c/cas/{large}",
-                              f"PUT /c/cas/{large}"]  # fmt: skip
+    assert store.requests == [f"PUT /c/cas/{small}", f"HEAD /c/cas/{large}", f"PUT /c/cas/{large}"]
     other = RemoteCache(f"http://127.0.0.1:{store.server_port}/c")
     other.put_blob(large, large_path)  # present already: a HEAD, no upload
     assert store.requests[-1] == f"HEAD /c/cas/{large}" and len(store.requests) == 4

@@ -100,7 +100,7 @@ def test_report_is_self_contained_and_complete(built: Path, tmp_path: Path) -> N
     assert set(data["lanes"]) <= {"kiln-0", "kiln-1"}
     critical = [r["desc"] for r in data["runs"] if r["critical"]]
     assert critical == [f"Running chain/step{i}.txt" for i in range(3)]
-    section = page[page.index("id='failures'"):page.index("id='artifacts'")]
+    section = page[page.index("id='failures'") : page.index("id='artifacts'")]
     assert "Compiling failing/model.vmfb" in section and "compile failed; see its log" in section
     assert "error: the model does not fit" in section
     assert "compiler pass 99 &lt;ok&gt;" in section and "compiler pass 10 " not in section
@@ -121,8 +121,16 @@ def chromium() -> str:
 
 
 def run_chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--hide-scrollbars", f"--user-data-dir={tmp_path / 'chromium-profile'}", *args]
+    argv = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        *args,
+    ]
     env = {**os.environ, "HOME": str(tmp_path)}
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
 
@@ -140,7 +148,7 @@ def test_report_renders_in_headless_chromium(built: Path, tmp_path: Path) -> Non
     assert sum("critical" in b for b in bars) == 3
     assert sum("failed" in b for b in bars) == 1
     assert re.search(r'<text [^>]*class="lane-label"[^>]*>kiln-0</text>', html)
-    failures = html[html.index('id="failures"'):html.index('id="artifacts"')]
+    failures = html[html.index('id="failures"') : html.index('id="artifacts"')]
     assert "error: the model does not fit" in failures
 
     shot = tmp_path / "report.png"

@@ -148,7 +148,6 @@ class Graph:
         return self.executor.run([self.files[n] for n in names], SchedulerOptions(**options))
 
 
-
 def declare(output_dir: Path, nodes: dict[str, Node]) -> Graph:
     """Declare one recorded action per node (in the given order, deps first), each
     producing the file named after it."""
@@ -376,8 +375,9 @@ def run_random(spec: RandomBuild, fail_fast: bool = False) -> tuple[Graph, Build
     with tempfile.TemporaryDirectory() as out:
         g = declare(Path(out), nodes)
         try:
-            result = g.run([f"n{t}" for t in sorted(spec.targets)], jobs=spec.jobs,
-                           fail_fast=fail_fast)  # fmt: skip
+            result = g.run(
+                [f"n{t}" for t in sorted(spec.targets)], jobs=spec.jobs, fail_fast=fail_fast
+            )
         finally:
             g.executor.close()
     return g, result
@@ -436,7 +436,6 @@ def test_random_graph_fail_fast_with_one_job(spec: RandomBuild) -> None:
     needed = {f"n{i}" for i in closure(spec.targets, spec.deps)}
     assert names(result.not_run) == needed - set(started)
     assert names(result.built) == set(started) - names(result.failed)
-
 
 
 class _Vertex:
@@ -512,7 +511,9 @@ def test_plan_of_any_graph_is_an_order_or_names_a_real_cycle(
 
 # -- through the command line --------------------------------------------------
 
-TIMED = HEADER + """
+TIMED = (
+    HEADER
+    + """
 import functools
 import json
 import os
@@ -571,6 +572,7 @@ def max_running(inputs):
     out.deps.add(MaxRunning(out, desc="count", executor=ctx.executor, deps=deps))
     return out
 """
+)
 
 
 def read_json(path: Path) -> dict:
@@ -680,7 +682,9 @@ def broken():
     assert "FAILED: 0 built, 0 up to date, 1 failed, 1 not run" in r.stderr
 
 
-PROCESS = HEADER + """
+PROCESS = (
+    HEADER
+    + """
 import functools
 import os
 from pathlib import Path
@@ -742,6 +746,7 @@ def raises():
 def crashes():
     return out_of_process("crashes.txt", lambda p: crash)
 """
+)
 
 
 def test_process_actions_run_from_a_module_loaded_by_path(write_module, kiln, tmp_path) -> None:

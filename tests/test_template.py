@@ -164,8 +164,9 @@ def test_a_worker_runs_in_its_own_directory_and_is_killed_alone(
 
     def run() -> None:
         try:
-            pool.run(functools.partial(sleep_with_child, str(out)), "sleeper", None,
-                     started=kills.append)  # fmt: skip
+            pool.run(
+                functools.partial(sleep_with_child, str(out)), "sleeper", None, started=kills.append
+            )
         except BaseException as e:  # noqa: BLE001 - checked below
             failures.append(e)
 

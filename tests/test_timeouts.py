@@ -29,14 +29,18 @@ def sleepy(name, seconds, timeout=None, concurrency=ActionConcurrency.THREAD):
 """
 
 
-def test_a_thread_action_past_its_timeout_fails_and_is_abandoned(write_module, kiln,
-                                                                  tmp_path: Path) -> None:
-    write_module(ACTIONS + """
+def test_a_thread_action_past_its_timeout_fails_and_is_abandoned(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    write_module(
+        ACTIONS
+        + """
 @entrypoint
 def slow():
     return [sleepy("hang.txt", 30, timeout=0.5), sleepy("fine.txt", 0, timeout=10),
             sleepy("free.txt", 0)]
-""")
+"""
+    )
     start = time.monotonic()
     r = kiln("build", "build.py")
 
@@ -57,11 +61,14 @@ def test_a_thread_action_within_its_timeout_builds_and_is_up_to_date_next_time(
 
     from kiln.cli.main import run_cli
 
-    write_module(ACTIONS + """
+    write_module(
+        ACTIONS
+        + """
 @entrypoint
 def quick():
     return sleepy("quick.txt", 0.05, timeout=30)
-""")
+"""
+    )
     monkeypatch.chdir(tmp_path)
     err = io.StringIO()
     assert run_cli(["build", "build.py", "--no-cache"], stdout=io.StringIO(), stderr=err) == 0
@@ -79,12 +86,15 @@ def test_a_timeout_on_an_in_line_action_is_refused_before_anything_runs(
 
     from kiln.cli.main import run_cli
 
-    path = write_module(ACTIONS + """
+    path = write_module(
+        ACTIONS
+        + """
 @entrypoint
 def inline():
     first = sleepy("first.txt", 0)
     return [first, sleepy("late.txt", 0, timeout=1, concurrency=ActionConcurrency.NONE)]
-""")
+"""
+    )
     monkeypatch.chdir(tmp_path)
     out, err = io.StringIO(), io.StringIO()
 
@@ -98,17 +108,21 @@ def inline():
     assert run_cli(["list", "build.py"], stdout=io.StringIO(), stderr=io.StringIO()) == 0
 
 
-def test_a_timeout_that_is_not_a_positive_number_is_refused(write_module, tmp_path: Path,
-                                                            monkeypatch) -> None:
+def test_a_timeout_that_is_not_a_positive_number_is_refused(
+    write_module, tmp_path: Path, monkeypatch
+) -> None:
     import io
 
     from kiln.cli.main import run_cli
 
-    write_module(ACTIONS + """
+    write_module(
+        ACTIONS
+        + """
 @entrypoint
 def bad():
     return sleepy("x.txt", 0, timeout="10")
-""")
+"""
+    )
     monkeypatch.chdir(tmp_path)
     err = io.StringIO()
     assert run_cli(["build", "build.py"], stdout=io.StringIO(), stderr=err) == 2

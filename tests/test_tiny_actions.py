@@ -86,16 +86,18 @@ def lanes(events: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("jobs", ["1", "4"])
-def test_tiny_actions_run_in_line_within_jobs(write_module, kiln, tmp_path: Path,
-                                              jobs: str) -> None:  # fmt: skip
+def test_tiny_actions_run_in_line_within_jobs(
+    write_module, kiln, tmp_path: Path, jobs: str
+) -> None:
     write_module(MODULE, header=False)
     r = kiln("build", "build.py", "tiny", "-j", jobs, "--no-cache", "--events", "ev.jsonl")
     assert r.returncode == 0, r.stderr
     found = lanes(tmp_path / "ev.jsonl")["tiny"]
     assert len(found) == 120
     assert found.count("main") >= 60, found  # after the first windows on workers
-    most = max(int(p.read_text().split()[1])
-               for p in (tmp_path / "kiln-out/genfiles/tiny").iterdir())  # fmt: skip
+    most = max(
+        int(p.read_text().split()[1]) for p in (tmp_path / "kiln-out/genfiles/tiny").iterdir()
+    )
     assert most <= int(jobs)
     again = kiln("build", "build.py", "tiny", "-j", jobs)
     assert "0 built, 120 up to date" in again.stderr
@@ -103,14 +105,16 @@ def test_tiny_actions_run_in_line_within_jobs(write_module, kiln, tmp_path: Path
 
 def test_waiting_actions_stay_on_workers_jobs_at_once(write_module, kiln, tmp_path: Path) -> None:
     write_module(MODULE, header=False)
-    r = kiln("build", "build.py", "sleepy", "commands", "-j", "4", "--no-cache",
-             "--events", "ev.jsonl")  # fmt: skip
+    r = kiln(
+        "build", "build.py", "sleepy", "commands", "-j", "4", "--no-cache", "--events", "ev.jsonl"
+    )
     assert r.returncode == 0, r.stderr
     found = lanes(tmp_path / "ev.jsonl")
     assert len(found["sleepy"]) == 24 and len(found["Running"]) == 40
     assert all(lane.startswith("kiln-") for lane in found["sleepy"] + found["Running"]), found
-    most = max(int(p.read_text().split()[1])
-               for p in (tmp_path / "kiln-out/genfiles/sleepy").iterdir())  # fmt: skip
+    most = max(
+        int(p.read_text().split()[1]) for p in (tmp_path / "kiln-out/genfiles/sleepy").iterdir()
+    )
     assert most == 4  # -j 4 of them at once
 
 
@@ -153,8 +157,10 @@ def test_judge_promotes_by_window_and_demotes_by_vote() -> None:
 def test_judge_is_safe_from_many_threads() -> None:
     judge = TinyActions()
     a = object.__new__(_A)
-    threads = [threading.Thread(target=_feed, args=(judge, a, [(0.0001, 0.0002)] * 800, False))
-               for _ in range(4)]  # fmt: skip
+    threads = [
+        threading.Thread(target=_feed, args=(judge, a, [(0.0001, 0.0002)] * 800, False))
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -44,12 +44,15 @@ def test_profile_has_one_slice_per_action_run(write_module, kiln, tmp_path: Path
     events = trace["traceEvents"]
     got = slices(trace)
     names = sorted(s["name"] for s in got)
-    assert names == sorted(["Running wide/all.txt", "Running broken/bad.txt"]
-                           + [f"Running wide/part{i}.txt" for i in range(6)])  # fmt: skip
+    assert names == sorted(
+        ["Running wide/all.txt", "Running broken/bad.txt"]
+        + [f"Running wide/part{i}.txt" for i in range(6)]
+    )
     pids = {e["pid"] for e in events if "pid" in e}
     assert len(pids) == 1
-    lanes = {e["tid"]: e["args"]["name"] for e in events
-             if e["ph"] == "M" and e["name"] == "thread_name"}  # fmt: skip
+    lanes = {
+        e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     assert {s["tid"] for s in got} <= set(lanes)
     assert 2 <= len({s["tid"] for s in got}) <= 3  # -j 3: three worker lanes at most
     assert all(name.startswith("kiln-") for name in lanes.values())

@@ -34,13 +34,15 @@ def _write_models(folder: Path) -> None:
     wrong reference output; two.onnx: a float and an int64 output."""
     const = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "c")
     graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "c"], ["y"])], "add",
+        [helper.make_node("Add", ["x", "c"], ["y"])],
+        "add",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
         initializer=[const],
-    )  # fmt: skip
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-              folder / "add.onnx")  # fmt: skip
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "add.onnx"
+    )
     x = np.ones((2, 3), dtype=np.float32)
     _pb(folder / "x.pb", x)
     _pb(folder / "y.pb", x + np.arange(6, dtype=np.float32).reshape(2, 3))
@@ -51,11 +53,14 @@ def _write_models(folder: Path) -> None:
         [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Shape", ["a"], ["s"])],
         "two",
         [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["B", 4])],
-        [helper.make_tensor_value_info("r", TensorProto.FLOAT, ["B", 4]),
-         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
-    )  # fmt: skip
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-              folder / "two.onnx")  # fmt: skip
+        [
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, ["B", 4]),
+            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+        ],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "two.onnx"
+    )
 
 
 BUILD = """
@@ -133,13 +138,16 @@ def test_a_wrong_reference_fails_naming_model_target_output(build, kiln, tmp_pat
 def test_generated_inputs_are_deterministic_and_recorded(build, kiln, tmp_path: Path):
     r = kiln("build", str(build), "two", "--target", "cpu", "--target", "vmvx", "-j", "2")
     assert r.returncode == 0, r.stderr
-    results = [json.loads((tmp_path / f"kiln-out/genfiles/two/gen_{i}.json").read_text())
-               for i in (0, 1)]  # fmt: skip
+    results = [
+        json.loads((tmp_path / f"kiln-out/genfiles/two/gen_{i}.json").read_text()) for i in (0, 1)
+    ]
     seed = _tensors.file_seed(str(tmp_path / "two.onnx"))
     for result in results:
         assert result["passed"] and result["inputs"] == {
-            "source": "generated", "seed": seed, "shapes": {"a": [3, 4]}
-        }  # fmt: skip
+            "source": "generated",
+            "seed": seed,
+            "shapes": {"a": [3, 4]},
+        }
         shape_out = result["references"]["onnxruntime"]["outputs"][1]
         assert shape_out["dtype"] == "int64" and (shape_out["rtol"], shape_out["atol"]) == (0, 0)
     # One onnxruntime run serves both targets.
@@ -185,8 +193,10 @@ def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: 
     assert result["reason"] == "no cuda device here"
     module = _manifest_module(out, "add", "cuda_sm_80")
     assert module["verification"][0] == {
-        "passed": None, "status": "skipped", "reason": "no cuda device here"
-    }  # fmt: skip
+        "passed": None,
+        "status": "skipped",
+        "reason": "no cuda device here",
+    }
     assert module["benchmark"][0]["status"] == "skipped"
     assert "2 check(s) skipped:" in r.stderr
     assert "Benchmarking add/add_cuda_sm_80.vmfb: skipped: no cuda device here" in r.stderr
@@ -215,8 +225,9 @@ def test_verify_definition_errors(kiln, write_module, tmp_path: Path):
     assert "verify of bad/add_vmvx.vmfb" in r.stderr and "needs the ONNX model" in r.stderr
 
 
-def test_a_shipped_model_on_generated_inputs_against_onnxruntime(kiln, write_module, tmp_path,
-                                                                 monkeypatch):
+def test_a_shipped_model_on_generated_inputs_against_onnxruntime(
+    kiln, write_module, tmp_path, monkeypatch
+):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))
     from zoo_models import model_zoo
 

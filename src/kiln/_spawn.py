@@ -179,14 +179,19 @@ class CommandRunner:
         the reaper thread, after it ended. Raises OSError when it cannot start."""
         out = log_fd if log_fd > 2 else fcntl.fcntl(log_fd, fcntl.F_DUPFD_CLOEXEC, 3)
         actions: list[tuple[int, ...]] = [
-            (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, out, 2)
-        ]  # fmt: skip
+            (os.POSIX_SPAWN_DUP2, out, 1),
+            (os.POSIX_SPAWN_DUP2, out, 2),
+        ]
         actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in self._close_fds if fd != out]
         try:
             pid = os.posix_spawnp(
-                argv[0], argv, _environment(tag), file_actions=actions, setsid=True,
+                argv[0],
+                argv,
+                _environment(tag),
+                file_actions=actions,
+                setsid=True,
                 setsigdef=_DEFAULT_SIGNALS,
-            )  # fmt: skip
+            )
         finally:
             if out != log_fd:
                 os.close(out)
@@ -356,8 +361,10 @@ class CommandRunner:
         with self._lock:
             del self._live[command.pid]
             running = set(self._live)
-        left = [] if self._no_strays(running) else kill_leftovers(
-            f"{COMMAND_TAG}={command.tag}", skip=running
+        left = (
+            []
+            if self._no_strays(running)
+            else kill_leftovers(f"{COMMAND_TAG}={command.tag}", skip=running)
         )
         try:
             command.on_exit(Ended(status, command.timed_out, [] if command.timed_out else left))

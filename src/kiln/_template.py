@@ -79,8 +79,7 @@ def modules_for(thunk: Callable[[], Any]) -> tuple[str, ...]:
 def bootstrap_code(fd: int) -> str:
     """The ``python -c`` program of a template serving the control socket ``fd``,
     with kiln's module search path."""
-    return (f"import sys; sys.path[:] = {sys.path!r}; "
-            f"from kiln._template import serve; serve({fd})")  # fmt: skip
+    return f"import sys; sys.path[:] = {sys.path!r}; from kiln._template import serve; serve({fd})"
 
 
 def serve(fd: int) -> NoReturn:
@@ -294,9 +293,14 @@ class Template:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", bootstrap_code(theirs.fileno())],
-                env=env, cwd=cwd, pass_fds=(theirs.fileno(),), start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-            )  # fmt: skip
+                env=env,
+                cwd=cwd,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+            )
         except OSError as e:
             mine.close()
             raise ActionFailed(f"cannot start kiln's worker template process: {e}") from e
@@ -312,8 +316,10 @@ class Template:
         mine.settimeout(None)
         if ready != b"ready":
             self.stop()
-            raise ActionFailed("kiln's worker template process did not start (exit status "
-                               f"{self._proc.returncode}; its error is above)")  # fmt: skip
+            raise ActionFailed(
+                "kiln's worker template process did not start (exit status "
+                f"{self._proc.returncode}; its error is above)"
+            )
 
     @property
     def pid(self) -> int:

@@ -84,8 +84,10 @@ class ActionOutputs:
                     f"'{action.desc}' finished without writing its output {path}"
                 ) from None
             if not stat.S_ISREG(st.st_mode):
-                raise ActionFailed(f"'{action.desc}' left {file_kind(st.st_mode)} at its "
-                                   f"output {path}; outputs must be regular files")  # fmt: skip
+                raise ActionFailed(
+                    f"'{action.desc}' left {file_kind(st.st_mode)} at its "
+                    f"output {path}; outputs must be regular files"
+                )
             produced[f] = (stat_key(st), hash_file(path))
         return produced
 

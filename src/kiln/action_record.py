@@ -57,9 +57,7 @@ class ActionRecord:
             and (params == "null" or (params.startswith("{") and params.endswith("}")))
         ):
             self.damaged = True
-        if raw[1] and not (
-            type(inputs) is str and inputs.startswith("{") and inputs.endswith("}")
-        ):
+        if raw[1] and not (type(inputs) is str and inputs.startswith("{") and inputs.endswith("}")):
             self.damaged = True
         return not self.damaged
 

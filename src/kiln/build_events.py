@@ -53,14 +53,24 @@ class BuildEmitter:
             target = ev.target_of(f.path for f in self.plan.outputs[action])
             info = self._info[action] = (action.action_type, target)
         return ev.BuildEvent(
-            kind, action=self.id_of(action), desc=action.desc, type=info[0], target=info[1],
-            subject=action, **fields,
-        )  # fmt: skip
+            kind,
+            action=self.id_of(action),
+            desc=action.desc,
+            type=info[0],
+            target=info[1],
+            subject=action,
+            **fields,
+        )
 
     def build_started(self, jobs: int) -> None:
         actions = self.plan.actions
-        data = {"schema": ev.SCHEMA, "actions": len(actions), "jobs": jobs, "pid": os.getpid(),
-                "targets": [node_name(t) for t in self.plan.targets]}  # fmt: skip
+        data = {
+            "schema": ev.SCHEMA,
+            "actions": len(actions),
+            "jobs": jobs,
+            "pid": os.getpid(),
+            "targets": [node_name(t) for t in self.plan.targets],
+        }
         self.stream.emit(ev.BuildEvent(ev.BUILD_STARTED, data=data, subject=set(self.plan.order)))
         if any(getattr(r, "wants_planned", False) for r in self.stream.readers):
             for action in actions:
@@ -93,9 +103,17 @@ class BuildEmitter:
         name = threading.current_thread().name
         lane = lane or ("main" if name == "MainThread" else name)
         self._lanes[action] = lane
-        self.stream.emit(self._action_event(
-            ev.STARTED, action, time=self._times(action)[0] or time.time(), lane=lane,
-            key=decision.key, reason=decision.reason, deps=self._producers(action)))  # fmt: skip
+        self.stream.emit(
+            self._action_event(
+                ev.STARTED,
+                action,
+                time=self._times(action)[0] or time.time(),
+                lane=lane,
+                key=decision.key,
+                reason=decision.reason,
+                deps=self._producers(action),
+            )
+        )
 
     def set_lane(self, action: BuildAction, lane: str) -> None:
         """Where ``action`` really ran (a cluster's worker), for its end event."""
@@ -111,60 +129,112 @@ class BuildEmitter:
             outputs = self.plan.outputs[action]
             target = ev.target_of((outputs[0].path,)) if outputs else None
             info = (action.action_type, target)
-        self.stream.emit(ev.BuildEvent(
-            ev.UP_TO_DATE, action=aid, desc=action.desc, type=info[0], target=info[1],
-            subject=action, key=decision.key))  # fmt: skip
+        self.stream.emit(
+            ev.BuildEvent(
+                ev.UP_TO_DATE,
+                action=aid,
+                desc=action.desc,
+                type=info[0],
+                target=info[1],
+                subject=action,
+                key=decision.key,
+            )
+        )
 
     def cached(
-        self, action: BuildAction, decision: Decision, outputs: Produced, start: float,
+        self,
+        action: BuildAction,
+        decision: Decision,
+        outputs: Produced,
+        start: float,
         lane: str = "main",
     ) -> None:
         """An action's outputs came from the cache (materialized since ``start``)."""
         self._ended.add(action)
         files, size = _describe(outputs)
         now = time.time()
-        self.stream.emit(self._action_event(
-            ev.CACHED, action, time=now, lane=lane, key=decision.key, reason=decision.reason,
-            start=start, duration=now - start, outputs=files, bytes=size,
-            deps=self._producers(action)))  # fmt: skip
+        self.stream.emit(
+            self._action_event(
+                ev.CACHED,
+                action,
+                time=now,
+                lane=lane,
+                key=decision.key,
+                reason=decision.reason,
+                start=start,
+                duration=now - start,
+                outputs=files,
+                bytes=size,
+                deps=self._producers(action),
+            )
+        )
 
-    def finished(
-        self, action: BuildAction, decision: Decision, produced: Produced
-    ) -> None:
+    def finished(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
         self._ended.add(action)
         files, size = _describe(produced)
-        self.stream.emit(self._action_event(
-            ev.FINISHED, action, time=self._times(action)[1] or time.time(), **self._ran(action),
-            key=decision.key, reason=decision.reason, outputs=files, bytes=size))  # fmt: skip
+        self.stream.emit(
+            self._action_event(
+                ev.FINISHED,
+                action,
+                time=self._times(action)[1] or time.time(),
+                **self._ran(action),
+                key=decision.key,
+                reason=decision.reason,
+                outputs=files,
+                bytes=size,
+            )
+        )
 
     def failed(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
         self._ended.add(action)
         short, full = error_text(error), error_text(error, verbose=1)
-        self.stream.emit(self._action_event(
-            ev.FAILED, action, time=self._times(action)[1] or time.time(), **self._ran(action),
-            key=decision.key, reason=decision.reason, error=short,
-            traceback=full if full != short else None, root_cause=self.id_of(action)))  # fmt: skip
+        self.stream.emit(
+            self._action_event(
+                ev.FAILED,
+                action,
+                time=self._times(action)[1] or time.time(),
+                **self._ran(action),
+                key=decision.key,
+                reason=decision.reason,
+                error=short,
+                traceback=full if full != short else None,
+                root_cause=self.id_of(action),
+            )
+        )
 
     def not_run(self, action: BuildAction, why: str, root: BuildAction | None = None) -> None:
         if action in self._ended:
             return
         self._ended.add(action)
-        self.stream.emit(self._action_event(
-            ev.NOT_RUN, action, error=why, root_cause=self.id_of(root) if root else None))
+        self.stream.emit(
+            self._action_event(
+                ev.NOT_RUN, action, error=why, root_cause=self.id_of(root) if root else None
+            )
+        )
 
     def would_run(self, action: BuildAction, decision: Decision) -> None:
         self._ended.add(action)
-        self.stream.emit(self._action_event(
-            ev.WOULD_RUN, action, key=decision.key, reason=decision.reason))
+        self.stream.emit(
+            self._action_event(ev.WOULD_RUN, action, key=decision.key, reason=decision.reason)
+        )
 
     def build_finished(self, result: BuildResult) -> None:
         for action in result.not_run:
             self.not_run(action, "not started: the build stopped")
-        counts = {"built": len(result.built), "up_to_date": len(result.skipped),
-                  "cached": len(getattr(result, "cached", ())), "failed": len(result.failed),
-                  "not_run": len(result.not_run), "would_run": len(result.would_run)}  # fmt: skip
-        data = {"ok": result.ok, "interrupted": result.interrupted,
-                "wall_s": round(result.wall_s, 6), "counts": counts}  # fmt: skip
+        counts = {
+            "built": len(result.built),
+            "up_to_date": len(result.skipped),
+            "cached": len(getattr(result, "cached", ())),
+            "failed": len(result.failed),
+            "not_run": len(result.not_run),
+            "would_run": len(result.would_run),
+        }
+        data = {
+            "ok": result.ok,
+            "interrupted": result.interrupted,
+            "wall_s": round(result.wall_s, 6),
+            "counts": counts,
+        }
         self.stream.emit(ev.BuildEvent(ev.BUILD_FINISHED, data=data))
 
     def _times(self, action: BuildAction) -> tuple[float | None, float | None]:

@@ -121,8 +121,10 @@ def _mapping(
 def _other(value: Any, kind: type, file_ref: FileRef, code_ref: CodeRef | None = None) -> Any:
     """Everything but the exact common types, most specific first."""
     if isinstance(value, enum.Enum):
-        return {"!enum": f"{qualname(kind)}.{value.name}",
-                "value": canonical(value.value, file_ref, code_ref)}  # fmt: skip
+        return {
+            "!enum": f"{qualname(kind)}.{value.name}",
+            "value": canonical(value.value, file_ref, code_ref),
+        }
     if isinstance(value, str | int | float):  # subclasses: bool and int are exact above
         return _base_value(value)
     if isinstance(value, BuildFile):

@@ -210,8 +210,15 @@ def _is_code_like(value: object) -> bool:
 
 def _code_digest(code: types.CodeType) -> str:
     h = hashlib.sha256(code.co_code)
-    layout = [code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
-              code.co_flags, code.co_names, code.co_varnames, code.co_freevars]  # fmt: skip
+    layout = [
+        code.co_argcount,
+        code.co_posonlyargcount,
+        code.co_kwonlyargcount,
+        code.co_flags,
+        code.co_names,
+        code.co_varnames,
+        code.co_freevars,
+    ]
     h.update(repr(layout).encode())
     for const in code.co_consts:
         h.update(f"\0{_const_text(const)}".encode())

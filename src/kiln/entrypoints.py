@@ -52,9 +52,7 @@ class Entrypoint:
         return f"Entrypoint({self.name!r})"
 
 
-def entrypoint(
-    f: Callable[..., Any] | None = None, *, description: str | None = None
-) -> Any:
+def entrypoint(f: Callable[..., Any] | None = None, *, description: str | None = None) -> Any:
     """Mark a function as a build entrypoint (``@entrypoint`` or
     ``@entrypoint(description=...)``)."""
     if f is None:

@@ -26,9 +26,17 @@ NOT_RUN = "not_run"
 WOULD_RUN = "would_run"
 BUILD_FINISHED = "build_finished"
 KINDS = (
-    BUILD_STARTED, PLANNED, STARTED, UP_TO_DATE, CACHED, FINISHED, FAILED, NOT_RUN,
-    WOULD_RUN, BUILD_FINISHED,
-)  # fmt: skip
+    BUILD_STARTED,
+    PLANNED,
+    STARTED,
+    UP_TO_DATE,
+    CACHED,
+    FINISHED,
+    FAILED,
+    NOT_RUN,
+    WOULD_RUN,
+    BUILD_FINISHED,
+)
 # Kinds that end an action's part in a build: every planned action gets exactly one.
 ENDINGS = (UP_TO_DATE, CACHED, FINISHED, FAILED, NOT_RUN, WOULD_RUN)
 
@@ -87,9 +95,23 @@ class BuildEvent:
 
 
 _OPTIONAL = (
-    "action", "desc", "type", "target", "lane", "key", "reason", "start", "duration",
-    "outputs", "bytes", "error", "traceback", "root_cause", "log", "deps",
-)  # fmt: skip
+    "action",
+    "desc",
+    "type",
+    "target",
+    "lane",
+    "key",
+    "reason",
+    "start",
+    "duration",
+    "outputs",
+    "bytes",
+    "error",
+    "traceback",
+    "root_cause",
+    "log",
+    "deps",
+)
 
 
 class EventReader(Protocol):

@@ -246,11 +246,17 @@ class Executor:
         if last is not None:
             readers.append(last)
         scheduler = Scheduler(
-            plan, store, self.reporter, options, keys,
+            plan,
+            store,
+            self.reporter,
+            options,
+            keys,
             on_interrupt=self.run_context.kill_subprocesses,
-            outputs=None if options.dry_run else self.layout.tree, readers=readers,
-            cache=self.cache, remote=self.remote,
-        )  # fmt: skip
+            outputs=None if options.dry_run else self.layout.tree,
+            readers=readers,
+            cache=self.cache,
+            remote=self.remote,
+        )
         self.graph.runs.begin(scheduler.result.runs)
         try:
             if options.dry_run:

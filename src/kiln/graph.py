@@ -230,11 +230,23 @@ class ActionConcurrency(enum.Enum):
 
 _BASE_ATTRS = frozenset(
     {
-        "executor", "deps", "start_time", "invoke_time", "finish_time", "failure",
-        "_metadata", "desc", "concurrency", "def_site", "timeout", "pool", "always_run",
-        "exclusive", "cacheable",
+        "executor",
+        "deps",
+        "start_time",
+        "invoke_time",
+        "finish_time",
+        "failure",
+        "_metadata",
+        "desc",
+        "concurrency",
+        "def_site",
+        "timeout",
+        "pool",
+        "always_run",
+        "exclusive",
+        "cacheable",
     }
-)  # fmt: skip
+)
 
 
 class BuildAction(BuildDependency):
@@ -320,17 +332,22 @@ class BuildAction(BuildDependency):
         that kiln can enforce for this action's concurrency."""
         if self.timeout is None:
             return
-        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or not (
-                self.timeout > 0):
+        if (
+            isinstance(self.timeout, bool)
+            or not isinstance(self.timeout, int | float)
+            or not (self.timeout > 0)
+        ):
             raise BuildDefinitionError(
                 f"{self.def_site}: '{self.desc}': timeout must be a positive number of "
-                f"seconds or None, got {self.timeout!r}")
+                f"seconds or None, got {self.timeout!r}"
+            )
         if self.concurrency is ActionConcurrency.NONE and not self.enforces_own_timeout:
             raise BuildDefinitionError(
                 f"{self.def_site}: '{self.desc}' is an in-line (ActionConcurrency.NONE) "
                 f"action with a timeout of {self.timeout:g} s, which kiln cannot enforce: "
                 "it runs on the scheduler's own thread; use ActionConcurrency.THREAD or "
-                "PROCESS, or drop the timeout")
+                "PROCESS, or drop the timeout"
+            )
 
     def check_runnable(self) -> None:
         """Raise BuildDefinitionError if this action cannot run as declared. Called

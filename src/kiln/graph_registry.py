@@ -65,9 +65,9 @@ class GraphRegistry:
         return len(self.all), len(self.entrypoints), self._names.mark()
 
     def rollback(self, mark: Checkpoint) -> None:
-        for path in list(self.all)[mark[0]:]:
+        for path in list(self.all)[mark[0] :]:
             del self.all[path]
-        del self.entrypoints[mark[1]:]
+        del self.entrypoints[mark[1] :]
         self._names.undo(mark[2])
 
     def get_context(self, path: str) -> BuildContext:

@@ -159,9 +159,7 @@ class UpToDateChecker:
         return None
 
 
-def _why_key_changed(
-    record: ActionRecord, params: dict[str, Any], inputs: dict[str, str]
-) -> str:
+def _why_key_changed(record: ActionRecord, params: dict[str, Any], inputs: dict[str, str]) -> str:
     old = record.params or {}
     changes = []
     if old.get(CODE_PARAM) != params.get(CODE_PARAM):
@@ -216,8 +214,9 @@ def _record_like(old: dict[str, Any], new: dict[str, Any]) -> bool:
     records (dataclasses, named tuples) of the same type; not other tagged values."""
     tag_old = next((k for k in old if k[:1] == "!"), None)
     tag_new = next((k for k in new if k[:1] == "!"), None)
-    return tag_old == tag_new and (tag_old is None or
-                                   (tag_old == "!type" and old[tag_old] == new[tag_old]))
+    return tag_old == tag_new and (
+        tag_old is None or (tag_old == "!type" and old[tag_old] == new[tag_old])
+    )
 
 
 def _join(name: str, key: str) -> str:

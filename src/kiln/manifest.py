@@ -107,10 +107,14 @@ class Statuses:
     def __init__(self, executor: Executor, result: BuildResult, unrequested: bool = True):
         self.result = result
         self.of: dict[BuildAction, str] = {}
-        for status, actions in (("built", result.built), ("built", result.skipped),
-                                ("built", result.cached), ("failed", result.failed),
-                                ("not run", result.not_run)):
-            self.of.update((a, status) for a in actions)  # fmt: skip
+        for status, actions in (
+            ("built", result.built),
+            ("built", result.skipped),
+            ("built", result.cached),
+            ("failed", result.failed),
+            ("not run", result.not_run),
+        ):
+            self.of.update((a, status) for a in actions)
         self.digests = dict(result.digests)
         if unrequested:
             self._judge_unrequested(executor)
@@ -119,9 +123,11 @@ class Statuses:
         judged = self.of
         if all(
             d in judged
-            for node in executor.all.values() if isinstance(node, BuildFile)
-            for d in node.deps if isinstance(d, BuildAction)
-        ):  # fmt: skip
+            for node in executor.all.values()
+            if isinstance(node, BuildFile)
+            for d in node.deps
+            if isinstance(d, BuildAction)
+        ):
             return  # the build covered every action (the usual no-op): no second plan
         plan = executor.plan(executor.entrypoints)
         keys = KeyMaker()
@@ -132,7 +138,9 @@ class Statuses:
                 except BuildDefinitionError:  # cannot be keyed: never judged up to date
                     keys.params_of[action] = None
         checker = UpToDateChecker(
-            plan, _StatCacheOnly(executor.store()), keys  # type: ignore[arg-type]
+            plan,
+            _StatCacheOnly(executor.store()),  # type: ignore[arg-type]
+            keys,
         )
         checker.digests.update(self.digests)
         for action in plan.actions:
@@ -198,8 +206,20 @@ def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) ->
 
 
 _BENCH_FIELDS = (
-    "status", "reason", "error", "target", "device", "median", "mean", "stddev", "min",
-    "max", "time_unit", "repetitions", "machine", "devices",
+    "status",
+    "reason",
+    "error",
+    "target",
+    "device",
+    "median",
+    "mean",
+    "stddev",
+    "min",
+    "max",
+    "time_unit",
+    "repetitions",
+    "machine",
+    "devices",
 )
 
 
@@ -224,9 +244,11 @@ def skipped_checks(executor: Executor, result: BuildResult) -> list[str]:
 
 
 def describe_output(
-    executor: Executor, statuses: Statuses, f: BuildFile,
+    executor: Executor,
+    statuses: Statuses,
+    f: BuildFile,
     cached: set[tuple[str, str]] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The manifest entry of ``f``; ``cached`` holds the (path, sha256) of outputs
     served from the cache."""
     path = f.fs_str

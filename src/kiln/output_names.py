@@ -29,8 +29,10 @@ def name_problem(rel: str) -> str | None:
     for part in rel.split("/"):
         size = len(part) if ascii_only else len(os.fsencode(part))
         if size > NAME_MAX:
-            return (f"has a component of {size} bytes ({part[:24]}...); file systems allow "
-                    f"{NAME_MAX}: shorten it")  # fmt: skip
+            return (
+                f"has a component of {size} bytes ({part[:24]}...); file systems allow "
+                f"{NAME_MAX}: shorten it"
+            )
     if rel.rsplit("/", 1)[-1].startswith(TMP_PREFIX):
         return f"starts with {TMP_PREFIX!r}, which kiln reserves for its temporaries"
     return None

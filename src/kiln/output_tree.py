@@ -98,11 +98,14 @@ class OutputTree:
         what = link_text(path) if stat.S_ISLNK(st.st_mode) else f"{path} ({file_kind(st.st_mode)})"
         ours = stat.S_ISREG(st.st_mode) and heal and heal(os.path.relpath(path, self._root_str))
         if heal is None or (stat.S_ISREG(st.st_mode) and not ours):
-            raise ConfinementError(f"{what} is where kiln needs a directory of the output tree; "
-                                   "kiln never writes through links: remove it")  # fmt: skip
+            raise ConfinementError(
+                f"{what} is where kiln needs a directory of the output tree; "
+                "kiln never writes through links: remove it"
+            )
         remove_quietly(path)
-        self._warn(f"warning: removed {what}, where kiln needs a directory; "
-                   "its target is untouched")
+        self._warn(
+            f"warning: removed {what}, where kiln needs a directory; its target is untouched"
+        )
         os.mkdir(path)
 
     def prepare_output(self, path: Path | str, owned: Callable[[str], bool]) -> None:

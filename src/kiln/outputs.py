@@ -114,12 +114,14 @@ def output_dir_state(root: Path) -> str:
         with os.scandir(root) as entries:
             if next(entries, None) is None:
                 return "empty"
-        raise _refuse(root, "it is not empty and is not a kiln output directory "
-                      f"(no {KILN_DIR}/{MARKER})") from None  # fmt: skip
+        raise _refuse(
+            root, f"it is not empty and is not a kiln output directory (no {KILN_DIR}/{MARKER})"
+        ) from None
     if not stat.S_ISDIR(kst.st_mode):
         what = link_text(kiln_dir) if stat.S_ISLNK(kst.st_mode) else f"{kiln_dir} is not"
-        raise _refuse(root, f"{what} a directory kiln made" if "link" not in what
-                      else f"{what} is not kiln's")  # fmt: skip
+        raise _refuse(
+            root, f"{what} a directory kiln made" if "link" not in what else f"{what} is not kiln's"
+        )
     _check_marker(root, kiln_dir)
     return "kiln"
 
@@ -130,8 +132,9 @@ def _check_marker(root: Path, kiln_dir: Path) -> None:
         text = read_regular(marker, limit=256).decode(errors="replace").strip()
     except FileNotFoundError:
         names = set(os.listdir(kiln_dir))
-        if all(n in _LEGACY_NAMES or n.startswith(("state.db.corrupt-", TMP_PREFIX))
-               for n in names):  # fmt: skip
+        if all(
+            n in _LEGACY_NAMES or n.startswith(("state.db.corrupt-", TMP_PREFIX)) for n in names
+        ):
             return  # made by a kiln before the marker, or killed writing it: adopted
         raise _refuse(root, f"{kiln_dir} holds files kiln did not make") from None
     except (NotRegularFile, OSError) as e:
@@ -172,8 +175,10 @@ def own_dir_checked(path: Path) -> None:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
         what = link_text(path) if stat.S_ISLNK(st.st_mode) else f"{path} ({file_kind(st.st_mode)})"
-        raise StateError(f"kiln's directory {what} is not a directory; kiln never writes "
-                         "through links: remove it")  # fmt: skip
+        raise StateError(
+            f"kiln's directory {what} is not a directory; kiln never writes "
+            "through links: remove it"
+        )
 
 
 def check_own_file(path: Path | str) -> None:
@@ -185,8 +190,9 @@ def check_own_file(path: Path | str) -> None:
         return
     if not stat.S_ISREG(st.st_mode):
         what = link_text(path) if stat.S_ISLNK(st.st_mode) else f"{path} ({file_kind(st.st_mode)})"
-        raise StateError(f"kiln's file {what} is not a regular file; kiln never writes "
-                         "through links: remove it")  # fmt: skip
+        raise StateError(
+            f"kiln's file {what} is not a regular file; kiln never writes through links: remove it"
+        )
 
 
 def open_own_file(path: Path | str, flags: int, mode: int = 0o644) -> int:
@@ -215,8 +221,9 @@ def clear_for_own_file(path: Path | str) -> None:
     except FileNotFoundError:
         pass
     except OSError as e:
-        raise StateError(f"{path} is a directory ({e.strerror}), where kiln writes its own "
-                         "file: move it away")  from None  # fmt: skip
+        raise StateError(
+            f"{path} is a directory ({e.strerror}), where kiln writes its own file: move it away"
+        ) from None
 
 
 # -- reading ---------------------------------------------------------------------
@@ -331,8 +338,10 @@ def atomic_output(path: Path | str, *, create: bool = True) -> Iterator[Path]:
                 raise
             raise ActionFailed(f"finished without writing its output {target}") from None
         except NotRegularFile as e:
-            raise ConfinementError(f"the temporary output for {target} was not a regular "
-                                   f"file ({e}); nothing was written") from None  # fmt: skip
+            raise ConfinementError(
+                f"the temporary output for {target} was not a regular "
+                f"file ({e}); nothing was written"
+            ) from None
     except BaseException:
         remove_quietly(tmp)
         raise
@@ -387,5 +396,3 @@ class TemporarySweeper:
             self._listed[directory] = temporaries(directory)
         for tmp in self._listed[directory].pop(_tmp_key(name), []):
             remove_quietly(tmp)
-
-

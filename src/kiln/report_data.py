@@ -101,8 +101,9 @@ def load_report(output_dir: Path) -> BuildReport:
 
 def _from_events(records: list[dict[str, Any]]) -> BuildReport:
     head = records[0]
-    report = BuildReport(started=head["time"], jobs=head.get("jobs"),
-                         targets=list(head.get("targets", [])))  # fmt: skip
+    report = BuildReport(
+        started=head["time"], jobs=head.get("jobs"), targets=list(head.get("targets", []))
+    )
     t0 = report.started
     runs: dict[str, ActionRun] = {}
     for rec in records[1:]:
@@ -110,18 +111,33 @@ def _from_events(records: list[dict[str, Any]]) -> BuildReport:
         aid = rec.get("action")
         if kind == ev.STARTED and aid:
             runs[aid] = ActionRun(
-                aid, rec.get("desc", aid), rec.get("lane", "main"), rec["time"] - t0, 0.0,
-                "running", rec.get("target"), rec.get("type"), rec.get("reason"),
+                aid,
+                rec.get("desc", aid),
+                rec.get("lane", "main"),
+                rec["time"] - t0,
+                0.0,
+                "running",
+                rec.get("target"),
+                rec.get("type"),
+                rec.get("reason"),
                 list(rec.get("deps", [])),
-            )  # fmt: skip
+            )
         elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED) and aid:
             run = runs.get(aid)
             if run is None:  # a cache hit has no started event
                 start = rec.get("start", rec["time"])
-                run = runs[aid] = ActionRun(aid, rec.get("desc", aid), rec.get("lane", "main"),
-                                            start - t0, 0.0, kind, rec.get("target"),
-                                            rec.get("type"), rec.get("reason"),
-                                            list(rec.get("deps", [])))  # fmt: skip
+                run = runs[aid] = ActionRun(
+                    aid,
+                    rec.get("desc", aid),
+                    rec.get("lane", "main"),
+                    start - t0,
+                    0.0,
+                    kind,
+                    rec.get("target"),
+                    rec.get("type"),
+                    rec.get("reason"),
+                    list(rec.get("deps", [])),
+                )
             run.status = kind
             run.duration = float(rec.get("duration") or 0.0)
             run.outputs = list(rec.get("outputs", []))

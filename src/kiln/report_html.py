@@ -135,10 +135,20 @@ def render(report: BuildReport, output_dir: Path) -> str:
     data = {
         "wall": report.wall_s or 0.0,
         "lanes": report.lanes,
-        "runs": [{"id": r.id, "desc": r.desc, "lane": r.lane, "start": round(r.start, 6),
-                  "duration": round(r.duration, 6), "status": r.status,
-                  "critical": r.critical, "reason": r.reason} for r in report.runs],
-    }  # fmt: skip
+        "runs": [
+            {
+                "id": r.id,
+                "desc": r.desc,
+                "lane": r.lane,
+                "start": round(r.start, 6),
+                "duration": round(r.duration, 6),
+                "status": r.status,
+                "critical": r.critical,
+                "reason": r.reason,
+            }
+            for r in report.runs
+        ],
+    }
     # "</" never appears inside the script element, whatever an action is called.
     blob = json.dumps(data).replace("</", "<\\/")
     parts = [
@@ -168,8 +178,13 @@ def _header(report: BuildReport, output_dir: Path) -> str:
         status, cls = ("succeeded", "ok") if report.ok else ("failed", "bad")
     when = datetime.datetime.fromtimestamp(report.started).astimezone()
     counts = report.counts or {"built": sum(r.status == "finished" for r in report.runs)}
-    labels = [("built", "built"), ("up_to_date", "up to date"), ("cached", "from cache"),
-              ("failed", "failed"), ("not_run", "not run")]  # fmt: skip
+    labels = [
+        ("built", "built"),
+        ("up_to_date", "up to date"),
+        ("cached", "from cache"),
+        ("failed", "failed"),
+        ("not_run", "not run"),
+    ]
     boxes = "".join(
         f"<div class='count' id='count-{key}'><b>{counts.get(key, 0)}</b>{label}</div>"
         for key, label in labels
@@ -185,10 +200,12 @@ def _header(report: BuildReport, output_dir: Path) -> str:
 
 
 def _timeline(report: BuildReport) -> str:
-    legend = ("<p class='legend'>One row per worker lane.<span style='background:#4c6ef5'></span>"
-              "ran<span style='background:#f76707'></span>critical path"
-              "<span style='background:#e03131'></span>failed"
-              "<span style='background:#adb5bd'></span>from cache</p>")  # fmt: skip
+    legend = (
+        "<p class='legend'>One row per worker lane.<span style='background:#4c6ef5'></span>"
+        "ran<span style='background:#f76707'></span>critical path"
+        "<span style='background:#e03131'></span>failed"
+        "<span style='background:#adb5bd'></span>from cache</p>"
+    )
     body = "<div id='timeline'></div><noscript>The timeline needs JavaScript.</noscript>"
     if not report.runs:
         body = "<p id='timeline-empty'>No action ran: everything was up to date.</p>" + body
@@ -200,9 +217,11 @@ def _critical(report: BuildReport) -> str:
     chain = [runs[i] for i in report.critical]
     total = sum(r.duration for r in chain)
     items = "".join(f"<li>{_e(r.desc)} <small>({_seconds(r.duration)})</small></li>" for r in chain)
-    return (f"<section id='critical-path'><h2>Critical path</h2><p>{len(chain)} action(s), "
-            f"{_seconds(total)} of {_seconds(report.wall_s)} wall time.</p>"
-            f"<ol>{items}</ol></section>")  # fmt: skip
+    return (
+        f"<section id='critical-path'><h2>Critical path</h2><p>{len(chain)} action(s), "
+        f"{_seconds(total)} of {_seconds(report.wall_s)} wall time.</p>"
+        f"<ol>{items}</ol></section>"
+    )
 
 
 def _slowest(report: BuildReport) -> str:
@@ -212,8 +231,10 @@ def _slowest(report: BuildReport) -> str:
         f"<td>{_e(r.target or '')}</td><td>{_e(r.reason or '')}</td></tr>"
         for r in report.slowest()
     )
-    head = "<tr><th>action</th><th>time</th><th>status</th><th>lane</th><th>target</th>" \
-           "<th>why it ran</th></tr>"  # fmt: skip
+    head = (
+        "<tr><th>action</th><th>time</th><th>status</th><th>lane</th><th>target</th>"
+        "<th>why it ran</th></tr>"
+    )
     return f"<section id='slowest'><h2>Slowest actions</h2><table>{head}{rows}</table></section>"
 
 
@@ -228,7 +249,8 @@ def _failures(report: BuildReport) -> str:
         by_cause: dict[str, list[str]] = {}
         for rec in report.not_run:
             by_cause.setdefault(rec.get("root_cause") or "the build stopped", []).append(
-                rec.get("desc", "?"))
+                rec.get("desc", "?")
+            )
         names = {r.id: r.desc for r in report.runs}
         items = "".join(
             f"<li>{len(descs)} not run because of {_e(names.get(cause, cause))}: "
@@ -241,10 +263,12 @@ def _failures(report: BuildReport) -> str:
 
 
 def _failure(run: ActionRun) -> str:
-    text = [f"<article class='failure'><h3>{_e(run.desc)}</h3>",
-            f"<p>after {_seconds(run.duration)} on {_e(run.lane)}"
-            f"{'; why it ran: ' + _e(run.reason) if run.reason else ''}</p>",
-            f"<pre class='error'>{_e(run.error or '')}</pre>"]  # fmt: skip
+    text = [
+        f"<article class='failure'><h3>{_e(run.desc)}</h3>",
+        f"<p>after {_seconds(run.duration)} on {_e(run.lane)}"
+        f"{'; why it ran: ' + _e(run.reason) if run.reason else ''}</p>",
+        f"<pre class='error'>{_e(run.error or '')}</pre>",
+    ]
     tail = log_tail(run.log)
     if run.log:
         link = Path(run.log).absolute().as_uri()
@@ -261,8 +285,10 @@ def _artifacts(report: BuildReport) -> str:
     if manifest is None:
         parts.append("<p>No manifest.json in the output directory.</p></section>")
         return "".join(parts)
-    head = ("<tr><th>path</th><th>status</th><th>size</th><th>sha256</th><th>target</th>"
-            "<th>verification</th></tr>")  # fmt: skip
+    head = (
+        "<tr><th>path</th><th>status</th><th>size</th><th>sha256</th><th>target</th>"
+        "<th>verification</th></tr>"
+    )
     for name, entry in sorted(manifest.get("entrypoints", {}).items()):
         rows = "".join(_artifact_row(o) for o in entry.get("outputs", []))
         parts.append(f"<h3>{_e(name)}</h3><table class='artifacts'>{head}{rows}</table>")
@@ -278,7 +304,9 @@ def _artifact_row(out: dict[str, Any]) -> str:
         ok = check.get("passed")
         label = "passed" if ok else check.get("status", "failed")
         verdicts.append(f"<span class='{'passed' if ok else 'failedv'}'>{_e(label)}</span>")
-    return (f"<tr><td><code>{_e(out.get('path', ''))}</code></td><td>{_e(out.get('status', ''))}"
-            f"</td><td class='num'>{_size(out.get('size'))}</td>"
-            f"<td><code title='{_e(digest)}'>{_e(digest[:16])}</code></td>"
-            f"<td>{_e(out.get('target', ''))}</td><td>{' '.join(verdicts) or '-'}</td></tr>")
+    return (
+        f"<tr><td><code>{_e(out.get('path', ''))}</code></td><td>{_e(out.get('status', ''))}"
+        f"</td><td class='num'>{_size(out.get('size'))}</td>"
+        f"<td><code title='{_e(digest)}'>{_e(digest[:16])}</code></td>"
+        f"<td>{_e(out.get('target', ''))}</td><td>{' '.join(verdicts) or '-'}</td></tr>"
+    )

@@ -68,9 +68,14 @@ class ProcessPool:
         self._closed = False
 
     def run(
-        self, thunk: Callable[[], Any], desc: str, timeout: float | None, *,
-        cwd: str | None = None, started: Callable[[Callable[[], None]], object] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        thunk: Callable[[], Any],
+        desc: str,
+        timeout: float | None,
+        *,
+        cwd: str | None = None,
+        started: Callable[[Callable[[], None]], object] | None = None,
+    ) -> None:
         """Run ``thunk`` in a worker; raise what it raised, or why the worker died.
         ``cwd``: the worker's directory instead of the pool's. ``started`` is given a
         function that kills this worker with its group (and no other worker)."""
@@ -145,8 +150,9 @@ class _Awaited:
             self._await_gone()
             raise ActionTimeout(f"'{desc}' ran past its timeout of {timeout:g} s and was killed")
         if self.reply is None and self.ended is None:  # end of file: the template died
-            raise WorkerCrashed(f"the worker process running '{desc}' died with kiln's "
-                                "worker template process")  # fmt: skip
+            raise WorkerCrashed(
+                f"the worker process running '{desc}' died with kiln's worker template process"
+            )
         if self.reply is not None:
             if self.ended is None:  # it is exiting; its group dies now, without waiting
                 self._template.kill(self._ident)
@@ -155,8 +161,9 @@ class _Awaited:
         exitcode, note = self.ended
         if note:
             raise ActionFailed(f"'{desc}': {note}")
-        raise WorkerCrashed(f"the worker process running '{desc}' died with "
-                            f"{describe_exit(exitcode)}")  # fmt: skip
+        raise WorkerCrashed(
+            f"the worker process running '{desc}' died with {describe_exit(exitcode)}"
+        )
 
     def _await_gone(self) -> None:
         """Wait (a bounded time) for the template's word that the worker is gone."""
@@ -277,8 +284,9 @@ def run_with_deadline(work: Callable[[], None], desc: str, timeout: float) -> No
         except BaseException as e:  # noqa: BLE001 - re-raised on the waiting thread
             outcome.append(e)
 
-    thread = threading.Thread(target=body, name=f"{threading.current_thread().name}-timed",
-                              daemon=True)  # fmt: skip
+    thread = threading.Thread(
+        target=body, name=f"{threading.current_thread().name}-timed", daemon=True
+    )
     thread.start()
     thread.join(timeout)
     if thread.is_alive():

@@ -175,12 +175,14 @@ class Scheduler:
         finally:
             self._shutdown()
             self.result.not_run = [
-                a for a in self.plan.actions
+                a
+                for a in self.plan.actions
                 if a not in self._finished or isinstance(self._runs[a].failure, DependenceException)
             ]
             self.result.wall_s = time.monotonic() - start
             self.result.digests = {
-                f: d for f, d in self.checker.digests.items()
+                f: d
+                for f, d in self.checker.digests.items()
                 if d is not None and not d.startswith(REBUILT_DIGEST)
             }
             self._record_finished()
@@ -188,8 +190,9 @@ class Scheduler:
             if self._tree is not None and (self.result.built or self.result.cached):
                 failed = sync_filesystem(self._tree.root)  # on disk before it says done
                 if failed is not None:
-                    self.reporter.message(f"warning: the outputs may not all be on disk "
-                                          f"({self._tree.root}): {failed}")  # fmt: skip
+                    self.reporter.message(
+                        f"warning: the outputs may not all be on disk ({self._tree.root}): {failed}"
+                    )
             self.events.build_finished(self.result)
         return self.result
 
@@ -317,8 +320,11 @@ class Scheduler:
         except StateError:
             raise  # the state cannot be written: the build stops
         except (KilnError, OSError) as e:
-            error = e if isinstance(e, KilnError) else ConfinementError(
-                f"'{action.desc}': cannot prepare its output: {e}")  # fmt: skip
+            error = (
+                e
+                if isinstance(e, KilnError)
+                else ConfinementError(f"'{action.desc}': cannot prepare its output: {e}")
+            )
             run = self._runs[action]
             run.start_time = run.finish_time = time.time()
             self.reporter.start_dep(action)

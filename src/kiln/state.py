@@ -289,8 +289,10 @@ class StateStore:
         """Write pending digest-cache entries and durations."""
         with self._lock:
             if self._dirty_durations:
-                self._write("INSERT OR REPLACE INTO durations VALUES (?,?)",
-                            list(self._dirty_durations.items()))  # fmt: skip
+                self._write(
+                    "INSERT OR REPLACE INTO durations VALUES (?,?)",
+                    list(self._dirty_durations.items()),
+                )
                 self._dirty_durations.clear()
             if not self._dirty_files:
                 return
@@ -362,16 +364,26 @@ class StateStore:
             records = self.records()
             files = [(p, *s, d) for p, (s, d) in self._dirty_files.items()]
             durations = list(self._dirty_durations.items())
-            actions = [(action_id, rec.key, json.dumps(rec.params), json.dumps(rec.inputs),
-                        json.dumps(rec.outputs)) for action_id, rec in finished]  # fmt: skip
+            actions = [
+                (
+                    action_id,
+                    rec.key,
+                    json.dumps(rec.params),
+                    json.dumps(rec.inputs),
+                    json.dumps(rec.outputs),
+                )
+                for action_id, rec in finished
+            ]
             gone = [(a,) for a in starting if a in records]
-            self._transaction([
-                ("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", files),
-                ("INSERT OR REPLACE INTO durations VALUES (?,?)", durations),
-                ("INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)", actions),
-                ("DELETE FROM actions WHERE id = ?", gone),
-                ("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths]),
-            ])  # fmt: skip
+            self._transaction(
+                [
+                    ("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", files),
+                    ("INSERT OR REPLACE INTO durations VALUES (?,?)", durations),
+                    ("INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)", actions),
+                    ("DELETE FROM actions WHERE id = ?", gone),
+                    ("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths]),
+                ]
+            )
             self._dirty_files.clear()
             self._dirty_durations.clear()
             records.update(finished)
@@ -422,6 +434,8 @@ class StateStore:
             found = row.fetchone()
             data = metadata_dict(found[0]) if found else {}
             if mutate is not None and mutate(data):
-                self._write("INSERT OR REPLACE INTO file_metadata VALUES (?, ?)",
-                            [(key, json.dumps(data, sort_keys=True))])  # fmt: skip
+                self._write(
+                    "INSERT OR REPLACE INTO file_metadata VALUES (?, ?)",
+                    [(key, json.dumps(data, sort_keys=True))],
+                )
             return data

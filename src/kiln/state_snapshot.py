@@ -59,8 +59,9 @@ class StateSnapshot(StateStore):
                 try:
                     tables = {r[0] for r in disk.execute("SELECT name FROM sqlite_master")}
                     check_kiln_database(disk, tables, SCHEMA_VERSION)
-                    memory = sqlite3.connect(":memory:", check_same_thread=False,
-                                             isolation_level=None)  # fmt: skip
+                    memory = sqlite3.connect(
+                        ":memory:", check_same_thread=False, isolation_level=None
+                    )
                     disk.backup(memory)
                 finally:
                     disk.close()

@@ -131,11 +131,23 @@ class ChromeTrace:
         elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED):
             start = event.start if event.start is not None else event.time
             outputs = tuple(o["path"] for o in event.outputs or ())
-            self._slices.append((
-                event.desc, kind, self._tid(event.lane or "main"), start, event.duration or 0.0,
-                event.action, event.key, event.reason, event.target, event.type, outputs,
-                event.bytes or 0, event.error,
-            ))  # fmt: skip
+            self._slices.append(
+                (
+                    event.desc,
+                    kind,
+                    self._tid(event.lane or "main"),
+                    start,
+                    event.duration or 0.0,
+                    event.action,
+                    event.key,
+                    event.reason,
+                    event.target,
+                    event.type,
+                    outputs,
+                    event.bytes or 0,
+                    event.error,
+                )
+            )
             self._open.pop(event.action, None)
             self._sample(event.time)
         elif kind == ev.BUILD_STARTED:
@@ -143,8 +155,9 @@ class ChromeTrace:
             self._t0 = event.time
             self._pid = data.get("pid", self._pid)
             self._name = f"kiln build {' '.join(data.get('targets', []))}".strip()
-            self._other.update(started=event.time, actions=data.get("actions"),
-                               jobs=data.get("jobs"))  # fmt: skip
+            self._other.update(
+                started=event.time, actions=data.get("actions"), jobs=data.get("jobs")
+            )
             self._sample(event.time, force=True)
         elif kind == ev.BUILD_FINISHED:
             self._sample(event.time, force=True)
@@ -160,30 +173,78 @@ class ChromeTrace:
     def trace_events(self) -> Iterator[dict[str, Any]]:
         """Every event of the trace, made as it is asked for."""
         pid = self._pid
-        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-               "args": {"name": self._name}}  # fmt: skip
+        yield {
+            "ph": "M",
+            "name": "process_name",
+            "pid": pid,
+            "tid": 0,
+            "args": {"name": self._name},
+        }
         for lane, tid in self._lanes.items():
-            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                   "args": {"name": lane}}  # fmt: skip
-            yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                   "args": {"sort_index": tid}}  # fmt: skip
-        for (desc, kind, tid, start, duration, action, key, reason, target, type_, outputs,
-             size, error) in self._slices:  # fmt: skip
-            args = {"action": action, "key": key, "reason": reason, "cached": kind == ev.CACHED,
-                    "target": target, "type": type_, "outputs": list(outputs), "bytes": size,
-                    "status": kind}  # fmt: skip
+            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}}
+            yield {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        for (
+            desc,
+            kind,
+            tid,
+            start,
+            duration,
+            action,
+            key,
+            reason,
+            target,
+            type_,
+            outputs,
+            size,
+            error,
+        ) in self._slices:
+            args = {
+                "action": action,
+                "key": key,
+                "reason": reason,
+                "cached": kind == ev.CACHED,
+                "target": target,
+                "type": type_,
+                "outputs": list(outputs),
+                "bytes": size,
+                "status": kind,
+            }
             if error:
                 args["error"] = error
-            yield {"ph": "X", "name": desc, "cat": "cached" if kind == ev.CACHED else "action",
-                   "pid": pid, "tid": tid, "ts": self._us(start), "dur": round(duration * 1e6, 1),
-                   "args": args}  # fmt: skip
+            yield {
+                "ph": "X",
+                "name": desc,
+                "cat": "cached" if kind == ev.CACHED else "action",
+                "pid": pid,
+                "tid": tid,
+                "ts": self._us(start),
+                "dur": round(duration * 1e6, 1),
+                "args": args,
+            }
         yield from self._running_counter()
         for t, mb in self._memory:
-            yield {"ph": "C", "name": "kiln memory", "pid": pid, "ts": self._us(t),
-                   "args": {"rss_mb": mb}}  # fmt: skip
+            yield {
+                "ph": "C",
+                "name": "kiln memory",
+                "pid": pid,
+                "ts": self._us(t),
+                "args": {"rss_mb": mb},
+            }
         if self._end is not None:
-            yield {"ph": "i", "s": "g", "name": "build finished", "pid": pid, "tid": 0,
-                   "ts": self._us(self._end)}  # fmt: skip
+            yield {
+                "ph": "i",
+                "s": "g",
+                "name": "build finished",
+                "pid": pid,
+                "tid": 0,
+                "ts": self._us(self._end),
+            }
 
     def _running_counter(self) -> Iterator[dict[str, Any]]:
         """The running-actions counter, from the start and end of every action that
@@ -195,12 +256,20 @@ class ChromeTrace:
         running = 0
         for t, delta in points:
             running += delta
-            yield {"ph": "C", "name": "running actions", "pid": self._pid, "ts": self._us(t),
-                   "args": {"running": running}}  # fmt: skip
+            yield {
+                "ph": "C",
+                "name": "running actions",
+                "pid": self._pid,
+                "ts": self._us(t),
+                "args": {"running": running},
+            }
 
     def document(self) -> dict[str, Any]:
-        return {"traceEvents": list(self.trace_events()), "displayTimeUnit": "ms",
-                "otherData": self._other}  # fmt: skip
+        return {
+            "traceEvents": list(self.trace_events()),
+            "displayTimeUnit": "ms",
+            "otherData": self._other,
+        }
 
     def write(self, path: Path) -> None:
         """Save the trace, one event at a time (never the whole text in memory)."""

@@ -60,8 +60,11 @@ def list_devices(driver: str) -> list[str]:
         return [f"{driver}://"]
     proc = subprocess.run(
         [runtime_tool("iree-run-module"), f"--list_devices={driver}"],
-        capture_output=True, text=True, errors="replace", timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=60,
+    )
     if proc.returncode != 0:
         return []
     return [line.strip() for line in proc.stdout.splitlines() if "://" in line]

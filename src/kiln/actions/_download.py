@@ -90,9 +90,12 @@ def download(
         return _fetch_http(url, shown, out, stall_timeout, limit, progress)
 
     return _with_retries(
-        shown, lambda: _write_atomically(shown, dest_path, expected, fetch), retries, backoff,
+        shown,
+        lambda: _write_atomically(shown, dest_path, expected, fetch),
+        retries,
+        backoff,
         limit,
-    )  # fmt: skip
+    )
 
 
 class _Limit:
@@ -167,8 +170,9 @@ def _write_atomically(
                 raise ToolError(f"cannot write the download of {url} to {dest}: {exc}") from exc
     except OSError as exc:
         directory = os.path.dirname(os.path.abspath(dest))
-        raise ToolError(f"cannot create a temporary file in {directory} for {url}, or move "
-                        f"it to {dest}: {exc}") from exc  # fmt: skip
+        raise ToolError(
+            f"cannot create a temporary file in {directory} for {url}, or move it to {dest}: {exc}"
+        ) from exc
     return digest
 
 

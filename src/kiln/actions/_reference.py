@@ -82,8 +82,9 @@ def _dtype_name(elem_type: int, numpy_name: str) -> str:
     from onnx import TensorProto
 
     special: dict[int, str] = {
-        TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT8E4M3FN: "float8_e4m3fn"
-    }  # fmt: skip
+        TensorProto.BFLOAT16: "bfloat16",
+        TensorProto.FLOAT8E4M3FN: "float8_e4m3fn",
+    }
     return special.get(elem_type, numpy_name)
 
 

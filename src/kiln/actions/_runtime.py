@@ -69,5 +69,11 @@ def verify_module(
     wanted = [load_tensor(p) for p in expected]
     function, actual = run_module(module, args, driver, function)
     result = compare_all(actual, wanted, {"*": (rtol, atol)})
-    return {"module": module, "function": function, "driver": driver, "rtol": rtol,
-            "atol": atol, **result}  # fmt: skip
+    return {
+        "module": module,
+        "function": function,
+        "driver": driver,
+        "rtol": rtol,
+        "atol": atol,
+        **result,
+    }

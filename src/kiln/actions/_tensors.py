@@ -226,11 +226,20 @@ def compare(
         tolerance_for(actual.dtype, overrides), tolerance_for(expected.dtype, overrides)
     )
     record: dict[str, Any] = {
-        "index": index, "shape": list(actual.shape), "expected_shape": list(expected.shape),
-        "dtype": str(actual.dtype), "expected_dtype": str(expected.dtype), "rtol": rtol,
-        "atol": atol, "max_abs_err": None, "max_rel_err": None, "worst_index": None,
-        "mismatches": 0, "passed": False, "worst": [],
-    }  # fmt: skip
+        "index": index,
+        "shape": list(actual.shape),
+        "expected_shape": list(expected.shape),
+        "dtype": str(actual.dtype),
+        "expected_dtype": str(expected.dtype),
+        "rtol": rtol,
+        "atol": atol,
+        "max_abs_err": None,
+        "max_rel_err": None,
+        "worst_index": None,
+        "mismatches": 0,
+        "passed": False,
+        "worst": [],
+    }
     if actual.shape != expected.shape:
         return record
     try:

@@ -55,9 +55,11 @@ def _write(path: str, result: dict[str, Any]) -> None:
 def run_check(check: Check) -> None:
     """Verify ``check.module``; write the result, or raise VerificationFailed."""
     head: dict[str, Any] = {
-        "model": check.label, "module": check.module, "target": check.target,
+        "model": check.label,
+        "module": check.module,
+        "target": check.target,
         "driver": check.driver,
-    }  # fmt: skip
+    }
     reason = absent_device_reason(check.driver)
     if reason is not None:
         _write(check.result_path, {**head, "status": "skipped", "passed": None, "reason": reason})
@@ -74,10 +76,15 @@ def run_check(check: Check) -> None:
     passed = all(r["passed"] for r in refs.values())
     summary = "\n".join(f"against {ref}: {r['summary']}" for ref, r in refs.items())
     result = {
-        **head, "function": function, "inputs": how, "references": refs,
-        "status": "passed" if passed else "failed", "passed": passed, "summary": summary,
+        **head,
+        "function": function,
+        "inputs": how,
+        "references": refs,
+        "status": "passed" if passed else "failed",
+        "passed": passed,
+        "summary": summary,
         "outputs": next(iter(refs.values()))["outputs"] if refs else [],
-    }  # fmt: skip
+    }
     if not passed:
         raise VerificationFailed(_failure_message(check, refs), result)
     _write(check.result_path, result)

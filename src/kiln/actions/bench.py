@@ -69,12 +69,16 @@ def _function(module: str, driver: str, function: str | None) -> str:
 def _measure(bench: Bench, function: str, input_dir: str, count: int) -> list[dict[str, Any]]:
     """Run iree-benchmark-module; return its per-repetition records."""
     cmd = [
-        _devices.runtime_tool("iree-benchmark-module"), f"--module={bench.module}",
-        f"--device={bench.driver}", f"--function={function}",
+        _devices.runtime_tool("iree-benchmark-module"),
+        f"--module={bench.module}",
+        f"--device={bench.driver}",
+        f"--function={function}",
         *(f"--input=@{os.path.join(input_dir, f'{i}.npy')}" for i in range(count)),
-        f"--benchmark_repetitions={bench.repetitions}", "--benchmark_format=json",
-        f"--benchmark_min_time={bench.min_time_s:g}s", *bench.flags,
-    ]  # fmt: skip
+        f"--benchmark_repetitions={bench.repetitions}",
+        "--benchmark_format=json",
+        f"--benchmark_min_time={bench.min_time_s:g}s",
+        *bench.flags,
+    ]
     # Both streams go to files, not memory: the module may print without bound.
     out_path, err_path = os.path.join(input_dir, "out.json"), os.path.join(input_dir, "err.txt")
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -99,10 +103,15 @@ def run_benchmark(bench: Bench) -> None:
     from kiln.actions._reference import check_inputs
 
     head: dict[str, Any] = {
-        "module": bench.module, "target": bench.target, "device": bench.driver,
-        "machine": _devices.machine(), "runtime_version": _devices.runtime_version(),
-        "repetitions": bench.repetitions, "min_time_s": bench.min_time_s, "flags": bench.flags,
-    }  # fmt: skip
+        "module": bench.module,
+        "target": bench.target,
+        "device": bench.driver,
+        "machine": _devices.machine(),
+        "runtime_version": _devices.runtime_version(),
+        "repetitions": bench.repetitions,
+        "min_time_s": bench.min_time_s,
+        "flags": bench.flags,
+    }
     reason = _devices.absent_device_reason(bench.driver)
     if reason is not None:
         _write(bench.result_path, {**head, "status": "skipped", "reason": reason})
@@ -116,14 +125,24 @@ def run_benchmark(bench: Bench) -> None:
     if not runs:
         raise ToolError(f"iree-benchmark-module reported no runs for {bench.module}")
     samples = [float(r["real_time"]) * _TO_US[r.get("time_unit", "ns")] for r in runs]
-    _write(bench.result_path, {
-        **head, "status": "measured", "function": function, "inputs": how,
-        "devices": _devices.list_devices(bench.driver), "time_unit": "us",
-        "median": statistics.median(samples), "mean": statistics.fmean(samples),
-        "stddev": statistics.stdev(samples) if len(samples) > 1 else 0.0,
-        "min": min(samples), "max": max(samples), "samples": samples,
-        "iterations": [int(r.get("iterations", 0)) for r in runs],
-    })  # fmt: skip
+    _write(
+        bench.result_path,
+        {
+            **head,
+            "status": "measured",
+            "function": function,
+            "inputs": how,
+            "devices": _devices.list_devices(bench.driver),
+            "time_unit": "us",
+            "median": statistics.median(samples),
+            "mean": statistics.fmean(samples),
+            "stddev": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+            "min": min(samples),
+            "max": max(samples),
+            "samples": samples,
+            "iterations": [int(r.get("iterations", 0)) for r in runs],
+        },
+    )
 
 
 class BenchmarkAction(BuildAction):
@@ -134,8 +153,15 @@ class BenchmarkAction(BuildAction):
     pool = _devices.MACHINE_POOL
     exclusive = True
 
-    def __init__(self, *, bench: Bench, files: list[BuildFile], output_file: BuildFile,
-                 device: dict[str, Any], **kwargs: Any):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        bench: Bench,
+        files: list[BuildFile],
+        output_file: BuildFile,
+        device: dict[str, Any],
+        **kwargs: Any,
+    ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
         self.bench = bench
         self.files = files
@@ -151,10 +177,15 @@ class BenchmarkAction(BuildAction):
         if out is not None:
             b = self.bench
             out["bench"] = {
-                "target": b.target, "driver": b.driver, "function": b.function,
-                "shapes": b.shapes, "repetitions": b.repetitions, "min_time_s": b.min_time_s,
-                "flags": b.flags, "inputs": len(b.inputs),
-            }  # fmt: skip
+                "target": b.target,
+                "driver": b.driver,
+                "function": b.function,
+                "shapes": b.shapes,
+                "repetitions": b.repetitions,
+                "min_time_s": b.min_time_s,
+                "flags": b.flags,
+                "inputs": len(b.inputs),
+            }
         return out
 
     def _remotable_thunk(self) -> Callable[[], None]:
@@ -200,19 +231,28 @@ def benchmark(
     driver = driver or default_driver
     output = context.allocate_file(name)
     bench = Bench(
-        result_path=str(output.get_fs_path()), module=str(module_file.get_fs_path()),
-        target=target or "its own target", driver=driver, function=function,
+        result_path=str(output.get_fs_path()),
+        module=str(module_file.get_fs_path()),
+        target=target or "its own target",
+        driver=driver,
+        function=function,
         model=str(model_file.get_fs_path()) if model_file is not None and not input_files else None,
-        inputs=[str(f.get_fs_path()) for f in input_files], shapes=normalize_shapes(shapes),
-        repetitions=repetitions, min_time_s=min_time_s, flags=list(flags),
-    )  # fmt: skip
+        inputs=[str(f.get_fs_path()) for f in input_files],
+        shapes=normalize_shapes(shapes),
+        repetitions=repetitions,
+        min_time_s=min_time_s,
+        flags=list(flags),
+    )
     files = [module_file, *input_files]
     if model_file is not None and not input_files:
         files.append(model_file)
     action = BenchmarkAction(
-        bench=bench, files=files, output_file=output,
+        bench=bench,
+        files=files,
+        output_file=output,
         device=_devices.device_key(driver, context.registry.get_context("")),
-        desc=f"Benchmarking {module_file.path}", executor=context.executor,
-    )  # fmt: skip
+        desc=f"Benchmarking {module_file.path}",
+        executor=context.executor,
+    )
     ManifestMeta.get(module_file).benchmarks.append((action, output))
     return output

@@ -126,8 +126,9 @@ class CompileAction(BuildAction):
 
     def check_runnable(self) -> None:
         if self.missing_target:
-            raise BuildDefinitionError(f"{NO_TARGET_HELP} (to run '{self}', defined at "
-                                       f"{self.def_site})")
+            raise BuildDefinitionError(
+                f"{NO_TARGET_HELP} (to run '{self}', defined at {self.def_site})"
+            )
 
     def params(self) -> dict[str, Any]:
         return {
@@ -175,8 +176,10 @@ def compile(  # noqa: A001 - iree.build's public name
     ns = current_args_namespace()
     extra = [*flags, *shlex.split(getattr(ns, "iree_compile_extra_args", "") or "")]
     if targets is not None and not targets:
-        raise BuildDefinitionError(f"compile of {input_file.path}: targets=[] names no target; "
-                                   "give one, or leave targets out to take the command line's")
+        raise BuildDefinitionError(
+            f"compile of {input_file.path}: targets=[] names no target; "
+            "give one, or leave targets out to take the command line's"
+        )
     chosen: list[Target | None] = (
         [*targets_from_options(targets)] if target_default else [Target("", ())]
     )

@@ -114,12 +114,15 @@ class CommandAction(BuildAction, SpawnsCommand):
             # one that daemonizes, so that what it leaves running can be found.
             try:
                 self.run_context.commands.spawn(
-                    argv, log_fd=spool, tag=uuid.uuid4().hex, timeout=self.timeout,
+                    argv,
+                    log_fd=spool,
+                    tag=uuid.uuid4().hex,
+                    timeout=self.timeout,
                     on_exit=lambda e: finished(
                         functools.partial(self._after, e, commit, tmp, shown, spool),
                         _size(tmp, e),
                     ),
-                )  # fmt: skip
+                )
             except BaseException as e:
                 self.run_context.spools.give(spool)  # never written: the command did not start
                 if isinstance(e, OSError):

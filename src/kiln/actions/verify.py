@@ -31,9 +31,15 @@ class ReferenceAction(BuildAction):
     pool = _devices.MACHINE_POOL
 
     def __init__(
-        self, *, model: BuildFile, inputs: list[BuildFile], shapes: dict[str, Any],
-        output_file: BuildFile, upgrade_to: int | None, **kwargs: Any,
-    ):  # fmt: skip
+        self,
+        *,
+        model: BuildFile,
+        inputs: list[BuildFile],
+        shapes: dict[str, Any],
+        output_file: BuildFile,
+        upgrade_to: int | None,
+        **kwargs: Any,
+    ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
         self.model, self.inputs, self.shapes = model, inputs, shapes
         self.output_file = output_file
@@ -48,9 +54,13 @@ class ReferenceAction(BuildAction):
     def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
         return functools.partial(
-            write_reference, path(self.model), [path(f) for f in self.inputs], self.shapes,
-            path(self.output_file), self.upgrade_to,
-        )  # fmt: skip
+            write_reference,
+            path(self.model),
+            [path(f) for f in self.inputs],
+            self.shapes,
+            path(self.output_file),
+            self.upgrade_to,
+        )
 
 
 class _ReferenceMeta(BuildMeta):
@@ -65,9 +75,12 @@ class _ReferenceMeta(BuildMeta):
 
 
 def _reference_file(
-    context: BuildContext, module: BuildFile, model: BuildFile, inputs: list[BuildFile],
+    context: BuildContext,
+    module: BuildFile,
+    model: BuildFile,
+    inputs: list[BuildFile],
     shapes: dict[str, Any],
-) -> BuildFile:  # fmt: skip
+) -> BuildFile:
     memo = _ReferenceMeta.get(model).files
     key = json.dumps([[f.key for f in inputs], shapes], sort_keys=True)
     if key not in memo:
@@ -80,10 +93,14 @@ def _reference_file(
         importer = _importer(module)
         opset = importer.opset_version if importer is not None else None
         ReferenceAction(
-            model=model, inputs=inputs, shapes=shapes, output_file=output,
+            model=model,
+            inputs=inputs,
+            shapes=shapes,
+            output_file=output,
             upgrade_to=opset or DEFAULT_OPSET,
-            desc=f"Running {model.path} in onnxruntime", executor=context.executor,
-        )  # fmt: skip
+            desc=f"Running {model.path} in onnxruntime",
+            executor=context.executor,
+        )
         memo[key] = output
     return memo[key]
 
@@ -119,8 +136,15 @@ class VerifyAction(BuildAction):
     VERSION = 2
     pool = _devices.MACHINE_POOL
 
-    def __init__(self, *, check: Check, files: list[BuildFile], output_file: BuildFile,
-                 device: dict[str, Any], **kwargs: Any):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        check: Check,
+        files: list[BuildFile],
+        output_file: BuildFile,
+        device: dict[str, Any],
+        **kwargs: Any,
+    ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
         self.check = check
         self.files = files
@@ -135,11 +159,15 @@ class VerifyAction(BuildAction):
         if out is not None:
             c = self.check
             out["check"] = {
-                "target": c.target, "driver": c.driver, "function": c.function,
-                "shapes": c.shapes, "tolerances": c.tolerances, "reference": bool(c.reference),
+                "target": c.target,
+                "driver": c.driver,
+                "function": c.function,
+                "shapes": c.shapes,
+                "tolerances": c.tolerances,
+                "reference": bool(c.reference),
                 "inputs": [f.key for f in self.files[1 : 1 + len(c.inputs)]],
                 "expected": len(c.expected),
-            }  # fmt: skip
+            }
         return out
 
     def _remotable_thunk(self) -> Callable[[], None]:
@@ -154,10 +182,14 @@ class VerifyAction(BuildAction):
             return where.get(p, p) if p is not None else None
 
         check = dataclasses.replace(
-            c, result_path=path(self.output_file), module=where.get(c.module, c.module),
-            model=moved(c.model), inputs=[where.get(p, p) for p in c.inputs],
-            expected=[where.get(p, p) for p in c.expected], reference=moved(c.reference),
-        )  # fmt: skip
+            c,
+            result_path=path(self.output_file),
+            module=where.get(c.module, c.module),
+            model=moved(c.model),
+            inputs=[where.get(p, p) for p in c.inputs],
+            expected=[where.get(p, p) for p in c.expected],
+            reference=moved(c.reference),
+        )
         return functools.partial(run_check, check)
 
 
@@ -214,29 +246,40 @@ def verify(
     output = context.allocate_file(name)
     label = model_file.path if model_file is not None else module_file.path
     check = Check(
-        result_path=str(output.get_fs_path()), module=str(module_file.get_fs_path()),
-        label=label, target=target or "its own target", driver=driver, function=function,
+        result_path=str(output.get_fs_path()),
+        module=str(module_file.get_fs_path()),
+        label=label,
+        target=target or "its own target",
+        driver=driver,
+        function=function,
         model=str(model_file.get_fs_path()) if model_file is not None else None,
-        inputs=[str(f.get_fs_path()) for f in input_files], shapes=shape_map,
+        inputs=[str(f.get_fs_path()) for f in input_files],
+        shapes=shape_map,
         expected=[str(f.get_fs_path()) for f in expected_files],
         reference=str(ref_file.get_fs_path()) if ref_file is not None else None,
         tolerances=_tolerances(rtol, atol, tolerances),
-    )  # fmt: skip
+    )
     files = [module_file, *input_files, *expected_files]
     files += [f for f in (model_file, ref_file) if f is not None]
     action = VerifyAction(
-        check=check, files=files, output_file=output,
+        check=check,
+        files=files,
+        output_file=output,
         device=_devices.device_key(driver, context.registry.get_context("")),
-        desc=f"Verifying {module_file.path}", executor=context.executor,
-    )  # fmt: skip
+        desc=f"Verifying {module_file.path}",
+        executor=context.executor,
+    )
     ManifestMeta.get(module_file).verifications.append((action, output))
     return output
 
 
 def _check_arguments(
-    module: BuildFile, model: BuildFile | None, reference: str | None,
-    inputs: list[BuildFile], expected: list[BuildFile],
-) -> None:  # fmt: skip
+    module: BuildFile,
+    model: BuildFile | None,
+    reference: str | None,
+    inputs: list[BuildFile],
+    expected: list[BuildFile],
+) -> None:
     """Definition errors, named by module, before anything runs."""
     where = f"verify of {module.path}"
     if reference is not None and reference not in REFERENCES:

@@ -1,10 +1,10 @@
 """kiln's shared, content-addressed cache (design.md, "Caching and remote execution").
 
-    entry.py        the action-cache entry format (``kiln-ac/1``)
-    local.py        the cache directory: action cache, CAS, eviction, build log
-    remote.py       the Bazel HTTP cache protocol client
-    build_cache.py  what one build does with them: restore, save, report
-    config.py       where the cache lives and how big it may grow
+entry.py        the action-cache entry format (``kiln-ac/1``)
+local.py        the cache directory: action cache, CAS, eviction, build log
+remote.py       the Bazel HTTP cache protocol client
+build_cache.py  what one build does with them: restore, save, report
+config.py       where the cache lives and how big it may grow
 """
 
 from __future__ import annotations

@@ -93,9 +93,10 @@ class BuildCache:
     def _local_failed(self, error: OSError) -> None:
         self.broken = True
         self._report_once(
-            "local", f"warning: cannot use the cache {self.local.root} ({error}); "
-            "building without it (choose another with --cache-dir, or --no-cache)"
-        )  # fmt: skip
+            "local",
+            f"warning: cannot use the cache {self.local.root} ({error}); "
+            "building without it (choose another with --cache-dir, or --no-cache)",
+        )
 
     # -- looking up ----------------------------------------------------------
 
@@ -153,8 +154,11 @@ class BuildCache:
         data = self.remote.get_entry(key)
         entry = CacheEntry.decode(key, data) if data is not None else None
         if data is not None and entry is None:
-            self._report_once(f"ac/{key}", f"warning: remote cache {self.remote.shown} has "
-                              f"an unreadable entry ac/{key}; ignored it")  # fmt: skip
+            self._report_once(
+                f"ac/{key}",
+                f"warning: remote cache {self.remote.shown} has "
+                f"an unreadable entry ac/{key}; ignored it",
+            )
         return entry, entry is not None
 
     def _materialize(self, plan: list[tuple[BuildFile, CachedOutput]]) -> Produced:
@@ -183,9 +187,12 @@ class BuildCache:
         assert out.data is not None
         if hashlib.sha256(out.data).hexdigest() != out.sha256:
             self._count("corrupt")
-            self._report_once(f"ac/{out.sha256}", "warning: a cache entry holds an output "
-                              f"({out.path}) whose content does not match its digest; "
-                              "ignored it")  # fmt: skip
+            self._report_once(
+                f"ac/{out.sha256}",
+                "warning: a cache entry holds an output "
+                f"({out.path}) whose content does not match its digest; "
+                "ignored it",
+            )
             raise _Miss
         with open(tmp, "wb") as f:
             f.write(out.data)
@@ -193,8 +200,11 @@ class BuildCache:
     def _corrupt(self, blob: Path, digest: str) -> None:
         self.local.remove_blob(digest)
         self._count("corrupt")
-        self._report_once(f"cas/{digest}", f"warning: cache blob {blob} was damaged (its "
-                          "content does not match its name); removed it")  # fmt: skip
+        self._report_once(
+            f"cas/{digest}",
+            f"warning: cache blob {blob} was damaged (its "
+            "content does not match its name); removed it",
+        )
         raise _Miss
 
     def materialize(self, digests: dict[BuildFile, str]) -> Produced | None:

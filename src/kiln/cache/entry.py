@@ -101,8 +101,12 @@ class CacheEntry:
 
 
 def _encode_output(out: CachedOutput) -> dict[str, Any]:
-    item: dict[str, Any] = {"path": out.path, "sha256": out.sha256, "size": out.size,
-                            "mode": out.mode}  # fmt: skip
+    item: dict[str, Any] = {
+        "path": out.path,
+        "sha256": out.sha256,
+        "size": out.size,
+        "mode": out.mode,
+    }
     if out.data is not None:
         item["data"] = base64.b64encode(out.data).decode("ascii")
     return item
@@ -114,8 +118,9 @@ def _output(item: Any) -> CachedOutput:
         content = None if data is None else base64.b64decode(str(data), validate=True)
     except binascii.Error as e:
         raise ValueError(f"bad data in cache entry: {e}") from e
-    out = CachedOutput(str(item["path"]), str(item["sha256"]), int(item["size"]),
-                       int(item["mode"]), content)  # fmt: skip
+    out = CachedOutput(
+        str(item["path"]), str(item["sha256"]), int(item["size"]), int(item["mode"]), content
+    )
     if not is_digest(out.sha256) or out.size < 0 or not 0 <= out.mode <= 0o7777:
         raise ValueError(f"bad output in cache entry: {item!r}")
     if content is not None and len(content) != out.size:

@@ -74,8 +74,9 @@ def copy_verified(src: str | Path, dst: str | Path) -> str:
     ``dst``. Neither path is followed if it is a symbolic link (NotRegularFile, OSError)."""
     in_fd = open_regular(src)
     try:
-        out_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o666)  # fmt: skip
+        out_fd = os.open(
+            dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666
+        )
     except BaseException:
         os.close(in_fd)
         raise
@@ -234,8 +235,9 @@ class LocalCache:
                     if not sub.is_dir(follow_symlinks=False):
                         continue
                     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                        yield from (e for e in os.scandir(sub.path)
-                                    if e.is_file(follow_symlinks=False))  # fmt: skip
+                        yield from (
+                            e for e in os.scandir(sub.path) if e.is_file(follow_symlinks=False)
+                        )
 
     def usage(self) -> CacheUsage:
         entries = blobs = size = 0

@@ -85,9 +85,14 @@ class RemoteCache:
             pair = f"{user}:{urllib.parse.unquote(parts.password or '')}"
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         self.shown = urllib.parse.urlunsplit(
-            (parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else ""),
-             parts.path, "", "")
-        )  # fmt: skip
+            (
+                parts.scheme,
+                parts.hostname + (f":{parts.port}" if parts.port else ""),
+                parts.path,
+                "",
+                "",
+            )
+        )
         self.uploads = upload
         self.disabled = False
         self._timeout = timeout_s
@@ -129,6 +134,7 @@ class RemoteCache:
     def fetch_blob(self, digest: str, local: LocalCache) -> bool:
         """Download blob ``digest`` into ``local``'s CAS; False when the remote lacks
         it, fails, or serves bytes with another digest (reported)."""
+
         def store(read: Callable[[int], bytes]) -> bool:
             return local.put_stream(digest, read)
 
@@ -176,8 +182,10 @@ class RemoteCache:
                 if not self.uploads:
                     return False
                 self.uploads = False
-            self._warn(f"warning: remote cache {self.shown} refused an upload ({e}); "
-                       "not uploading for the rest of this build")  # fmt: skip
+            self._warn(
+                f"warning: remote cache {self.shown} refused an upload ({e}); "
+                "not uploading for the rest of this build"
+            )
             return False
 
     def _call(self, request: Callable[[], Any], raise_refused: bool = False) -> Any:
@@ -203,8 +211,10 @@ class RemoteCache:
             if self.disabled:
                 return
             self.disabled = True
-        self._warn(f"warning: remote cache {self.shown} is not usable ({reason}); "
-                   "going on without it for the rest of this build")  # fmt: skip
+        self._warn(
+            f"warning: remote cache {self.shown} is not usable ({reason}); "
+            "going on without it for the rest of this build"
+        )
 
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
         """An idle kept-alive connection (and True), else a new one."""
@@ -250,8 +260,9 @@ class RemoteCache:
             raise _Transient(f"HTTP {response.status} {response.reason} for {method} {name}")
         return conn, response
 
-    def _request(self, conn: http.client.HTTPConnection, method: str, name: str,
-                 body: bytes | Path | None) -> http.client.HTTPResponse:  # fmt: skip
+    def _request(
+        self, conn: http.client.HTTPConnection, method: str, name: str, body: bytes | Path | None
+    ) -> http.client.HTTPResponse:
         headers = dict(self._headers)
         if isinstance(body, Path):
             with open(body, "rb") as f:

@@ -17,15 +17,26 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     parser = KilnArgumentParser(prog="kiln cache", description="the local cache")
     sub = parser.add_subparsers(dest="action", metavar="stats|gc|clear")
     sub.required = True
-    for name, text in (("stats", "entries, size, hits and misses of the last builds"),
-                       ("gc", "evict least-recently-used results down to the size bound"),
-                       ("clear", "remove everything in the cache")):  # fmt: skip
+    for name, text in (
+        ("stats", "entries, size, hits and misses of the last builds"),
+        ("gc", "evict least-recently-used results down to the size bound"),
+        ("clear", "remove everything in the cache"),
+    ):
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("--cache-dir", type=Path, default=None,
-                       help="the cache (default: $KILN_CACHE_DIR, else ~/.cache/kiln)")
+        p.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=None,
+            help="the cache (default: $KILN_CACHE_DIR, else ~/.cache/kiln)",
+        )
         if name == "gc":
-            p.add_argument("--max-size", type=size_option, default=None, metavar="SIZE",
-                           help="default: $KILN_CACHE_MAX_SIZE, else 10G")
+            p.add_argument(
+                "--max-size",
+                type=size_option,
+                default=None,
+                metavar="SIZE",
+                help="default: $KILN_CACHE_MAX_SIZE, else 10G",
+            )
     ns = parser.parse_args(argv)
     cache = LocalCache(cache_dir(ns))
     if ns.action == "stats":
@@ -33,8 +44,11 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     elif ns.action == "gc":
         bound = max_size(ns, "max_size")
         files, freed = cache.gc(bound)
-        print(f"kiln: removed {files} file(s), {format_size(freed)}; "
-              f"{format_size(cache.usage().bytes)} left (bound {format_size(bound)})", file=err)
+        print(
+            f"kiln: removed {files} file(s), {format_size(freed)}; "
+            f"{format_size(cache.usage().bytes)} left (bound {format_size(bound)})",
+            file=err,
+        )
     else:
         cache.clear()
         print(f"kiln: cleared the cache {cache.root}", file=err)
@@ -53,6 +67,9 @@ def _stats(cache: LocalCache, ns: argparse.Namespace, out: IO[str]) -> None:
         return
     print("last builds:", file=out)
     for b in builds:
-        print(f"  {b.get('time', '?')}: {b.get('hits', 0)} hits ({b.get('remote_hits', 0)} "
-              f"remote), {b.get('misses', 0)} misses, {b.get('stored', 0)} stored, "
-              f"{b.get('corrupt', 0)} corrupt", file=out)  # fmt: skip
+        print(
+            f"  {b.get('time', '?')}: {b.get('hits', 0)} hits ({b.get('remote_hits', 0)} "
+            f"remote), {b.get('misses', 0)} misses, {b.get('stored', 0)} stored, "
+            f"{b.get('corrupt', 0)} corrupt",
+            file=out,
+        )

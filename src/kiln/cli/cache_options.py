@@ -20,22 +20,44 @@ def size_option(text: str) -> int:
 
 def add_cache_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cache")
-    g.add_argument("--cache-dir", type=Path, default=None,
-                   help="the local cache (default: $KILN_CACHE_DIR, else kiln under "
-                   "$XDG_CACHE_HOME or ~/.cache)")
-    g.add_argument("--no-cache", action="store_true",
-                   help="neither read nor fill any cache in this build")
-    g.add_argument("--cache-max-size", type=size_option, default=None, metavar="SIZE",
-                   help="evict least-recently-used results beyond SIZE (default: "
-                   "$KILN_CACHE_MAX_SIZE, else 10G)")
-    g.add_argument("--remote-cache", default=None, metavar="URL",
-                   help="an HTTP cache (Bazel's protocol: {URL}/ac/, {URL}/cas/) behind "
-                   "the local one (default: $KILN_REMOTE_CACHE)")
-    g.add_argument("--remote-cache-upload", choices=("yes", "no"), default="yes",
-                   help="no: only read the remote cache (default: yes)")
-    g.add_argument("--remote-cache-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="bound on each remote request (default: 10)")
-    # fmt: skip
+    g.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="the local cache (default: $KILN_CACHE_DIR, else kiln under "
+        "$XDG_CACHE_HOME or ~/.cache)",
+    )
+    g.add_argument(
+        "--no-cache", action="store_true", help="neither read nor fill any cache in this build"
+    )
+    g.add_argument(
+        "--cache-max-size",
+        type=size_option,
+        default=None,
+        metavar="SIZE",
+        help="evict least-recently-used results beyond SIZE (default: "
+        "$KILN_CACHE_MAX_SIZE, else 10G)",
+    )
+    g.add_argument(
+        "--remote-cache",
+        default=None,
+        metavar="URL",
+        help="an HTTP cache (Bazel's protocol: {URL}/ac/, {URL}/cas/) behind "
+        "the local one (default: $KILN_REMOTE_CACHE)",
+    )
+    g.add_argument(
+        "--remote-cache-upload",
+        choices=("yes", "no"),
+        default="yes",
+        help="no: only read the remote cache (default: yes)",
+    )
+    g.add_argument(
+        "--remote-cache-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="bound on each remote request (default: 10)",
+    )
 
 
 def cache_dir(ns: argparse.Namespace) -> Path:
@@ -67,8 +89,12 @@ def open_cache(ns: argparse.Namespace, warn: Callable[[str], None]) -> BuildCach
         if ns.remote_cache_timeout <= 0:
             raise UsageError("--remote-cache-timeout must be more than 0 seconds")
         try:
-            remote = RemoteCache(url, upload=ns.remote_cache_upload == "yes",
-                                 timeout_s=ns.remote_cache_timeout, warn=warn)  # fmt: skip
+            remote = RemoteCache(
+                url,
+                upload=ns.remote_cache_upload == "yes",
+                timeout_s=ns.remote_cache_timeout,
+                warn=warn,
+            )
         except ValueError as e:
             where = "--remote-cache" if ns.remote_cache is not None else "KILN_REMOTE_CACHE"
             raise UsageError(f"{where}: {e}; give an http:// or https:// URL") from None

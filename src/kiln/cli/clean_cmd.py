@@ -138,8 +138,10 @@ class _Remover:
             self._tree(kiln_dir / sub)
         for entry in list(os.scandir(kiln_dir)):
             name = entry.name
-            ours = name.startswith("state.db") or name in _LAST_BUILD or (
-                name in (MARKER, "lock") and not keep_marker
+            ours = (
+                name.startswith("state.db")
+                or name in _LAST_BUILD
+                or (name in (MARKER, "lock") and not keep_marker)
             )
             if ours and not entry.is_dir(follow_symlinks=False):
                 self._unlink(entry.path)

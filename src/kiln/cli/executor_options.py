@@ -19,10 +19,14 @@ if TYPE_CHECKING:  # imported when a build runs on a cluster, not on every build
 
 def add_executor_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("remote execution")
-    g.add_argument("--executor", default=None, metavar="WHERE",
-                   help="local (default: $KILN_EXECUTOR, else local), dask://HOST:PORT (a "
-                   "Dask scheduler) or dask-local:N (N Dask worker processes here); "
-                   "remote execution needs --remote-cache (docs/cluster.md)")  # fmt: skip
+    g.add_argument(
+        "--executor",
+        default=None,
+        metavar="WHERE",
+        help="local (default: $KILN_EXECUTOR, else local), dask://HOST:PORT (a "
+        "Dask scheduler) or dask-local:N (N Dask worker processes here); "
+        "remote execution needs --remote-cache (docs/cluster.md)",
+    )
 
 
 @contextlib.contextmanager
@@ -37,11 +41,14 @@ def open_remote(
         yield None
         return
     if cache is None or cache.remote is None:
-        raise UsageError(f"--executor {text} needs --remote-cache URL (and no --no-cache): "
-                         "inputs and outputs travel through the remote cache's CAS")  # fmt: skip
+        raise UsageError(
+            f"--executor {text} needs --remote-cache URL (and no --no-cache): "
+            "inputs and outputs travel through the remote cache's CAS"
+        )
     if not cache.remote.uploads:
-        raise UsageError(f"--executor {text} needs uploads to the remote cache: drop "
-                         "--remote-cache-upload no")  # fmt: skip
+        raise UsageError(
+            f"--executor {text} needs uploads to the remote cache: drop --remote-cache-upload no"
+        )
     from kiln.remote_exec.dask_executor import DaskExecutor
     from kiln.remote_exec.runner import RemoteRunner
 

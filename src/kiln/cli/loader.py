@@ -95,8 +95,9 @@ def _is_users(name: str, module: ModuleType, dotted: str | None, user_dirs: list
     its package, or a module from the build module's directory (not a library)."""
     if name.startswith("kiln_build_"):
         return True
-    if dotted is not None and (name == dotted.split(".")[0]
-                               or name.startswith(dotted.split(".")[0] + ".")):
+    if dotted is not None and (
+        name == dotted.split(".")[0] or name.startswith(dotted.split(".")[0] + ".")
+    ):
         return True
     where = getattr(module, "__file__", None) or ""
     return any(where.startswith(os.path.join(d, "")) for d in user_dirs if d)
@@ -183,7 +184,8 @@ def user_line(e: BaseException, where: str) -> str:
     line rather than one deep in a library it called; ``where`` if none is known."""
     frames = traceback.extract_tb(e.__traceback__)
     user = [
-        f for f in frames
+        f
+        for f in frames
         if not f.filename.startswith((_KILN_DIR, "<")) and "importlib" not in f.filename
     ]
     stdlib = sysconfig.get_paths()["stdlib"] + os.sep
@@ -196,9 +198,7 @@ def user_line(e: BaseException, where: str) -> str:
 
 
 def collect_entrypoints(module: ModuleType) -> dict[str, Entrypoint]:
-    found = {
-        ep.name: ep for ep in vars(module).values() if isinstance(ep, Entrypoint)
-    }
+    found = {ep.name: ep for ep in vars(module).values() if isinstance(ep, Entrypoint)}
     if not found:
         raise BuildDefinitionError(
             f"build module {getattr(module, '__file__', module.__name__)} defines no "

@@ -103,8 +103,11 @@ def run_cli(
         return e.exit_code
     except SystemExit as e:
         # Only user code exits (a cl_arg's type function, say): never borrow its status.
-        _say(err, f"kiln: error: {user_line(e, '<build module>')}: the build module's code "
-             f"called sys.exit({e.code!r}); a build module must not exit")
+        _say(
+            err,
+            f"kiln: error: {user_line(e, '<build module>')}: the build module's code "
+            f"called sys.exit({e.code!r}); a build module must not exit",
+        )
         return 2
     except KilnError as e:
         _say(err, f"kiln: error: {e}", e if verbose else None)
@@ -182,8 +185,11 @@ def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[
             print(USAGE, file=out)
             return 0
         if argv and not argv[0].startswith("-"):
-            print(f"kiln: unknown command '{argv[0]}' (a build module is FILE.py, "
-                  f"or -m {argv[0]} for one on the Python path)", file=err)  # fmt: skip
+            print(
+                f"kiln: unknown command '{argv[0]}' (a build module is FILE.py, "
+                f"or -m {argv[0]} for one on the Python path)",
+                file=err,
+            )
         print(USAGE, file=err)
         return 2
     commands = importlib.import_module(f"kiln.cli.{command}_cmd")
@@ -214,20 +220,30 @@ def _split_command(argv: list[str], in_module: bool) -> tuple[str | None, list[s
 
 
 # iree.build's command flags: kiln's command and the options that print as it does.
-_IREE_COMMAND_FLAGS = MappingProxyType({
-    "--build": ("build", ()),
-    "--list": ("list", ("--bare",)),
-    "--list-all": ("list", ("--all", "--bare")),
-})
+_IREE_COMMAND_FLAGS = MappingProxyType(
+    {
+        "--build": ("build", ()),
+        "--list": ("list", ("--bare",)),
+        "--list-all": ("list", ("--all", "--bare")),
+    }
+)
 
 
 # The signals that end a build: clean-up, then exit 128 + N. Every signal whose
 # default action would end kiln on the spot, leaving commands and temporaries.
 STOP_SIGNALS = (
-    signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGTERM, signal.SIGQUIT,
-    signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGXCPU, signal.SIGVTALRM,
+    signal.SIGHUP,
+    signal.SIGINT,
+    signal.SIGPIPE,
+    signal.SIGTERM,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+    signal.SIGXCPU,
+    signal.SIGVTALRM,
     signal.SIGPROF,
-)  # fmt: skip
+)
 
 
 @contextlib.contextmanager
@@ -242,6 +258,7 @@ def _signals_interrupt(out: IO[str], err: IO[str]) -> Iterator[None]:
     BrokenPipeError ends kiln quietly), or from ``kill``: none stops the build,
     as none stops a Python program. The signal does not say which write raised it.
     """
+
     def handler(signum: int, frame: object) -> None:
         if signum == signal.SIGPIPE and not _is_broken_pipe(err):
             return

@@ -104,35 +104,70 @@ def pool_limit(text: str) -> tuple[str, int]:
 
 
 def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
-    p.add_argument("--output-dir", type=output_dir, default=Path("kiln-out"),
-                   help="where outputs and build state go (default: ./kiln-out)")
-    p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="more detail: tracebacks, skipped actions, log paths")
-    p.add_argument("--console", choices=("auto", "live", "plain"), default="auto",
-                   help="live terminal display or plain lines (default: live on a terminal)")
+    p.add_argument(
+        "--output-dir",
+        type=output_dir,
+        default=Path("kiln-out"),
+        help="where outputs and build state go (default: ./kiln-out)",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="more detail: tracebacks, skipped actions, log paths",
+    )
+    p.add_argument(
+        "--console",
+        choices=("auto", "live", "plain"),
+        default="auto",
+        help="live terminal display or plain lines (default: live on a terminal)",
+    )
     add_testing_options(p)
     if command in ("build", "explain"):
-        p.add_argument("-j", "--jobs", type=positive_int, default=os.cpu_count() or 1,
-                       help="actions running at once (default: the number of CPUs)")
-        p.add_argument("--pool", type=pool_limit, action="append", default=[],
-                       metavar="NAME=N", help="bound the actions of resource pool NAME to N")
+        p.add_argument(
+            "-j",
+            "--jobs",
+            type=positive_int,
+            default=os.cpu_count() or 1,
+            help="actions running at once (default: the number of CPUs)",
+        )
+        p.add_argument(
+            "--pool",
+            type=pool_limit,
+            action="append",
+            default=[],
+            metavar="NAME=N",
+            help="bound the actions of resource pool NAME to N",
+        )
         add_cache_options(p)
     if command == "build":
         add_executor_options(p)
-        p.add_argument("--fail-fast", action="store_true",
-                       help="start no new action after the first failure")
+        p.add_argument(
+            "--fail-fast", action="store_true", help="start no new action after the first failure"
+        )
         p.add_argument("--dry-run", action="store_true", help="list what would run; run nothing")
         p.add_argument("--explain", action="store_true", help="say why each action runs")
-        p.add_argument("--no-wait", action="store_true",
-                       help="fail at once if another build holds the output directory")
-        p.add_argument("--events", type=report_file, metavar="FILE",
-                       help="write the build's events to FILE as JSON lines, as they happen "
-                       "(format: docs/events.md)")
-        p.add_argument("--profile", type=report_file, metavar="FILE",
-                       help="write a Chrome trace of the build to FILE (open it in Perfetto "
-                       "or chrome://tracing)")
+        p.add_argument(
+            "--no-wait",
+            action="store_true",
+            help="fail at once if another build holds the output directory",
+        )
+        p.add_argument(
+            "--events",
+            type=report_file,
+            metavar="FILE",
+            help="write the build's events to FILE as JSON lines, as they happen "
+            "(format: docs/events.md)",
+        )
+        p.add_argument(
+            "--profile",
+            type=report_file,
+            metavar="FILE",
+            help="write a Chrome trace of the build to FILE (open it in Perfetto "
+            "or chrome://tracing)",
+        )
     add_action_options(p)
-    # fmt: skip
 
 
 def add_testing_options(p: argparse.ArgumentParser) -> None:
@@ -140,43 +175,71 @@ def add_testing_options(p: argparse.ArgumentParser) -> None:
     the live display even off a terminal, and the age at which an action counts
     as long-running on it."""
     p.add_argument("--test-force-console", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--test-long-display-time-threshold", type=float, default=5.0,
-                   metavar="SECONDS", help=argparse.SUPPRESS)
-    # fmt: skip
+    p.add_argument(
+        "--test-long-display-time-threshold",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help=argparse.SUPPRESS,
+    )
 
 
 def add_action_options(p: argparse.ArgumentParser) -> None:
     """Options read by the built-in ML actions (targets of ``compile``)."""
     g = p.add_argument_group("compile targets")
-    g.add_argument("--target", action="append", default=[], dest="kiln_targets",
-                   type=target_spec, metavar="SPEC",
-                   help="cpu, cpu:host, cpu:NAME, vmvx, hip:CHIP, vulkan:TARGET, cuda:SM "
-                   "(repeatable)")
-    g.add_argument("--iree-hal-target-device", action="append", default=[],
-                   help="an IREE HAL target device, as iree.build takes it (repeatable)")
-    g.add_argument("--iree-llvmcpu-target-cpu", default=None,
-                   help="CPU for llvm-cpu targets (with --iree-hal-target-device)")
-    g.add_argument("--iree-llvmcpu-target-cpu-features", default=None,
-                   help="CPU features for llvm-cpu targets")
-    g.add_argument("--iree-hip-target", "--iree-rocm-target", dest="iree_hip_target",
-                   default=None, help="ROCm chip for hip targets, e.g. gfx942")
-    g.add_argument("--iree-compile-extra-args", default="",
-                   help="extra iree-compile flags, space separated")
-    # fmt: skip
+    g.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        dest="kiln_targets",
+        type=target_spec,
+        metavar="SPEC",
+        help="cpu, cpu:host, cpu:NAME, vmvx, hip:CHIP, vulkan:TARGET, cuda:SM (repeatable)",
+    )
+    g.add_argument(
+        "--iree-hal-target-device",
+        action="append",
+        default=[],
+        help="an IREE HAL target device, as iree.build takes it (repeatable)",
+    )
+    g.add_argument(
+        "--iree-llvmcpu-target-cpu",
+        default=None,
+        help="CPU for llvm-cpu targets (with --iree-hal-target-device)",
+    )
+    g.add_argument(
+        "--iree-llvmcpu-target-cpu-features", default=None, help="CPU features for llvm-cpu targets"
+    )
+    g.add_argument(
+        "--iree-hip-target",
+        "--iree-rocm-target",
+        dest="iree_hip_target",
+        default=None,
+        help="ROCm chip for hip targets, e.g. gfx942",
+    )
+    g.add_argument(
+        "--iree-compile-extra-args", default="", help="extra iree-compile flags, space separated"
+    )
 
 
 def command_parser(command: str, prog: str, description: str | None) -> KilnArgumentParser:
     """The parser of ``kiln COMMAND`` with kiln's own arguments (not yet the module's)."""
     parser = KilnArgumentParser(prog=prog, description=description)
-    parser.add_argument("targets", nargs="*", metavar="TARGET",
-                        help="entrypoint names or file paths (default: every entrypoint)")
+    parser.add_argument(
+        "targets",
+        nargs="*",
+        metavar="TARGET",
+        help="entrypoint names or file paths (default: every entrypoint)",
+    )
     if command == "list":
         parser.add_argument("--all", action="store_true", help="list every file and action")
-        parser.add_argument("--bare", action="store_true",
-                            help="graph paths only, one a line (what --list and --list-all print)")
+        parser.add_argument(
+            "--bare",
+            action="store_true",
+            help="graph paths only, one a line (what --list and --list-all print)",
+        )
     add_common_options(parser, command)
     return parser
-    # fmt: skip
 
 
 def reserved_options() -> tuple[dict[str, str], dict[str, str]]:

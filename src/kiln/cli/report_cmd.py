@@ -19,11 +19,21 @@ from kiln.report_html import render
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     parser = KilnArgumentParser(prog="kiln report", description=__doc__)
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
-    parser.add_argument("--output-dir", type=Path, default=Path("kiln-out"),
-                        help="the build's output directory (default: ./kiln-out)")
-    parser.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
-                        help="where to write the page (default: OUTPUT_DIR/report.html)")
-    ns = parser.parse_args(argv)  # fmt: skip
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("kiln-out"),
+        help="the build's output directory (default: ./kiln-out)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="where to write the page (default: OUTPUT_DIR/report.html)",
+    )
+    ns = parser.parse_args(argv)
     report = load_report(ns.output_dir)
     target: Path = ns.output if ns.output is not None else ns.output_dir / "report.html"
     if not target.parent.is_dir():

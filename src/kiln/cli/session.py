@@ -55,7 +55,8 @@ def _open(
     if module_file:
         executor.source_root = os.path.dirname(os.path.abspath(module_file))
     executor.read_only = command in ("list", "graph", "explain") or bool(
-        getattr(ns, "dry_run", False))
+        getattr(ns, "dry_run", False)
+    )
     executor.cache = open_cache(ns, reporter.message)
     where = getattr(module, "__file__", None) or module.__name__
     with argument_namespace_context(ns), contextlib.redirect_stdout(err):
@@ -91,8 +92,11 @@ def _analyse(
     for name, ep in entrypoints.items():
         mark = executor.checkpoint()
         try:
-            guarded(where, functools.partial(executor.analyze, ep),
-                    doing=f"analysing entrypoint '{name}' of")  # fmt: skip
+            guarded(
+                where,
+                functools.partial(executor.analyze, ep),
+                doing=f"analysing entrypoint '{name}' of",
+            )
         except BuildDefinitionError as e:
             executor.rollback(mark)
             broken[name] = e
@@ -120,8 +124,10 @@ def _load_from_argv(
     command: str, argv: list[str], stack: contextlib.ExitStack
 ) -> tuple[ModuleType, list[str], str]:
     if not argv or argv[0] in ("-h", "--help"):
-        raise UsageError(f"kiln {command}: give the build module: kiln {command} MODULE.py "
-                         f"or kiln {command} -m package.module")
+        raise UsageError(
+            f"kiln {command}: give the build module: kiln {command} MODULE.py "
+            f"or kiln {command} -m package.module"
+        )
     if argv[0] == "-m":
         if len(argv) < 2:
             raise UsageError(f"kiln {command}: -m needs a module name")

@@ -61,8 +61,10 @@ class Batcher:
         self._slots: dict[str, Slot] = {}  # submitted, by key
         self._closed = False
         self._completed = as_completed([], loop=client.loop, with_results=False)
-        self._threads = [threading.Thread(target=t, name=f"kiln-dask-{t.__name__}", daemon=True)
-                         for t in (self._submitting, self._collecting)]  # fmt: skip
+        self._threads = [
+            threading.Thread(target=t, name=f"kiln-dask-{t.__name__}", daemon=True)
+            for t in (self._submitting, self._collecting)
+        ]
         for t in self._threads:
             t.start()
 
@@ -98,9 +100,13 @@ class Batcher:
     def _map(self, slots: list[Slot], resources: dict[str, int] | None) -> None:
         try:
             futures = self.client.map(
-                run_task, [s.task for s in slots], key=[s.key for s in slots], pure=False,
-                retries=self.retries, resources=resources,
-            )  # fmt: skip
+                run_task,
+                [s.task for s in slots],
+                key=[s.key for s in slots],
+                pure=False,
+                retries=self.retries,
+                resources=resources,
+            )
         except Exception as e:  # noqa: BLE001 - the client's failure is each task's
             for s in slots:
                 s.finish(e)

@@ -50,8 +50,9 @@ LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
 }
 
 
-def sandbox_paths(action: BuildAction, inputs: list[BuildFile],
-                  outputs: list[BuildFile]) -> dict[BuildFile, str]:  # fmt: skip
+def sandbox_paths(
+    action: BuildAction, inputs: list[BuildFile], outputs: list[BuildFile]
+) -> dict[BuildFile, str]:
     """Where each file of ``action`` lies in its sandbox: outputs at their place in
     the output directory, source files under ``in/N/`` by their own name."""
     paths = {}
@@ -100,10 +101,14 @@ class DaskExecutor:
             import dask
 
             with dask.config.set(LOCAL_CLUSTER_CONFIG):
-                self._cluster = LocalCluster(n_workers=spec.workers, threads_per_worker=1,
-                                             processes=True, host="127.0.0.1",
-                                             dashboard_address=None,
-                                             silence_logs=logging.CRITICAL)  # fmt: skip
+                self._cluster = LocalCluster(
+                    n_workers=spec.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    silence_logs=logging.CRITICAL,
+                )
             address = self._cluster.scheduler_address
         else:
             address = spec.address
@@ -112,8 +117,9 @@ class DaskExecutor:
             self.client = Client(address, timeout=connect_timeout_s, set_as_default=False)
         except (OSError, TimeoutError) as e:
             self._close_cluster()
-            raise UsageError(f"--executor: cannot reach the Dask scheduler at {address}: "
-                             f"{e}") from None  # fmt: skip
+            raise UsageError(
+                f"--executor: cannot reach the Dask scheduler at {address}: {e}"
+            ) from None
         self.resources = self._advertised_resources()
         with contextlib.suppress(Exception):  # only a head start
             self.client.run(warm_template, wait=False)
@@ -132,7 +138,10 @@ class DaskExecutor:
         return f"executing on Dask at {self.address} ({workers} workers)"
 
     def run(
-        self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile],
+        self,
+        action: BuildAction,
+        inputs: dict[BuildFile, str],
+        outputs: list[BuildFile],
         upload: Callable[[str, Path], bool],
     ) -> RemoteResult:
         """Run ``action`` on the cluster; ``inputs`` are its files' digests, ``upload``
@@ -143,8 +152,10 @@ class DaskExecutor:
         paths = sandbox_paths(action, list(inputs), outputs)
         for f, digest in inputs.items():
             if not upload(digest, Path(f.fs_str)):
-                raise ActionFailed(f"'{action.desc}': cannot put its input {f.path} into the "
-                                   "remote cache (see --remote-cache)")  # fmt: skip
+                raise ActionFailed(
+                    f"'{action.desc}': cannot put its input {f.path} into the "
+                    "remote cache (see --remote-cache)"
+                )
         task = self._task(action, inputs, outputs, paths)
         resources = tuple((p, 1) for p in [action.pool] if p is not None and p in self.resources)
         slot = Slot(task, f"kiln-{uuid.uuid4().hex}", resources)
@@ -156,19 +167,25 @@ class DaskExecutor:
             with self._lock:
                 self._futures.discard(slot.future)
 
-    def _task(self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile],
-              paths: dict[BuildFile, str]) -> RemoteTask:  # fmt: skip
+    def _task(
+        self,
+        action: BuildAction,
+        inputs: dict[BuildFile, str],
+        outputs: list[BuildFile],
+        paths: dict[BuildFile, str],
+    ) -> RemoteTask:
         common = dict(
-            desc=action.desc, cas_url=self.cas_url, build=self.build,
+            desc=action.desc,
+            cas_url=self.cas_url,
+            build=self.build,
             inputs=tuple((paths[f], d) for f, d in inputs.items()),
             outputs=tuple(paths[f] for f in outputs),
             timeout=getattr(action, "timeout", None),
-        )  # fmt: skip
+        )
         command = getattr(action, "_sandbox_command", None)
         if callable(command):
             argv, command_inputs = command(paths.__getitem__)
-            return RemoteTask(command=tuple(argv), command_inputs=tuple(command_inputs),
-                              **common)  # type: ignore[arg-type]  # fmt: skip
+            return RemoteTask(command=tuple(argv), command_inputs=tuple(command_inputs), **common)  # type: ignore[arg-type]
         thunk = action._sandbox_thunk(paths.__getitem__)  # type: ignore[attr-defined]
         return RemoteTask(thunk=cloudpickle.dumps(thunk), **common)  # type: ignore[arg-type]
 
@@ -238,8 +255,10 @@ def _short(error: BaseException) -> str:
 
 def _quiet_loggers() -> dict[str, int]:
     """Silence Dask's loggers (they are configured one by one); their old levels."""
-    names = ["distributed", *(n for n in logging.root.manager.loggerDict
-                              if n.startswith("distributed."))]  # fmt: skip
+    names = [
+        "distributed",
+        *(n for n in logging.root.manager.loggerDict if n.startswith("distributed.")),
+    ]
     levels = {}
     for name in names:
         logger = logging.getLogger(name)

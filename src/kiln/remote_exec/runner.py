@@ -44,13 +44,16 @@ class RemoteRunner:
                 first = kind not in self._noted
                 self._noted.add(kind)
             if first:
-                self._warn(f"kiln: {kind} actions run on this machine, not on the cluster: "
-                           "they define no _sandbox_thunk(path) to say where their files are "
-                           "in a remote sandbox")  # fmt: skip
+                self._warn(
+                    f"kiln: {kind} actions run on this machine, not on the cluster: "
+                    "they define no _sandbox_thunk(path) to say where their files are "
+                    "in a remote sandbox"
+                )
         return False
 
-    def run(self, action: BuildAction, inputs: dict[BuildFile, str],
-            outputs: list[BuildFile]) -> tuple[Produced, str]:  # fmt: skip
+    def run(
+        self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile]
+    ) -> tuple[Produced, str]:
         """Run ``action`` remotely; its outputs, materialized, and the worker."""
         result = self.executor.run(action, inputs, outputs, self._upload)
         paths = sandbox_paths(action, list(inputs), outputs)
@@ -58,14 +61,17 @@ class RemoteRunner:
         self._keep_inline(result, digests, paths)
         produced = self.cache.materialize(digests)
         if produced is None:
-            raise ActionFailed(f"'{action.desc}' ran on Dask worker {result.worker}, but its "
-                               "outputs cannot be fetched from the remote cache")  # fmt: skip
+            raise ActionFailed(
+                f"'{action.desc}' ran on Dask worker {result.worker}, but its "
+                "outputs cannot be fetched from the remote cache"
+            )
         # For the manifest: which worker made these outputs (``kiln.manifest``).
         action.remote_worker = result.worker  # type: ignore[attr-defined]
         return produced, result.worker
 
-    def _keep_inline(self, result: RemoteResult, digests: dict[BuildFile, str],
-                     paths: dict[BuildFile, str]) -> None:  # fmt: skip
+    def _keep_inline(
+        self, result: RemoteResult, digests: dict[BuildFile, str], paths: dict[BuildFile, str]
+    ) -> None:
         """Put the small outputs that came back with ``result`` into the local CAS,
         so that ``materialize`` need not fetch them; bytes that do not have their
         digest are not kept (the CAS copy is fetched instead)."""

@@ -120,8 +120,10 @@ class _WorkerState:
     def remote_for(self, task: RemoteTask) -> RemoteCache:
         with self.lock:
             remote = self.remote
-            if remote is None or self.key != (task.cas_url, task.build) or (
-                remote.disabled or not remote.uploads
+            if (
+                remote is None
+                or self.key != (task.cas_url, task.build)
+                or (remote.disabled or not remote.uploads)
             ):
                 if remote is not None:
                     remote.close()
@@ -161,25 +163,28 @@ def run_task(task: RemoteTask) -> RemoteResult:
             return RemoteResult(worker.address, str(sandbox), error=str(e))
         if remote.disabled or not remote.uploads:
             why = "; ".join(state.warnings) or "uploads refused"
-            raise _SandboxFailure(f"cannot store the outputs of '{task.desc}' in the remote "
-                                  f"cache: {why}")  # fmt: skip
+            raise _SandboxFailure(
+                f"cannot store the outputs of '{task.desc}' in the remote cache: {why}"
+            )
         return RemoteResult(worker.address, str(sandbox), outputs=outputs, inline=inline)
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
 
 
-def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache,
-                  remote: RemoteCache) -> None:  # fmt: skip
+def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: RemoteCache) -> None:
     for rel, digest in task.inputs:
         dest = inside(sandbox, rel)
         if not cas.has_blob(digest) and not remote.fetch_blob(digest, cas):
-            raise _SandboxFailure(f"input {rel} of '{task.desc}' (sha256 {digest}) is not in "
-                                  f"the remote cache {remote.shown}")  # fmt: skip
+            raise _SandboxFailure(
+                f"input {rel} of '{task.desc}' (sha256 {digest}) is not in "
+                f"the remote cache {remote.shown}"
+            )
         dest.parent.mkdir(parents=True, exist_ok=True)
         if copy_verified(cas.blob_path(digest), dest) != digest:
             cas.remove_blob(digest)
-            raise _SandboxFailure(f"input {rel} of '{task.desc}': the worker's cached copy "
-                                  "was damaged; removed it")  # fmt: skip
+            raise _SandboxFailure(
+                f"input {rel} of '{task.desc}': the worker's cached copy was damaged; removed it"
+            )
         os.chmod(dest, 0o644)
 
 
@@ -193,8 +198,14 @@ def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str 
     argv = [a.format(out=out, inputs=ins) for a in task.command]
     with open(log, "wb") as fd:
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                                    cwd=sandbox, start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=fd,
+                cwd=sandbox,
+                start_new_session=True,
+            )
         except OSError as e:
             return f"cannot run {argv[0]!r}: {e.strerror}"
     stopped = _wait(proc, task.timeout, cancelled)
@@ -206,8 +217,9 @@ def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str 
     return f"command exited with status {proc.returncode}\n{tail}".rstrip()
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None,
-          cancelled: Callable[[], bool]) -> str | None:  # fmt: skip
+def _wait(
+    proc: subprocess.Popen[bytes], timeout: float | None, cancelled: Callable[[], bool]
+) -> str | None:
     """Wait for ``proc``; kill its process group if it runs past ``timeout`` or the
     task is cancelled (the build was interrupted), and say which. The wait sleeps
     on a pidfd, so that the end of the command is seen at once."""
@@ -287,8 +299,7 @@ def warm_template(dask_worker: Any) -> None:
     def warm() -> None:
         root.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(Exception):  # the first thunk meets what is wrong
-            _state(dask_worker).pool(root).run(os.getpid, "starting kiln's worker template",
-                                               None)  # fmt: skip
+            _state(dask_worker).pool(root).run(os.getpid, "starting kiln's worker template", None)
 
     threading.Thread(target=warm, name="kiln-warm-template", daemon=True).start()
 
@@ -315,8 +326,9 @@ def _cancel_check(worker: Any) -> Callable[[], bool]:
     return cancelled
 
 
-def _store_outputs(task: RemoteTask, sandbox: Path,
-                   remote: RemoteCache) -> tuple[dict[str, str], dict[str, bytes]]:  # fmt: skip
+def _store_outputs(
+    task: RemoteTask, sandbox: Path, remote: RemoteCache
+) -> tuple[dict[str, str], dict[str, bytes]]:
     """Put the outputs into the remote CAS: their digests, and the small ones' bytes."""
     outputs, inline = {}, {}
     for rel in task.outputs:
