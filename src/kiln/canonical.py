@@ -4,13 +4,16 @@ Every parameter of an action is turned into JSON data that is equal exactly when
 the values are equal, whatever the order of a set or a dict, so that the key is
 complete and stable. The forms (``canonical``):
 
-- ``None``, ``bool``, ``int``, ``float``, ``str``: themselves; lists and tuples: lists.
-- dicts: JSON objects. A string key that starts with ``!``, ``=`` or ``\\`` gets a
-  ``\\`` in front; any other hashable key is ``=`` + the JSON text of its canonical
-  form, so ``{1: x}`` and ``{"1": x}`` differ.
-- tagged objects (a key starting with one ``!``): ``{"!set": [...]}`` (sets and
-  frozensets, sorted by their items' JSON text), ``{"!type": "mod.Class", field: ...}``
-  (dataclasses and named tuples), ``{"!enum": "mod.Class.NAME", "value": ...}``,
+- ``None``, ``bool``, ``int``, ``float``, ``str``: themselves; lists: lists.
+- tagged objects (a JSON object whose first key starts with ``!``):
+  ``{"!tuple": [...]}`` (a tuple is not a list: code can tell them apart),
+  ``{"!dict": [[key, value], ...]}`` (dicts and their subclasses, in their own
+  order: iterating a dict gives its insertion order, so an action can depend on
+  it; keys are canonical values, so ``{1: x}`` and ``{"1": x}`` differ),
+  ``{"!set": [...]}`` (sets and frozensets, sorted by their items' JSON text:
+  their order is the hash's, which no code should depend on),
+  ``{"!type": "mod.Class", field: ...}`` (dataclasses and named tuples),
+  ``{"!enum": "mod.Class.NAME", "value": ...}``,
   ``{"!path": "..."}``, ``{"!bytes": hex or "sha256:<hex>:<length>"}``,
   ``{"!complex": [re, im]}``, ``{"!ndarray": dtype, "shape": [...], "data": ...}``
   (numpy arrays and scalars; numpy is imported only when such a value is met),
@@ -40,9 +43,9 @@ from typing import Any
 
 from kiln.errors import Unkeyable
 from kiln.graph import BuildAction, BuildFile
+from kiln.modnames import stable_module_name
 
 _SHORT_BYTES = 32
-_ESCAPED_KEY_START = ("!", "=", "\\")
 
 # Resolves a BuildFile to its canonical form (raises Unkeyable when it cannot).
 FileRef = Callable[[BuildFile], str]
@@ -58,7 +61,8 @@ _CODE_TYPES = (
 
 
 def qualname(kind: type) -> str:
-    return f"{kind.__module__}.{kind.__qualname__}"
+    """``module.Class``, a build module spelled the same in every checkout."""
+    return f"{stable_module_name(kind.__module__)}.{kind.__qualname__}"
 
 
 def dumps(value: Any) -> str:
@@ -75,8 +79,10 @@ def canonical(value: Any, file_ref: FileRef, code_ref: CodeRef | None = None) ->
         return value
     if kind is BuildFile:
         return file_ref(value)
-    if kind is list or kind is tuple:
+    if kind is list:
         return _sequence(value, file_ref, code_ref)
+    if kind is tuple:
+        return {"!tuple": _sequence(value, file_ref, code_ref)}
     if kind is dict:
         return _mapping(value, file_ref, code_ref)
     return _other(value, kind, file_ref, code_ref)
@@ -102,20 +108,17 @@ def _sequence(
 def _mapping(
     value: dict[Any, Any], file_ref: FileRef, code_ref: CodeRef | None = None
 ) -> dict[str, Any]:
-    out = {}
+    pairs = []
     for key, item in value.items():
-        if type(key) is str:
-            name = "\\" + key if key.startswith(_ESCAPED_KEY_START) else key
-        else:
-            try:
-                name = "=" + dumps(canonical(key, file_ref, code_ref))
-            except Unkeyable as e:
-                raise e.inside(f" (a key {key!r})") from None
         try:
-            out[name] = canonical(item, file_ref, code_ref)
+            name = canonical(key, file_ref, code_ref)
+        except Unkeyable as e:
+            raise e.inside(f" (a key {key!r})") from None
+        try:
+            pairs.append([name, canonical(item, file_ref, code_ref)])
         except Unkeyable as e:
             raise e.inside(f"[{key!r}]") from None
-    return out
+    return {"!dict": pairs}
 
 
 def _other(value: Any, kind: type, file_ref: FileRef, code_ref: CodeRef | None = None) -> Any:
@@ -138,8 +141,10 @@ def _other(value: Any, kind: type, file_ref: FileRef, code_ref: CodeRef | None =
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
         return _record(kind, fields, file_ref, code_ref)
-    if isinstance(value, list | tuple):
+    if isinstance(value, list):
         return _sequence(value, file_ref, code_ref)
+    if isinstance(value, tuple):
+        return {"!tuple": _sequence(value, file_ref, code_ref)}
     if isinstance(value, dict):
         return _mapping(value, file_ref, code_ref)
     if isinstance(value, set | frozenset):

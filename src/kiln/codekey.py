@@ -10,8 +10,14 @@ function or editing a comment elsewhere changes nothing.
 
 - A user function: its code, default values, closure values, and the globals its
   code names: user functions and classes by their digests (recursively), plain
-  data by its canonical form, modules and library objects by name, anything else
-  by its type.
+  data by its canonical form, an object of a user class by its class and its
+  attributes, anything else by its type. A user module it names (``helpers``
+  in ``helpers.double(21)``) counts by the attributes of that module that the
+  code may load, that is every name the code uses (``double``, and ``SCALE`` in
+  ``helpers.SCALE``), each keyed by these same rules: so editing a helper reruns
+  exactly the actions whose code reaches it, however deep.
+- An installed package's module, function or class: its name and the version of
+  the distribution that installed it (the standard library's: Python's version).
 - A user class: the functions (``__init__`` and every other method, static and
   class methods, properties) and the data attributes it defines itself. The
   global data that ``__init__`` reads is left out: ``__init__`` runs when the
@@ -24,15 +30,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import os
 import sys
 import sysconfig
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kiln.canonical import Unkeyable, canonical, dumps, qualname
 from kiln.graph import BuildFile
+from kiln.modnames import stable_module_name
 
 _KILN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PY = f"python {sys.version_info[0]}.{sys.version_info[1]}"
@@ -53,6 +61,31 @@ def is_user_file(filename: str, library: tuple[str, ...]) -> bool:
     if filename.startswith("<"):  # <frozen ...>, <string>: built in, or untraceable
         return filename == "<string>" or filename.startswith("<ipython")
     return not filename.startswith(library)
+
+
+@functools.cache
+def _distributions() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+@functools.cache
+def package_version(module: str) -> str:
+    """What identifies the installed code of ``module``: Python's version for the
+    standard library; else its distribution's name and version (several, when
+    several install into one top-level package), else its ``__version__``."""
+    top = module.split(".", 1)[0]
+    if top in sys.stdlib_module_names or top == "builtins":
+        return f"python {sys.version.split()[0]}"
+    found = []
+    for dist in sorted(set(_distributions().get(top, ()))):
+        try:
+            found.append(f"{dist}=={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if found:
+        return " ".join(found)
+    version = getattr(sys.modules.get(top), "__version__", None)
+    return f"{top}=={version}" if isinstance(version, str) else f"{top} (version unknown)"
 
 
 def _no_file(f: BuildFile) -> str:
@@ -78,6 +111,11 @@ class CodeDigests:
         code = getattr(obj, "__code__", None)
         if isinstance(code, types.CodeType):
             return is_user_file(code.co_filename, self._library)
+        if isinstance(obj, types.ModuleType):
+            filename = getattr(obj, "__file__", None)
+            return isinstance(filename, str) and is_user_file(
+                os.path.abspath(filename), self._library
+            )
         if isinstance(obj, type):
             filename = getattr(sys.modules.get(obj.__module__), "__file__", None)
             if filename is None:  # built into Python, or made at run time
@@ -99,11 +137,13 @@ class CodeDigests:
                 return self._cached(
                     (value, data_globals), lambda: self._function(value, strict, data_globals)
                 )
-            return f"fn {value.__module__}.{value.__qualname__}"
+            return f"fn {value.__module__}.{value.__qualname__} {_version_of(value)}"
         if isinstance(value, type):
-            return f"class {self.of_class(value)}" if self.is_user(value) else qualname(value)
+            if self.is_user(value):
+                return f"class {self.of_class(value)}"
+            return f"{qualname(value)} {_version_of(value)}"
         if isinstance(value, types.ModuleType):
-            return f"module {value.__name__}"
+            return self.of_module(value, frozenset())
         if isinstance(value, types.MethodType):
             return f"method {self.of_value(value.__func__, strict)} of {type(value.__self__)}"
         if isinstance(value, functools.partial):
@@ -111,9 +151,13 @@ class CodeDigests:
             kwargs = {k: self.of_value(v, strict) for k, v in sorted(value.keywords.items())}
             return f"partial {self.of_value(value.func, strict)} {dumps([args, kwargs])}"
         if isinstance(value, types.BuiltinFunctionType | types.BuiltinMethodType):
-            return f"builtin {getattr(value, '__module__', '')}.{value.__qualname__}"
+            module = getattr(value, "__module__", None) or ""
+            version = package_version(module) if module else ""
+            return f"builtin {module}.{value.__qualname__} {version}"
         if callable(value) and hasattr(value, "__dict__") and self.is_user(type(value)):
             return self._cached((value, "instance"), lambda: self._instance(value, strict))
+        if not strict and hasattr(value, "__dict__") and self.is_user(type(value)):
+            return self._cached((value, "object"), lambda: self._instance(value, strict))
 
         def nested(item: Any) -> str:
             if item is value:  # a callable canonical() cannot take apart: no loop
@@ -126,6 +170,32 @@ class CodeDigests:
             if strict:
                 raise
             return f"<{qualname(type(value))}>"
+
+    def of_module(
+        self, module: types.ModuleType, names: frozenset[str], data_globals: bool = True
+    ) -> str:
+        """What a module named by code whose names are ``names`` contributes: an
+        installed one its name and version; a user's, the attributes among ``names``
+        it holds (its data too, with ``data_globals``), each by ``of_value``."""
+        if not self.is_user(module):
+            return f"module {module.__name__} {package_version(module.__name__)}"
+        return self._cached(
+            (module, (names, data_globals)), lambda: self._module(module, names, data_globals)
+        )
+
+    def _module(self, module: types.ModuleType, names: frozenset[str], data_globals: bool) -> str:
+        h = hashlib.sha256(f"{_PY} module {stable_module_name(module.__name__)}".encode())
+        scope = vars(module)
+        for name in sorted(names.intersection(scope)):
+            value = scope[name]
+            if isinstance(value, types.ModuleType):
+                text = self.of_module(value, names, data_globals)
+            elif data_globals or _is_code_like(value):
+                text = self.of_value(value)
+            else:
+                continue
+            h.update(f"\0{name}={text}".encode())
+        return h.hexdigest()
 
     def _cached(self, obj: Any, compute: Callable[[], str]) -> str:
         """``compute()``, once per object (``obj`` may be a tuple: object, variant).
@@ -154,8 +224,9 @@ class CodeDigests:
         return digest
 
     def _instance(self, value: Any, strict: bool) -> str:
-        """A callable object of a user class: its class and its attributes."""
-        return f"callable {self.of_class(type(value))} {self.of_value(vars(value), strict)}"
+        """An object of a user class (callable, or data a function names): its class
+        and its attributes."""
+        return f"object {self.of_class(type(value))} {self.of_value(vars(value), strict)}"
 
     def _class(self, cls: type, skip: frozenset[str]) -> str:
         h = hashlib.sha256(f"{_PY} class {qualname(cls)}".encode())
@@ -180,6 +251,7 @@ class CodeDigests:
             h.update(f"\0default={self.of_value(value, strict)}".encode())
         for name, value in sorted((fn.__kwdefaults__ or {}).items()):
             h.update(f"\0kwdefault {name}={self.of_value(value, strict)}".encode())
+        names = frozenset(_global_names(fn.__code__))
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
             try:
                 contents = cell.cell_contents
@@ -187,21 +259,33 @@ class CodeDigests:
                 text = "<empty>"
             else:
                 try:
-                    text = self.of_value(contents, strict)
+                    text = self._named(contents, names, strict, data_globals=True)
                 except Unkeyable as e:
                     raise e.inside(f"closure value '{name}' of {fn.__qualname__}: ") from None
             h.update(f"\0closure {name}={text}".encode())
         scope = fn.__globals__
-        for name in sorted(_global_names(fn.__code__)):
-            if name not in scope:
-                continue
+        for name in sorted(names.intersection(scope)):
             value = scope[name]
             if data_globals or _is_code_like(value):
-                h.update(f"\0global {name}={self.of_value(value)}".encode())
+                text = self._named(value, names, False, data_globals)
+                h.update(f"\0global {name}={text}".encode())
         return h.hexdigest()
+
+    def _named(self, value: Any, names: frozenset[str], strict: bool, data_globals: bool) -> str:
+        """``of_value`` of a value that code whose names are ``names`` reaches by name:
+        a module counts by the attributes those names may load."""
+        if isinstance(value, types.ModuleType):
+            return self.of_module(value, names, data_globals)
+        return self.of_value(value, strict)
 
     def _code(self, code: types.CodeType) -> str:
         return self._cached(code, lambda: _code_digest(code))
+
+
+def _version_of(value: Any) -> str:
+    """The version of the installed code that defines ``value`` (a function or class)."""
+    module = getattr(value, "__module__", None)
+    return package_version(module) if isinstance(module, str) else "?"
 
 
 def _is_code_like(value: object) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -19,6 +18,7 @@ from typing import TypeVar
 
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, BuildInterrupted, UsageError
+from kiln.modnames import build_module_name, is_build_module_name
 
 _T = TypeVar("_T")
 # kiln's own package directory: frames below it are not the user's.
@@ -43,9 +43,8 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
     path = Path(spec).resolve()
     if not path.is_file():
         raise UsageError(f"build module {spec} does not exist; pass a .py file or -m MODULE")
-    # A stable name: action types (part of action keys) include the module name.
-    tag = hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    name = f"kiln_build_{tag}_{path.stem.replace('-', '_')}"
+    # Unique per path; keys spell it without the path (``kiln.modnames``).
+    name = build_module_name(path)
     module_spec = importlib.util.spec_from_file_location(
         name, path, loader=_SourceCheckedLoader(name, str(path))
     )
@@ -93,7 +92,7 @@ def loaded_for_command(spec: str, as_module: bool = False) -> Iterator[ModuleTyp
 def _is_users(name: str, module: ModuleType, dotted: str | None, user_dirs: list[str]) -> bool:
     """Whether ``module``, imported while a build module loaded, is that build module,
     its package, or a module from the build module's directory (not a library)."""
-    if name.startswith("kiln_build_"):
+    if is_build_module_name(name):
         return True
     if dotted is not None and (
         name == dotted.split(".")[0] or name.startswith(dotted.split(".")[0] + ".")
