@@ -9,9 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 TOOL = """\
-import sys
+import os, sys
 name, op, out, *inputs = sys.argv[1:]
-with open("ran.log", "a") as log:
+# Beside this script, in the project (commands run in the output directory).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.log"), "a") as log:
     log.write(name + "\\n")
 if op == "fail":
     sys.exit("told to fail")

@@ -199,7 +199,17 @@ def test_a_killed_build_keeps_its_events_so_far(write_module, tmp_path: Path, ta
     write_module(SLOW)
     log = tmp_path / "events.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kiln", "build", "build.py", "--events", str(log)],
+        [
+            sys.executable,
+            "-m",
+            "kiln",
+            "build",
+            "build.py",
+            "--events",
+            str(log),
+            "--action-env",
+            "KILN_TEST_TAG",
+        ],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -96,14 +96,14 @@ SIGNALLED = f"""
 def work():
     done = run_command(name="done.txt", command=["sh", "-c", "echo done > {{out}}"])
     hang = run_command(name="hang.txt", inputs=[done], command=[
-        "sh", "-c", "{DAEMONS} echo $$ > marks/hang; sleep 1000; echo hang > {{out}}"])
+        "sh", "-c", "{DAEMONS} echo $$ > ../marks/hang; sleep 1000; echo hang > {{out}}"])
     return [done, hang]
 """
 
 
 def _start(tmp_path: Path, tag: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "kiln", "build", "build.py", *args],
+        [sys.executable, "-m", "kiln", "build", "build.py", "--action-env", "KILN_TEST_TAG", *args],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -321,7 +321,9 @@ def test_processes_left_by_a_build_are_reported_and_killed(
 ) -> None:
     write_module(LEAKY)
     started = time.monotonic()
-    r = kiln("build", "build.py", env={"KILN_TEST_TAG": tag}, timeout=60)
+    r = kiln(
+        "build", "build.py", "--action-env", "KILN_TEST_TAG", env={"KILN_TEST_TAG": tag}, timeout=60
+    )
     elapsed = time.monotonic() - started
     assert r.returncode == 0, r.stderr
     assert elapsed < 30, "kiln waited for the daemons"
@@ -625,7 +627,8 @@ def test_closed_stdout_after_a_build_ends_quietly(write_module, tmp_path: Path) 
 
 def test_closed_stderr_stops_the_build_cleanly(write_module, tmp_path: Path, tag: str) -> None:
     write_module(BIG.replace("3000", "1000"))
-    r = _pipeline(tmp_path, f"{sys.executable} -m kiln build build.py -j 2 2>&1 | head -1", tag)
+    line = f"{sys.executable} -m kiln build build.py -j 2 --action-env KILN_TEST_TAG 2>&1 | head -1"
+    r = _pipeline(tmp_path, line, tag)
     assert r.returncode == 141, r.stdout
     assert len(r.stdout.splitlines()) == 1
     wait_for(lambda: not tagged_processes(tag), 10, "every process of the build to end")

@@ -30,14 +30,15 @@ def kiln(kiln_in_process):
 
 
 HEADER = "from kiln import *\nfrom kiln.executor import *\n"
-# ``ep`` writes x.txt and notes each run in runs.log (beside the module, outside kiln-out).
+# ``ep`` writes x.txt and notes each run in runs.log (beside the module, outside kiln-out:
+# commands run in the output directory).
 MODULE = (
     HEADER
     + """
 @entrypoint
 def ep():
     return run_command(name="x.txt",
-                       command=["sh", "-c", "echo run >> runs.log; echo fresh > {out}"])
+                       command=["sh", "-c", "echo run >> ../runs.log; echo fresh > {out}"])
 
 @entrypoint
 def other():

@@ -391,9 +391,10 @@ class Scaled(BuildAction):
     def _remotable_thunk(self):
         factor = int(os.environ.get("FACTOR", "1"))  # a closure value from outside
         path = str(self.output.get_fs_path())
+        log_path = os.path.abspath("ran.log")  # the worker runs in the output directory
 
         def run():
-            with open("ran.log", "a") as log:
+            with open(log_path, "a") as log:
                 log.write("scaled\\n")
             with open(path, "w") as out:
                 out.write(str(21 * factor))
@@ -502,14 +503,15 @@ def test_a_process_action_never_sees_what_an_earlier_one_did(
 ) -> None:
     write_module(HERMETIC, header=False)
     # -j 1: one worker thread, the same pool for both actions, one after the other.
-    result = kiln("build", "build.py", "-j", "1", env={"KILN_GIVEN": "yes"})
+    args = ("build", "build.py", "-j", "1", "--action-env", "KILN_GIVEN")
+    result = kiln(*args, env={"KILN_GIVEN": "yes"})
     assert result.returncode == 0, result.stderr
     seen = json.loads((tmp_path / "kiln-out" / "genfiles" / "hermetic" / "second.txt").read_text())
     assert seen == {
         "leak": None,
         "thread_leak": None,  # set in kiln's process after the build started
-        "given": "yes",  # the build's environment
-        "cwd": str(tmp_path),  # the build's working directory
+        "given": "yes",  # declared with --action-env: kiln's value
+        "cwd": str(tmp_path / "kiln-out"),  # the output directory
         "json_global": False,
         "sys_path": False,
         "getcwd": "getcwd",
@@ -536,9 +538,10 @@ class FromConfig(BuildAction):
         base = int(self.config.get_fs_path().read_text())
         extra = int(os.environ.get("EXTRA", "0"))
         path = str(self.output.get_fs_path())
+        log_path = os.path.abspath("ran.log")  # the worker runs in the output directory
 
         def run():
-            with open("ran.log", "a") as log:
+            with open(log_path, "a") as log:
                 log.write("from-config\\n")
             with open(path, "w") as out:
                 out.write(str(base + extra))

@@ -702,7 +702,8 @@ def test_cli_noop_build_reads_no_file_contents(
         assert proc.returncode == 0, proc.stderr
         return sorted(Path(line).name for line in hashed.read_text().splitlines())
 
-    assert build() == ["a.out", "a.txt", "b.out", "c.out"]
+    # tool.py, the script the commands run, is an input of theirs (hashed once).
+    assert build() == ["a.out", "a.txt", "b.out", "c.out", "tool.py"]
     assert build() == []
     (tmp_path / "a.txt").write_text("alpha, edited")
     assert build() == ["a.out", "a.txt", "b.out", "c.out"]

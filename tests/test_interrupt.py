@@ -19,7 +19,7 @@ import pytest
 from procs import dead as _dead
 from procs import tagged_processes, wait_for
 
-# Every action records its start in marks/. Unless $FAST is set, `cmd`, `proc`
+# Every action records its start in marks/. Unless marks/fast exists, `cmd`, `proc`
 # and `stuck` hang: `cmd` and `proc` in killable processes (each with a
 # `sleep 1000` child), `stuck` in a thread kiln cannot cancel. `finisher` ends
 # when marks/release appears, which the test creates after sending the signal;
@@ -34,7 +34,11 @@ from pathlib import Path
 from kiln.actions._files import atomic_output
 
 MARKS = Path(__file__).parent / "marks"
-HANG = 'echo $$ > marks/cmd; [ -n "$FAST" ] || {{ sleep 1000 & echo $! > marks/cmd_child; wait; }}'
+# Commands run in the output directory: marks/ is ../marks there.
+HANG = (
+    'echo $$ > ../marks/cmd; '
+    '[ -e ../marks/fast ] || {{ sleep 1000 & echo $! > ../marks/cmd_child; wait; }}'
+)
 
 
 def record(name, pid=None):
@@ -45,7 +49,7 @@ def hang_in_worker(out):
     record("proc")
     with atomic_output(out) as tmp:
         tmp.write_text("partial")
-        if not os.environ.get("FAST"):
+        if not (MARKS / "fast").exists():
             record("proc_child", subprocess.Popen(["sleep", "1000"]).pid)
             time.sleep(1000)
         tmp.write_text("proc")
@@ -69,7 +73,7 @@ class Stuck(BuildAction):
         self.out.get_fs_path().write_text("partial")
         record("stuck")
         deadline = time.monotonic() + 1000
-        while not os.environ.get("FAST") and time.monotonic() < deadline:
+        while not (MARKS / "fast").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         self.out.get_fs_path().write_text("stuck")
 
@@ -81,7 +85,7 @@ class Finisher(BuildAction):
 
     def _invoke(self):
         record("finisher")
-        while not os.environ.get("FAST") and not (MARKS / "release").exists():
+        while not (MARKS / "fast").exists() and not (MARKS / "release").exists():
             time.sleep(0.05)
         self.out.get_fs_path().write_text("finisher")
 
@@ -100,7 +104,7 @@ def work():
                       inputs=[done])
     finisher = custom(Finisher, "finisher.txt")
     late = run_command(name="late.txt", inputs=[finisher],
-                       command=["sh", "-c", "echo $$ > marks/late; cp {inputs[0]} {out}"])
+                       command=["sh", "-c", "echo $$ > ../marks/late; cp {inputs[0]} {out}"])
     return [done, cmd, custom(Proc, "proc.txt"), custom(Stuck, "stuck.txt"), finisher, late]
 """
 
@@ -109,7 +113,7 @@ STARTED = ("cmd", "cmd_child", "proc", "proc_child", "stuck", "finisher")
 
 def start_kiln(tmp_path: Path, tag: str, *args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "kiln", "build", "build.py", *args],
+        [sys.executable, "-m", "kiln", "build", "build.py", "--action-env", "KILN_TEST_TAG", *args],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -160,9 +164,10 @@ def test_signal_stops_the_build_cleanly(
     leftovers = [p for p in out_dir.rglob("*") if p.is_file() and ".kiln" not in p.parts]
     assert sorted(p.name for p in leftovers) == ["done.txt", "finisher.txt"]
 
-    fast = {**os.environ, "NO_COLOR": "1", "FAST": "1"}
+    (marks / "fast").touch()
+    fast = {**os.environ, "NO_COLOR": "1", "KILN_TEST_TAG": tag}
     again = subprocess.run(
-        [sys.executable, "-m", "kiln", "build", "build.py"],
+        [sys.executable, "-m", "kiln", "build", "build.py", "--action-env", "KILN_TEST_TAG"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -174,7 +179,7 @@ def test_signal_stops_the_build_cleanly(
     texts = {"cmd": "cmd\n", "proc": "proc", "stuck": "stuck", "late": "finisher"}
     assert {name: (gen / f"{name}.txt").read_text() for name in texts} == texts
     third = subprocess.run(
-        [sys.executable, "-m", "kiln", "build", "build.py"],
+        [sys.executable, "-m", "kiln", "build", "build.py", "--action-env", "KILN_TEST_TAG"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -241,7 +246,7 @@ def work():
     inline.deps.add(Inline(inline, desc="inline", executor=ctx.executor, deps=[pre]))
     gate.deps.add(Gate(gate, desc="gate", executor=ctx.executor))
     late = run_command(name="late.txt", inputs=[gate],
-                       command=["sh", "-c", "echo $$ > marks/late; cp {inputs[0]} {out}"])
+                       command=["sh", "-c", "echo $$ > ../marks/late; cp {inputs[0]} {out}"])
     return [inline, late]
 """
 

@@ -128,7 +128,17 @@ def tree(out_dir: Path) -> dict[str, bytes]:
 
 def kiln(root: Path, tag: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "kiln", "build", "build.py", "-j", "3"],
+        [
+            sys.executable,
+            "-m",
+            "kiln",
+            "build",
+            "build.py",
+            "-j",
+            "3",
+            "--action-env",
+            "KILN_TEST_TAG",
+        ],
         cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=stderr,

@@ -22,12 +22,13 @@ from kiln.state import StateStore
 TOOL = """\
 import os, sys, time
 name, op, out, *inputs = sys.argv[1:]
-with open("ran.log", "a") as log:
+here = os.path.dirname(os.path.abspath(__file__))  # commands run in the output directory
+with open(os.path.join(here, "ran.log"), "a") as log:
     log.write(name + "\\n")
 text = "".join(open(i).read() for i in inputs)
-if op == "slow" and os.path.exists("slow.flag"):
-    open("marker.tmp", "w").write(str(os.getpid()))
-    os.replace("marker.tmp", "marker")
+if op == "slow" and os.path.exists(os.path.join(here, "slow.flag")):
+    open(os.path.join(here, "marker.tmp"), "w").write(str(os.getpid()))
+    os.replace(os.path.join(here, "marker.tmp"), os.path.join(here, "marker"))
     time.sleep(60)
 open(out, "w").write(text.upper() + "|" + name)
 """

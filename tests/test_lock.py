@@ -61,7 +61,8 @@ class Builds:
     def start(self, *args: str, command: str = "build") -> subprocess.Popen[str]:
         n = len(self.started)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kiln", command, "build.py", *args],
+            [sys.executable, "-m", "kiln", command, "build.py", *args]
+            + (["--action-env", "KILN_TEST_TAG"] if command in ("build", "explain") else []),
             cwd=self.root,
             stdout=(self.root / f"out{n}.txt").open("w"),
             stderr=(self.root / f"err{n}.txt").open("w"),

@@ -37,7 +37,16 @@ def test_many_commands_build_log_and_leave_nothing(
     write_module, kiln, tmp_path: Path, tag: str, cache: list[str]
 ) -> None:
     write_module(MANY)
-    r = kiln("build", "build.py", "-j", "6", *cache, env={"KILN_TEST_TAG": tag})
+    r = kiln(
+        "build",
+        "build.py",
+        "-j",
+        "6",
+        *cache,
+        "--action-env",
+        "KILN_TEST_TAG",
+        env={"KILN_TEST_TAG": tag},
+    )
     assert r.returncode == 0, r.stderr
     out = tmp_path / "kiln-out/genfiles/many"
     logs = tmp_path / "kiln-out/.kiln/logs/many"
@@ -47,7 +56,8 @@ def test_many_commands_build_log_and_leave_nothing(
         assert log.startswith("$ sh -c ") and log.endswith(f"line {i}\n"), log
     assert sorted(p.name for p in out.iterdir()) == sorted(f"o{i}.txt" for i in range(120))
     assert not tagged_processes(tag)
-    again = kiln("build", "build.py", "-j", "6", *cache)
+    args = ("build", "build.py", "-j", "6", *cache, "--action-env", "KILN_TEST_TAG")
+    again = kiln(*args, env={"KILN_TEST_TAG": tag})
     assert again.returncode == 0 and "0 built, 120 up to date" in again.stderr, again.stderr
 
 
@@ -98,7 +108,15 @@ def test_a_timeout_kills_the_command_and_its_group(
 ) -> None:
     write_module(TIMEOUT)
     started = time.monotonic()
-    r = kiln("build", "build.py", *cache, env={"KILN_TEST_TAG": tag}, timeout=60)
+    r = kiln(
+        "build",
+        "build.py",
+        *cache,
+        "--action-env",
+        "KILN_TEST_TAG",
+        env={"KILN_TEST_TAG": tag},
+        timeout=60,
+    )
     assert time.monotonic() - started < 30
     assert r.returncode == 1, r.stderr
     assert "'Running slow/hung.txt' ran past its timeout of 1 s and was killed" in r.stderr
@@ -112,7 +130,7 @@ RUNNING = """
 def busy():
     return [
         run_command(name=f"b{i}.txt",
-                    command=["sh", "-c", f"touch marks/{i}; sleep 60; echo {i} > {{out}}"])
+                    command=["sh", "-c", f"touch ../marks/{i}; sleep 60; echo {i} > {{out}}"])
         for i in range(6)
     ]
 """
@@ -126,7 +144,18 @@ def test_a_signal_kills_every_running_command(
     write_module(RUNNING)
     (tmp_path / "marks").mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kiln", "build", "build.py", "-j", "6", *cache],
+        [
+            sys.executable,
+            "-m",
+            "kiln",
+            "build",
+            "build.py",
+            "-j",
+            "6",
+            *cache,
+            "--action-env",
+            "KILN_TEST_TAG",
+        ],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -169,7 +198,7 @@ def env():
 """
 
 
-def test_a_command_gets_kilns_environment_and_directory_but_no_stray_descriptor(
+def test_a_command_gets_the_declared_environment_and_the_output_directory_no_stray_descriptor(
     write_module, tmp_path: Path
 ) -> None:
     """As with ``subprocess``: a descriptor kiln inherited is not passed on."""
@@ -178,7 +207,7 @@ def test_a_command_gets_kilns_environment_and_directory_but_no_stray_descriptor(
     os.set_inheritable(write, True)
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "kiln", "build", "build.py"],
+            [sys.executable, "-m", "kiln", "build", "build.py", "--action-env", "KILN_SPAWN_PROBE"],
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -191,6 +220,6 @@ def test_a_command_gets_kilns_environment_and_directory_but_no_stray_descriptor(
         os.close(write)
     assert r.returncode == 0, r.stderr
     first, *fds = (tmp_path / "kiln-out/genfiles/env/e.txt").read_text().split("\n")
-    assert first == f"probe-value {tmp_path}"
+    assert first == f"probe-value {tmp_path / 'kiln-out'}"
     # 0-2, and the one ls opened on /proc/self/fd: nothing kiln had open.
     assert str(write) not in fds and len([f for f in fds if f]) <= 4, fds

@@ -207,7 +207,7 @@ def test_timed_out_command_is_killed_with_its_children(write_module, kiln, tmp_p
         """
         @entrypoint
         def slow():
-            script = "echo $$ > marks/sh; sleep 1000 & echo $! > marks/sleep; wait"
+            script = "echo $$ > ../marks/sh; sleep 1000 & echo $! > ../marks/sleep; wait"
             hung = run_command(name="hang.txt", command=["sh", "-c", script], timeout=1)
             fine = run_command(name="fine.txt", command=["sh", "-c", "echo fine > {out}"])
             return [hung, fine]

@@ -1,8 +1,9 @@
 """Commands without a thread each: started with ``posix_spawn``, reaped in one place.
 
 A ``CommandRunner`` starts a command (no shell of its own: the argv as given, in
-a new session, both output streams straight into a log file by the spawn's file
-actions, so kiln reads none of it) and returns at once. One place waits for every
+the directory and with the environment the action gives it, in a new session,
+both output streams straight into a log file by the spawn's file actions, so
+kiln reads none of it; ``kiln._spawn_libc``) and returns at once. One place waits for every
 command it started at once (a ``pidfd`` each, in one ``epoll``; where the kernel
 has no pidfds, a small thread per command waits instead), enforces their
 timeouts by killing their process group, reaps them, kills what each left
@@ -30,10 +31,11 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kiln._reaper import kill_leftovers
+from kiln._spawn_libc import find_program, spawn
 
 # The environment variable that marks every process of one command.
 COMMAND_TAG = "KILN_COMMAND_ID"
@@ -87,14 +89,6 @@ def _inherited_fds() -> tuple[int, ...]:
     return tuple(found)
 
 
-def _environment(tag: str) -> dict[bytes, bytes]:
-    """kiln's environment as it is now, with the command's tag added."""
-    data = getattr(os.environ, "_data", None)  # CPython's bytes mapping: no decoding
-    env = dict(data) if isinstance(data, dict) else dict(os.environb)
-    env[COMMAND_TAG.encode()] = tag.encode()
-    return env
-
-
 class CommandRunner:
     """Starts commands and reaps them on one thread.
 
@@ -123,6 +117,8 @@ class CommandRunner:
         self._children = (-1, -1)
         self._closed = False
         self._driven = False  # a driver thread reaps (``drive``): no reaper thread
+        # Where each program was found, by (name, PATH): found once per build.
+        self._programs: dict[tuple[str, str], str] = {}
 
     # -- a driver instead of the reaper thread -----------------------------------------
 
@@ -169,28 +165,31 @@ class CommandRunner:
         self,
         argv: list[str],
         *,
+        env: Sequence[bytes],
+        path: str,
+        cwd: str,
         log_fd: int,
         tag: str,
         timeout: float | None,
         on_exit: Callable[[Ended], None],
     ) -> int:
-        """Start ``argv`` with stdout and stderr on ``log_fd`` and ``COMMAND_TAG=tag``
-        added to the environment; return its pid. ``on_exit`` is called once, on
-        the reaper thread, after it ended. Raises OSError when it cannot start."""
+        """Start ``argv`` in ``cwd`` with the environment ``env`` (``NAME=VALUE``
+        entries) and ``COMMAND_TAG=tag``, its program found on ``path``, stdout and
+        stderr on ``log_fd``; return its pid. ``on_exit`` is called once, on the
+        reaper thread, after it ended. Raises OSError when it cannot start."""
+        program = self._programs.get((argv[0], path))
+        if program is None:
+            program = self._programs[argv[0], path] = find_program(argv[0], path)
         out = log_fd if log_fd > 2 else fcntl.fcntl(log_fd, fcntl.F_DUPFD_CLOEXEC, 3)
-        actions: list[tuple[int, ...]] = [
-            (os.POSIX_SPAWN_DUP2, out, 1),
-            (os.POSIX_SPAWN_DUP2, out, 2),
-        ]
-        actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in self._close_fds if fd != out]
         try:
-            pid = os.posix_spawnp(
-                argv[0],
+            pid = spawn(
+                program,
                 argv,
-                _environment(tag),
-                file_actions=actions,
-                setsid=True,
-                setsigdef=_DEFAULT_SIGNALS,
+                [*env, f"{COMMAND_TAG}={tag}".encode()],
+                cwd=cwd,
+                out_fd=out,
+                close_fds=self._close_fds,
+                default_signals=_DEFAULT_SIGNALS,
             )
         finally:
             if out != log_fd:

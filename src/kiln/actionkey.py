@@ -11,6 +11,9 @@ canonical form (``kiln.canonical``), plus two entries of kiln's own:
   or one that keeps the default ``_invoke``) when that method is the user's, the
   digest of the callable it returns: the function's code, its closure values or
   a partial's arguments, and the globals it names.
+- ``!env``: for an action whose work runs in a program kiln starts (a PROCESS
+  action, a command), the environment that program is given: the base set's
+  version and the declared variables (``kiln.action_env``).
 
 A value that cannot be keyed is a ``BuildDefinitionError`` naming the action,
 the attribute, the value's type and the fix, raised when the build is planned,
@@ -24,9 +27,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from kiln._gc import gc_paused
+from kiln._spawn import SpawnsCommand
 from kiln._version import __version__
+from kiln.action_env import ActionEnvironment
 from kiln.canonical import Unkeyable, canonical, file_ref_for, qualname
-from kiln.codekey import CodeDigests
+from kiln.codekey import CodeDigests, package_version
 from kiln.errors import BuildDefinitionError
 from kiln.graph import KEYING_ONLY, ActionConcurrency, BuildAction
 
@@ -34,6 +39,7 @@ _ESCAPED = ("!", "=", "\\")
 _SELF_REFERENCE = "value that contains itself (or is nested too deeply)"
 CODE_PARAM = "!code"
 THUNK_PARAM = "!thunk"
+ENV_PARAM = "!env"
 # Class attributes of BuildAction that are in the key otherwise (VERSION) or that
 # do not change what an action produces.
 _NOT_CODE = frozenset({"VERSION", "key_exclude", "always_run", "timeout", "pool", "exclusive"})
@@ -53,8 +59,9 @@ class KeyMaker:
     keys once their inputs exist.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, environment: ActionEnvironment | None = None) -> None:
         self.code = CodeDigests()
+        self.env_key = (environment or ActionEnvironment()).key()
         self.params_of: dict[BuildAction, dict[str, Any] | None] = {}
         self.deferred: set[BuildAction] = set()
         # class -> (its code digest, whether its _remotable_thunk is the user's)
@@ -103,6 +110,8 @@ class KeyMaker:
         if info is None:
             info = self._classes[kind] = (self.class_digest(kind), self._user_thunk(kind))
         out[CODE_PARAM] = info[0]
+        if action.concurrency is ActionConcurrency.PROCESS or isinstance(action, SpawnsCommand):
+            out[ENV_PARAM] = self.env_key
         if info[1] and (
             action.concurrency is ActionConcurrency.PROCESS
             or kind._invoke is BuildAction._invoke  # the default _invoke calls the thunk
@@ -125,8 +134,7 @@ class KeyMaker:
             elif self.code.is_user(klass):
                 parts.append(self.code.of_class(klass, skip))
             else:
-                package = __import__(klass.__module__.split(".", 1)[0])
-                parts.append(f"{qualname(klass)} {getattr(package, '__version__', '?')}")
+                parts.append(f"{qualname(klass)} {package_version(klass.__module__)}")
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
     def _user_thunk(self, kind: type[BuildAction]) -> bool:

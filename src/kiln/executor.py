@@ -218,7 +218,7 @@ class Executor:
     def _keys_for(self, plan: Plan) -> KeyMaker:
         """The keyed parameters of every action of ``plan``, made once per plan."""
         if self._keyed is None or self._keyed[0] is not plan:
-            keys = KeyMaker()
+            keys = KeyMaker(self.run_context.environment)
             keys.all(plan.actions)
             self._keyed = (plan, keys)
         return self._keyed[1]
@@ -256,6 +256,7 @@ class Executor:
             readers=readers,
             cache=self.cache,
             remote=self.remote,
+            environment=lambda: (self.run_context.process_env(), self.run_context.work_dir),
         )
         self.graph.runs.begin(scheduler.result.runs)
         try:

@@ -22,6 +22,7 @@ from kiln.definition_site import DefinitionSite
 from kiln.errors import BuildDefinitionError, DependenceException
 from kiln.layout import FileNamespace, OutputLayout, namespace_dir, platform_tag
 from kiln.meta import BuildFileMetadata, BuildMeta
+from kiln.modnames import stable_module_name
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
@@ -198,6 +199,21 @@ class BuildFile(BuildDependency):
             text = self._fs_str = str(self.source) if self.source else f"{root}/{self.path}"
         return text
 
+    @property
+    def action_path(self) -> str:
+        """How the programs kiln runs for actions name this file: its path relative to
+        the output directory, where they run (a source file's as ``../`` and on), so
+        that nothing they write depends on where the output directory or the
+        checkout is, as long as one lies where it did beside the other."""
+        path = self.__dict__.get("_action_path")
+        if path is None:
+            if self.source is None:
+                path = self._layout.relative_path(self)
+            else:
+                path = os.path.relpath(self.source, self._layout.output_dir)
+            self.__dict__["_action_path"] = path
+        return path
+
     def get_fs_path(self) -> Path:
         """Where the file lives on disk, its parent directory created for writing."""
         path = self.fs_path
@@ -305,8 +321,10 @@ class BuildAction(BuildDependency):
 
     @property
     def action_type(self) -> str:
+        """The class's module and name (a build module's by its file's name: the
+        same in every checkout)."""
         cls = type(self)
-        return f"{cls.__module__}.{cls.__qualname__}"
+        return f"{stable_module_name(cls.__module__)}.{cls.__qualname__}"
 
     def params(self) -> dict[str, Any] | None:
         """The parameters that, with the inputs' contents and the action's code,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiln.action_record import ActionRecord
-from kiln.actionkey import CODE_PARAM, THUNK_PARAM, KeyMaker, complete_params
+from kiln.actionkey import CODE_PARAM, ENV_PARAM, THUNK_PARAM, KeyMaker, complete_params
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.outputs import file_kind
@@ -166,7 +166,9 @@ def _why_key_changed(record: ActionRecord, params: dict[str, Any], inputs: dict[
         changes.append("the action's code changed")
     if old.get(THUNK_PARAM) != params.get(THUNK_PARAM):
         changes.append("the code or closure values of its _remotable_thunk changed")
-    mine = (CODE_PARAM, THUNK_PARAM)
+    if old.get(ENV_PARAM) != params.get(ENV_PARAM):
+        changes.append("the environment its programs are given changed (--action-env)")
+    mine = (CODE_PARAM, THUNK_PARAM, ENV_PARAM)
     changes += _param_changes(
         "",
         {k: v for k, v in old.items() if k not in mine},
@@ -192,6 +194,11 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
     """What differs between two parameter values, down to the changed leaves of
     dicts, records and equal-length lists, so that a long argv shows the flag that
     changed. Canonical forms (``kiln.canonical``) are shown as Python spells them."""
+    old, new = _unwrap(old), _unwrap(new)
+    if isinstance(old, _Pairs) and isinstance(new, _Pairs):
+        if old.keys() == new.keys() and list(old) != list(new):
+            return [f"the order of parameter {name}'s entries changed"]
+        old, new = dict(old), dict(new)
     if isinstance(old, dict) and isinstance(new, dict) and _record_like(old, new):
         return [
             change
@@ -209,6 +216,21 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
     return [f"parameter {name} changed from {_short(old)} to {_short(new)}"]
 
 
+class _Pairs(dict[str, Any]):
+    """A canonical ``!dict``'s entries by the JSON text of their keys, in order."""
+
+
+def _unwrap(value: Any) -> Any:
+    """A canonical tuple as its list; a canonical dict as ``_Pairs``."""
+    if isinstance(value, dict) and len(value) == 1:
+        if "!tuple" in value and isinstance(value["!tuple"], list):
+            return value["!tuple"]
+        pairs = value.get("!dict")
+        if isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            return _Pairs((_entry_name(k), v) for k, v in pairs)
+    return value
+
+
 def _record_like(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Whether to compare two canonical dicts field by field: plain dicts, or
     records (dataclasses, named tuples) of the same type; not other tagged values."""
@@ -217,6 +239,14 @@ def _record_like(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return tag_old == tag_new and (
         tag_old is None or (tag_old == "!type" and old[tag_old] == new[tag_old])
     )
+
+
+def _entry_name(key: Any) -> str:
+    """A canonical dict key as ``_join`` reads it: a string (escaped when it starts
+    like a tag or an escape), or ``=`` and the JSON of any other key."""
+    if not isinstance(key, str):
+        return "=" + json.dumps(key, sort_keys=True)
+    return "\\" + key if key[:1] in ("!", "=", "\\") else key
 
 
 def _join(name: str, key: str) -> str:

@@ -130,7 +130,7 @@ class Statuses:
         ):
             return  # the build covered every action (the usual no-op): no second plan
         plan = executor.plan(executor.entrypoints)
-        keys = KeyMaker()
+        keys = KeyMaker(executor.run_context.environment)
         for action in plan.actions:
             if action not in self.of:
                 try:

@@ -17,7 +17,9 @@ construction rather than writer by writer:
 
 Temporaries: one scheme, ``.kiln-tmp-<10 hex of the name's digest>-<8 random
 hex><extension>`` beside the file they become, at most 45 bytes whatever the
-output's name, so a name of NAME_MAX bytes still has a temporary.
+output's name, so a name of NAME_MAX bytes still has a temporary. A command's
+temporary (its ``{out}``) has eight zeros for the random part: always the same
+name, so that a command that writes its own output path writes the same bytes.
 
 Durability: a temporary becomes the output by rename, so a killed build never
 leaves a half-written file under an output's name. What reaches the disk is
@@ -263,11 +265,14 @@ def _tmp_key(name: str) -> str:
     return hashlib.sha256(os.fsencode(name)).hexdigest()[:10]
 
 
-def temporary_for(target: Path) -> Path:
-    """A fresh temporary name beside ``target``; short whatever ``target``'s name is,
-    and with its extension (tools such as compilers read it)."""
+def temporary_for(target: Path, unique: bool = True) -> Path:
+    """A temporary name beside ``target``; short whatever ``target``'s name is, and
+    with its extension (tools such as compilers read it). ``unique``: a fresh name;
+    else always the same one for ``target`` (a command that writes its ``{out}``
+    into the output writes the same bytes every time)."""
     ext = target.suffix if len(os.fsencode(target.suffix)) <= _MAX_TMP_EXT else ""
-    return target.with_name(f"{TMP_PREFIX}{_tmp_key(target.name)}-{os.urandom(4).hex()}{ext}")
+    tag = os.urandom(4).hex() if unique else "0" * 8
+    return target.with_name(f"{TMP_PREFIX}{_tmp_key(target.name)}-{tag}{ext}")
 
 
 def is_temporary(name: str) -> bool:
@@ -318,15 +323,19 @@ def _syncfs() -> Callable[[int], int] | None:
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path | str, *, create: bool = True) -> Iterator[Path]:
+def atomic_output(path: Path | str, *, create: bool = True, unique: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success commit it onto ``path``, on
     any failure remove it. The parent directory must exist (``OutputTree`` made it).
 
     With ``create`` the temporary exists, empty; without, the writer (a subprocess)
-    creates it. What the writer leaves must be a regular file.
+    creates it. What the writer leaves must be a regular file. ``unique=False``:
+    the temporary's name is always the same for ``path`` (``temporary_for``); what
+    an earlier writer left there is removed first.
     """
     target = Path(path)
-    tmp = temporary_for(target)
+    tmp = temporary_for(target, unique)
+    if not unique:
+        remove_quietly(tmp)
     if create:
         os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o666))
     try:

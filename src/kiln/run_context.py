@@ -1,16 +1,20 @@
 """What a running action reaches besides its own definition: the reporter, the
-place of its log, its files' persistent metadata, and the tracking of the
-subprocesses it starts (so that Ctrl-C kills them)."""
+place of its log, its files' persistent metadata, the environment and directory
+its programs run in, and the tracking of the subprocesses it starts (so that
+Ctrl-C kills them)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kiln._spawn import CommandRunner
+from kiln.action_env import ActionEnvironment
 from kiln.command_logs import LogSpools
 from kiln.layout import OutputLayout
 from kiln.reporting import ProgressReporter
@@ -43,6 +47,10 @@ class RunContext:
         self._spools: LogSpools | None = None
         self._lock = threading.Lock()
         self._metadata_lock = threading.RLock()
+        # What every command and worker process of a build sees (``kiln.action_env``).
+        self.environment = ActionEnvironment()
+        self._scratch: str | None = None
+        self._encoded: dict[frozenset[tuple[str, str]], tuple[list[bytes], str]] = {}
 
     @property
     def output_dir(self) -> Path:
@@ -55,6 +63,41 @@ class RunContext:
     def old_log(self, f: BuildFile) -> str | None:
         """The log an earlier build left for ``f``'s action, if any."""
         return self.layout.old_log(f)
+
+    @property
+    def work_dir(self) -> str:
+        """Where commands and worker processes run: the output directory, so that
+        the relative paths they are given name their files."""
+        return str(self.layout.output_dir)
+
+    def scratch_dir(self) -> str:
+        """The ``HOME`` and ``TMPDIR`` of the build's programs: ``.kiln/tmp``, made
+        empty when a build first asks (what an earlier build's programs left there
+        goes)."""
+        with self._lock:
+            if self._scratch is None:
+                path = self.layout.kiln_dir / "tmp"
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                self.layout.ensure_dir(path)
+                self._scratch = str(path)
+            return self._scratch
+
+    def process_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The whole environment of a program run for an action (``extra``: the
+        action's own variables)."""
+        return self.environment.variables(self.scratch_dir(), extra)
+
+    def command_env(self, extra: Mapping[str, str] | None = None) -> tuple[list[bytes], str]:
+        """``process_env(extra)`` as ``NAME=VALUE`` entries, and its PATH (made once
+        per build and set of extra variables: commands are many)."""
+        key = frozenset(extra.items()) if extra else frozenset()
+        found = self._encoded.get(key)
+        if found is None:
+            env = self.process_env(extra)
+            entries = [os.fsencode(f"{k}={v}") for k, v in env.items()]
+            found = self._encoded[key] = (entries, env.get("PATH", ""))
+        return found
 
     def write_status(self, message: str) -> None:
         self.reporter.message(message)
@@ -101,6 +144,8 @@ class RunContext:
         with self._lock:
             commands, self._commands = self._commands, None
             spools, self._spools = self._spools, None
+            self._scratch = None
+            self._encoded = {}
         if commands is not None:
             commands.close()
         if spools is not None:

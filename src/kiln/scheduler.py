@@ -106,6 +106,7 @@ class Scheduler:
         readers: list[ev.EventReader] | None = None,
         cache: BuildCache | None = None,
         remote: RemoteRunner | None = None,
+        environment: Callable[[], tuple[dict[str, str], str]] | None = None,
     ):
         self.plan = plan
         self.store = store
@@ -144,8 +145,9 @@ class Scheduler:
         self._outputs = ActionOutputs(store, outputs)
         self._tree = outputs
         self._jobs, self._cap_note = cap_jobs(options.jobs, len(plan.actions))
-        # What every PROCESS action starts with, whatever ran before it.
-        self._environment = (dict(os.environ), os.getcwd())
+        # What every PROCESS action starts with, whatever ran before it: the build's
+        # controlled environment and directory (``kiln.action_env``), made on first use.
+        self._environment = environment or (lambda: (dict(os.environ), os.getcwd()))
         self._pool_lock = threading.Lock()
         self._cache = CacheStep(cache, plan)
         # Runs remotable actions on a cluster (``--executor dask...``); None: here.
@@ -492,7 +494,7 @@ class Scheduler:
     def _process_pool(self) -> ProcessPool:
         with self._pool_lock:  # worker threads ask for it concurrently
             if self._processes is None:
-                self._processes = ProcessPool(*self._environment)
+                self._processes = ProcessPool(*self._environment())
             return self._processes
 
     def _complete(

@@ -12,7 +12,7 @@ import subprocess
 from kiln._redact import redact_urls
 from kiln._template import template_modules
 from kiln.actions._files import atomic_output
-from kiln.actions._logs import open_log, read_tail, short_diagnostic
+from kiln.actions._logs import open_log, read_tail, short_diagnostic, shown_path
 from kiln.errors import ToolError
 
 DIAGNOSTIC_TAIL_LINES = 40
@@ -57,8 +57,11 @@ def compile_module(
             if returncode < 0:
                 status = f"killed by signal {-returncode}"
             tail = read_tail(log_path, max_lines=DIAGNOSTIC_TAIL_LINES)
+            where = shown_path(source)
             raise ToolError(
-                f"iree-compile failed on {source} ({status}):\n{tail}\n(full log: {log_path})"
+                f"iree-compile failed on {where} ({status}):\n{tail}\n(full log: {log_path})"
             )
         if not os.path.lexists(tmp):
-            raise ToolError(f"iree-compile finished without writing its output {output}")
+            raise ToolError(
+                f"iree-compile finished without writing its output {shown_path(output)}"
+            )

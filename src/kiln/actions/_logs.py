@@ -53,3 +53,10 @@ def short_diagnostic(error: BaseException | str, max_lines: int = 8, max_chars: 
         lines = [*lines[:max_lines], f"... ({len(lines) - max_lines} more lines)"]
     text = "\n".join(lines)
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def shown_path(path: str) -> str:
+    """``path`` as a message names it: absolute. Actions' programs are given paths
+    relative to the directory they run in (the output directory), which a reader
+    of the message is not in."""
+    return os.path.abspath(path)

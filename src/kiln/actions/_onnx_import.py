@@ -11,7 +11,7 @@ from typing import Any
 
 from kiln._template import template_modules
 from kiln.actions._files import atomic_write
-from kiln.actions._logs import short_diagnostic
+from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.errors import ToolError
 
 
@@ -46,7 +46,9 @@ def _load_onnx(source: str, opset_version: int | None) -> Any:
     try:
         model = onnx.load(source)
     except Exception as e:
-        raise ToolError(f"cannot read ONNX model {source}: {short_diagnostic(e)}") from e
+        raise ToolError(
+            f"cannot read ONNX model {shown_path(source)}: {short_diagnostic(e)}"
+        ) from e
     try:
         if not model.graph.name:  # the checker rejects it; the function needs a name
             model.graph.name = "main_graph"
@@ -57,7 +59,7 @@ def _load_onnx(source: str, opset_version: int | None) -> Any:
             model.ir_version = max(model.ir_version, 4)
         return _infer_shapes(model, source)
     except Exception as e:
-        raise ToolError(f"invalid ONNX model {source}: {short_diagnostic(e)}") from e
+        raise ToolError(f"invalid ONNX model {shown_path(source)}: {short_diagnostic(e)}") from e
 
 
 @template_modules("onnx", "iree.compiler.extras.onnx_importer", "iree.compiler.ir")
@@ -77,6 +79,8 @@ def import_onnx(source: str, output: str, opset_version: int | None) -> None:
         onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
         module.verify()
     except Exception as e:
-        raise ToolError(f"cannot import ONNX model {source}: {short_diagnostic(e)}") from e
+        raise ToolError(
+            f"cannot import ONNX model {shown_path(source)}: {short_diagnostic(e)}"
+        ) from e
     with atomic_write(output, "w") as f:
         module.print(file=f, assume_verified=True)

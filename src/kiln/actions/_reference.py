@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kiln.actions._files import atomic_output
+from kiln.actions._logs import shown_path
 from kiln.actions._tensors import (
     InputSpec,
     file_seed,
@@ -49,7 +50,7 @@ def _load_model(path: str) -> Any:
     try:
         return onnx.load(path, load_external_data=False)
     except Exception as e:
-        raise ToolError(f"cannot read ONNX model {path}: {_short(e)}") from e
+        raise ToolError(f"cannot read ONNX model {shown_path(path)}: {_short(e)}") from e
 
 
 def model_signature(path: str) -> list[InputSpec]:
@@ -64,8 +65,9 @@ def model_signature(path: str) -> list[InputSpec]:
             continue
         kind = value.type.WhichOneof("value")
         if kind != "tensor_type":
+            where = shown_path(path)
             raise ToolError(
-                f"cannot generate input {value.name!r} of {path}: it is a {kind}, not a tensor"
+                f"cannot generate input {value.name!r} of {where}: it is a {kind}, not a tensor"
             )
         tensor = value.type.tensor_type
         dtype = str(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
@@ -127,7 +129,7 @@ def _upgraded(model: str, opset: int) -> bytes:
         converted.ir_version = max(converted.ir_version, 4)
         return bytes(converted.SerializeToString())
     except Exception as e:
-        raise ToolError(f"cannot upgrade {model} to opset {opset}: {_short(e)}") from e
+        raise ToolError(f"cannot upgrade {shown_path(model)} to opset {opset}: {_short(e)}") from e
 
 
 def run_onnxruntime(
@@ -150,11 +152,11 @@ def run_onnxruntime(
             raise first from None
     names = [i.name for i in session.get_inputs()]
     if len(names) != len(args):
-        raise ToolError(f"{model} takes {len(names)} inputs {names}, given {len(args)}")
+        raise ToolError(f"{shown_path(model)} takes {len(names)} inputs {names}, given {len(args)}")
     try:
         outputs = session.run(None, dict(zip(names, args, strict=True)))
     except Exception as e:
-        raise ToolError(f"onnxruntime cannot run {model}: {_short(e)}") from e
+        raise ToolError(f"onnxruntime cannot run {shown_path(model)}: {_short(e)}") from e
     return [np.asarray(o) for o in outputs], upgraded
 
 

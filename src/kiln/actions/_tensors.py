@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kiln.actions._logs import shown_path
 from kiln.errors import ToolError
 
 if TYPE_CHECKING:
@@ -66,13 +67,15 @@ def load_tensor(path: str) -> np.ndarray:
 
     suffix = Path(path).suffix.lower()
     if suffix not in (".pb", ".npy"):
-        raise ToolError(f"cannot load tensor {path}: unknown extension (expected .pb or .npy)")
+        raise ToolError(
+            f"cannot load tensor {shown_path(path)}: unknown extension (expected .pb or .npy)"
+        )
     try:
         array = _load_tensor_proto(path) if suffix == ".pb" else np.load(path, allow_pickle=False)
     except Exception as e:
-        raise ToolError(f"cannot load tensor {path}: {_short(e)}") from e
+        raise ToolError(f"cannot load tensor {shown_path(path)}: {_short(e)}") from e
     if not isinstance(array, np.ndarray):
-        raise ToolError(f"cannot load tensor {path}: not a single array")
+        raise ToolError(f"cannot load tensor {shown_path(path)}: not a single array")
     return array
 
 
@@ -92,7 +95,7 @@ def load_bundle(path: str) -> list[np.ndarray]:
         with np.load(path, allow_pickle=False) as data:
             return [data[f"arr_{i}"] for i in range(len(data.files))]
     except Exception as e:
-        raise ToolError(f"cannot load tensors from {path}: {_short(e)}") from e
+        raise ToolError(f"cannot load tensors from {shown_path(path)}: {_short(e)}") from e
 
 
 # --- generating inputs

@@ -29,7 +29,7 @@ from typing import Any
 
 from kiln.actions import _devices
 from kiln.actions._files import atomic_output
-from kiln.actions._logs import read_tail
+from kiln.actions._logs import read_tail, shown_path
 from kiln.errors import BuildDefinitionError, ToolError
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 from kiln.manifest import ManifestMeta
@@ -85,14 +85,16 @@ def _measure(bench: Bench, function: str, input_dir: str, count: int) -> list[di
         returncode = subprocess.run(cmd, stdout=out, stderr=err).returncode
     if returncode != 0:
         tail = read_tail(err_path if os.path.getsize(err_path) else out_path, max_lines=12)
-        raise ToolError(f"iree-benchmark-module failed on {bench.module}:\n{tail}")
+        raise ToolError(f"iree-benchmark-module failed on {shown_path(bench.module)}:\n{tail}")
     try:
         if os.path.getsize(out_path) > _MAX_RESULTS:
             raise ValueError("too large")
         with open(out_path, encoding="utf-8", errors="replace") as f:
             runs = json.load(f)["benchmarks"]
     except (ValueError, KeyError) as e:
-        raise ToolError(f"iree-benchmark-module printed no JSON results for {bench.module}") from e
+        raise ToolError(
+            f"iree-benchmark-module printed no JSON results for {shown_path(bench.module)}"
+        ) from e
     return [r for r in runs if r.get("run_type") == "iteration"]
 
 
@@ -123,7 +125,7 @@ def run_benchmark(bench: Bench) -> None:
             np.save(os.path.join(tmp, f"{i}.npy"), array)
         runs = _measure(bench, function, tmp, len(args))
     if not runs:
-        raise ToolError(f"iree-benchmark-module reported no runs for {bench.module}")
+        raise ToolError(f"iree-benchmark-module reported no runs for {shown_path(bench.module)}")
     samples = [float(r["real_time"]) * _TO_US[r.get("time_unit", "ns")] for r in runs]
     _write(
         bench.result_path,
@@ -231,13 +233,13 @@ def benchmark(
     driver = driver or default_driver
     output = context.allocate_file(name)
     bench = Bench(
-        result_path=str(output.get_fs_path()),
-        module=str(module_file.get_fs_path()),
+        result_path=output.action_path,
+        module=module_file.action_path,
         target=target or "its own target",
         driver=driver,
         function=function,
-        model=str(model_file.get_fs_path()) if model_file is not None and not input_files else None,
-        inputs=[str(f.get_fs_path()) for f in input_files],
+        model=model_file.action_path if model_file is not None and not input_files else None,
+        inputs=[f.action_path for f in input_files],
         shapes=normalize_shapes(shapes),
         repetitions=repetitions,
         min_time_s=min_time_s,

@@ -11,6 +11,7 @@ from typing import Any
 
 from kiln.actions._compiler import compile_module, compiler_version
 from kiln.actions._devices import MACHINE_POOL, driver_for_flags
+from kiln.actions._host import depends_on_host, explicit_flags, resolve
 from kiln.actions._targets import check_target
 from kiln.args import current_args_namespace
 from kiln.errors import BuildDefinitionError, ToolError, UsageError
@@ -119,6 +120,8 @@ class CompileAction(BuildAction):
         self.flags = [*target.flags, *flags]
         self.deps.add(input_file)
         output_file.deps.add(self)
+        # What the host-dependent flags mean here (``kiln.actions._host``), once asked.
+        self._host: dict[str, str] | None = None
 
     @property
     def log_path(self) -> str:
@@ -131,15 +134,39 @@ class CompileAction(BuildAction):
             )
 
     def params(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "target": self.target.name,
             "flags": self.flags,
             "input_type": CompileSourceMeta.get(self.input_file).input_type,
             "compiler_version": compiler_version(),
         }
+        host = self.host_target()
+        if host is not None:
+            out["host"] = host
+        return out
+
+    def host_target(self) -> dict[str, str] | None:
+        """What this compile's host-dependent flags (a ``host`` CPU, no target triple)
+        mean on this machine, or None when it has none; the manifest shows it."""
+        if self._host is None and depends_on_host(self.flags):
+            self._host = resolve(
+                self.flags,
+                compiler_version(),
+                self.run_context.layout.kiln_dir,
+                write=not self.executor.read_only,
+            )
+            ManifestMeta.get(self.output_file).fields.update(
+                flags=self.compile_flags(), host=self._host
+            )
+        return self._host
+
+    def compile_flags(self) -> list[str]:
+        """The flags iree-compile is given: ``flags``, the host spelled out."""
+        host = self.host_target()
+        return explicit_flags(self.flags, host) if host is not None else self.flags
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return self._thunk(lambda f: str(f.get_fs_path()), self.log_path)
+        return self._thunk(lambda f: f.action_path, self.log_path)
 
     def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` in a remote sandbox; its
@@ -152,7 +179,7 @@ class CompileAction(BuildAction):
             path(self.input_file),
             path(self.output_file),
             CompileSourceMeta.get(self.input_file).input_type,
-            self.flags,
+            self.compile_flags(),
             log,
         )
 

@@ -35,7 +35,7 @@ class ImportOnnxAction(BuildAction):
         CompileSourceMeta.get(output_file).input_type = "onnx"
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return self._sandbox_thunk(lambda f: str(f.get_fs_path()))
+        return self._sandbox_thunk(lambda f: f.action_path)
 
     def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""

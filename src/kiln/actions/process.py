@@ -5,19 +5,21 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
+import re
 import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from kiln._redact import redact_urls
 from kiln._spawn import Ended, Finish, Finished, SpawnsCommand
+from kiln.action_env import check_variables
 from kiln.actions._files import atomic_output
 from kiln.actions._logs import read_tail
-from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError
+from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError, UsageError
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -27,6 +29,7 @@ from kiln.graph import (
     FileNamespace,
     join_namespace,
 )
+from kiln.outputs import temporary_for
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
@@ -41,10 +44,13 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
             f"source file {fs_path} does not exist (source_file({str(path)!r}) in "
             f"entrypoint '{where}', at {site})"
         )
+    return _source(context, fs_path, name or Path(path).as_posix().lstrip("/"))
+
+
+def _source(context: BuildContext, fs_path: Path, name: str) -> BuildFile:
+    """The source file ``fs_path`` named ``name`` in ``context`` (made once)."""
     # Normalised as ``BuildContext.file`` normalises names, so the file can be named.
-    graph_path = posixpath.normpath(
-        join_namespace(context.path, name or Path(path).as_posix().lstrip("/"))
-    )
+    graph_path = posixpath.normpath(join_namespace(context.path, name))
     existing = context.registry.all.get(graph_path)
     if isinstance(existing, BuildFile) and existing.source == fs_path:
         return existing
@@ -52,8 +58,14 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
 
 
 class CommandAction(BuildAction, SpawnsCommand):
-    """Runs ``argv`` (no shell) with ``{out}`` and ``{inputs[i]}`` substituted; the
+    """Runs ``argv`` (no shell) with ``{out}``, ``{inputs[i]}`` and ``{tools[i]}``
+    substituted, in the output directory, with kiln's controlled environment
+    (``kiln.action_env``) and its own ``env``; every path it is given is relative
+    to the output directory (``BuildFile.action_path``), and ``{out}`` is always
+    the same temporary, so what it writes does not depend on where it ran. The
     output is renamed into place only when the command exits 0 having written it.
+    ``tools`` are the files of the project that the command runs (its program, a
+    script it is given): inputs like any other, keyed by their content.
     What the command prints goes to its log file, never into kiln's memory; a
     failure shows a tail of the log bounded in bytes. Its ``timeout`` kills the
     command and everything it started.
@@ -71,11 +83,15 @@ class CommandAction(BuildAction, SpawnsCommand):
         inputs: list[BuildFile],
         output: BuildFile,
         timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        tools: list[BuildFile] | None = None,
         **kwargs: object,
     ):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.argv = list(argv)
         self.inputs = inputs
+        self.tools = list(tools or ())
+        self.env = dict(env or {})
         self.output = output
         self.timeout = timeout
         self._log: str | None = None  # the log of its last run
@@ -100,12 +116,12 @@ class CommandAction(BuildAction, SpawnsCommand):
         rest[0]()
 
     def _spawn(self, finished: Finished) -> None:
-        input_paths = [str(f.get_fs_path()) for f in self.inputs]
         final = self.output.get_fs_path()
-        commit = atomic_output(final, create=False)
+        commit = atomic_output(final, create=False, unique=False)
         tmp = commit.__enter__()
         try:
-            argv = self._format(str(tmp), input_paths)
+            argv = self.command_line()
+            env, path = self.run_context.command_env(self.env)
             # How the command is shown (log header, failure): only made when needed.
             shown = functools.cache(lambda: redact_urls(subprocess.list2cmdline(argv)))
             self._log = None
@@ -115,6 +131,9 @@ class CommandAction(BuildAction, SpawnsCommand):
             try:
                 self.run_context.commands.spawn(
                     argv,
+                    env=env,
+                    path=path,
+                    cwd=self.run_context.work_dir,
                     log_fd=spool,
                     tag=uuid.uuid4().hex,
                     timeout=self.timeout,
@@ -176,17 +195,30 @@ class CommandAction(BuildAction, SpawnsCommand):
             raise
         commit.__exit__(None, None, None)  # commits it
 
-    def _sandbox_command(self, path: Callable[[BuildFile], str]) -> tuple[list[str], list[str]]:
-        """The argv template and its inputs' places, for a run in a remote sandbox
-        (``kiln.remote_exec``): the worker formats it with sandbox paths."""
-        inputs = [path(f) for f in self.inputs]
-        self._format(path(self.output), inputs)  # a bad template fails here, not remotely
-        return list(self.argv), inputs
+    def out_path(self) -> str:
+        """What ``{out}`` stands for: the output's temporary (always the same name),
+        relative to the output directory."""
+        path = self.output.action_path
+        return posixpath.join(posixpath.dirname(path), temporary_for(Path(path), False).name)
 
-    def _format(self, out: str, inputs: list[str]) -> list[str]:
+    def command_line(self) -> list[str]:
+        """The argv the command runs with, every path relative to the directory it
+        runs in (here the output directory; on a Dask worker its sandbox)."""
+        return self._format(
+            self.out_path(),
+            [f.action_path for f in self.inputs],
+            [f.action_path for f in self.tools],
+        )
+
+    def _sandbox_command(self) -> tuple[list[str], dict[BuildFile, str]]:
+        """The command line as a Dask worker runs it, in a sandbox laid out as the
+        output directory (``kiln.remote_exec``), and where it writes its output."""
+        return self.command_line(), {self.output: self.out_path()}
+
+    def _format(self, out: str, inputs: list[str], tools: list[str]) -> list[str]:
         try:
-            return [a.format(out=out, inputs=inputs) for a in self.argv]
-        except (IndexError, KeyError, ValueError) as e:
+            return [a.format(out=out, inputs=inputs, tools=tools) for a in self.argv]
+        except (IndexError, KeyError, ValueError, AttributeError) as e:
             raise ActionFailed(
                 f"'{self.desc}': cannot format the command {self.argv}: {e!r}; "
                 "use {out} and {inputs[i]}, and {{ and }} for literal braces"
@@ -210,24 +242,118 @@ def run_command(
     inputs: Collection[BuildFile | str] = (),
     namespace: FileNamespace = FileNamespace.GEN,
     timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    tools: Collection[str | Path] = (),
 ) -> BuildFile:
-    """Declare a subprocess action producing the file ``name``; returns that file."""
+    """Declare a subprocess action producing the file ``name``; returns that file.
+
+    The command runs in the output directory, with kiln's controlled environment
+    (``kiln.action_env``) and ``env``; ``{out}``, ``{inputs[i]}`` and ``{tools[i]}``
+    stand for paths relative to it. The files of the project that the command
+    runs are inputs of the action, keyed by their content: its program when that
+    is a path (``./gen.sh``), the script an interpreter is given (``python3
+    gen.py``, ``sh gen.sh``), and ``tools`` (each also ``{tools[i]}``). Their
+    relative paths are the build module directory's.
+    """
     context = BuildContext.current()
     if isinstance(command, str) or not command:
         raise BuildDefinitionError(
             f"run_command(name={name!r}): command must be a non-empty list of arguments"
         )
+    site = DefinitionSite.capture()
+    if not all(isinstance(arg, str) for arg in command):
+        raise BuildDefinitionError(
+            f"run_command(name={name!r}) at {site}: every argument of the command must be "
+            f"a string, got {command!r}"
+        )
+    try:
+        variables = check_variables(env or {}, f"run_command(name={name!r}, env=...)")
+    except UsageError as e:
+        raise BuildDefinitionError(f"{e} (at {site})") from None
+    base = Path(site.filename).parent
+    files = list(dict.fromkeys(_tool(context, base, t, f"{name!r} at {site}") for t in tools))
+    argv = _programs(list(command), context, base, files)
     input_files = context.files(list(inputs))
     output = context.allocate_file(name, namespace)
     action = CommandAction(
-        argv=command,
+        argv=argv,
         inputs=input_files,
         output=output,
         timeout=timeout,
+        env=variables,
+        tools=files,
         desc=f"Running {output.path}",
         executor=context.executor,
         concurrency=ActionConcurrency.THREAD,
-        deps=input_files,
+        deps=[*input_files, *files],
     )
     output.deps.add(action)
     return output
+
+
+# Programs that run a script file given as their first argument that is no option.
+_INTERPRETER = re.compile(
+    r"(python|pypy)[0-9.]*|(ba|da|z|k|c|tc)?sh|node|perl|ruby|Rscript|lua|tclsh|php"
+)
+# Options after which an interpreter runs code given on the command line, not a file.
+_INLINE_CODE = frozenset({"-c", "-e", "-m", "-E", "--eval", "--command", "-r"})
+
+
+def _programs(
+    argv: list[str], context: BuildContext, base: Path, tools: list[BuildFile]
+) -> list[str]:
+    """``argv`` with the files of the project it runs (its program given as a path,
+    an interpreter's script) replaced by ``{tools[i]}``; those files are added to
+    ``tools``."""
+    positions = [0] if "/" in argv[0] else []
+    if _INTERPRETER.fullmatch(os.path.basename(argv[0])) or argv[0] == sys.executable:
+        for i, arg in enumerate(argv[1:], start=1):
+            if arg in _INLINE_CODE:
+                break
+            if not arg.startswith("-"):
+                positions.append(i)
+                break
+    root = Path(context.registry.source_root).resolve()
+    out = list(argv)
+    for i in positions:
+        path = _project_file(argv[i], base, root)
+        if path is not None:
+            tool = _source_of(context, path, root)
+            if tool not in tools:
+                tools.append(tool)
+            out[i] = f"{{tools[{tools.index(tool)}]}}"
+    return out
+
+
+def _project_file(arg: str, base: Path, root: Path) -> Path | None:
+    """The file of the project that ``arg`` names, if it names one: a relative path
+    (from ``base``) or an absolute one inside ``root``; no placeholder."""
+    if not arg or "{" in arg or "}" in arg or "\0" in arg:
+        return None
+    candidate = Path(arg) if os.path.isabs(arg) else base / arg
+    try:
+        if not candidate.is_file():
+            return None
+        resolved = candidate.resolve()
+    except (OSError, ValueError):
+        return None
+    if os.path.isabs(arg) and not resolved.is_relative_to(root):
+        return None  # an absolute path outside the project: a program of the system
+    return resolved
+
+
+def _source_of(context: BuildContext, path: Path, root: Path) -> BuildFile:
+    name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    return _source(context, path, name)
+
+
+def _tool(context: BuildContext, base: Path, tool: str | Path, where: str) -> BuildFile:
+    """A file declared in ``run_command(tools=...)``: it must exist."""
+    path = Path(tool) if os.path.isabs(tool) else base / tool
+    if not path.is_file():
+        raise BuildDefinitionError(
+            f"run_command(name={where}): tool {str(tool)!r} is not a file "
+            f"({path.resolve()} does not exist or is no regular file)"
+        )
+    root = Path(context.registry.source_root).resolve()
+    return _source_of(context, path.resolve(), root)

@@ -49,7 +49,7 @@ class ReferenceAction(BuildAction):
         output_file.deps.add(self)
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return self._sandbox_thunk(lambda f: str(f.get_fs_path()))
+        return self._sandbox_thunk(lambda f: f.action_path)
 
     def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
@@ -175,7 +175,7 @@ class VerifyAction(BuildAction):
 
     def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The check with every path of its files replaced by ``path(file)``."""
-        where = {f.fs_str: path(f) for f in [*self.files, self.output_file]}
+        where = {f.action_path: path(f) for f in [*self.files, self.output_file]}
         c = self.check
 
         def moved(p: str | None) -> str | None:
@@ -246,17 +246,17 @@ def verify(
     output = context.allocate_file(name)
     label = model_file.path if model_file is not None else module_file.path
     check = Check(
-        result_path=str(output.get_fs_path()),
-        module=str(module_file.get_fs_path()),
+        result_path=output.action_path,
+        module=module_file.action_path,
         label=label,
         target=target or "its own target",
         driver=driver,
         function=function,
-        model=str(model_file.get_fs_path()) if model_file is not None else None,
-        inputs=[str(f.get_fs_path()) for f in input_files],
+        model=model_file.action_path if model_file is not None else None,
+        inputs=[f.action_path for f in input_files],
         shapes=shape_map,
-        expected=[str(f.get_fs_path()) for f in expected_files],
-        reference=str(ref_file.get_fs_path()) if ref_file is not None else None,
+        expected=[f.action_path for f in expected_files],
+        reference=ref_file.action_path if ref_file is not None else None,
         tolerances=_tolerances(rtol, atol, tolerances),
     )
     files = [module_file, *input_files, *expected_files]

@@ -140,6 +140,15 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             metavar="NAME=N",
             help="bound the actions of resource pool NAME to N",
         )
+        p.add_argument(
+            "--action-env",
+            action="append",
+            default=[],
+            metavar="NAME[=VALUE]",
+            help="give commands and worker processes the variable NAME (with VALUE, or "
+            "as kiln has it); it is in their keys. They see no other variable of yours "
+            "(repeatable; docs/reliability.md)",
+        )
         add_cache_options(p)
     if command == "build":
         add_executor_options(p)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import IO
 
+from kiln.action_env import ActionEnvironment
 from kiln.args import argument_namespace_context
 from kiln.cli.cache_options import open_cache
 from kiln.cli.invocation import Invocation
@@ -51,6 +52,9 @@ def _open(
     reporter = make_reporter(ns, err)
     executor = Executor(ns.output_dir, stderr=err, reporter=reporter)
     executor.verbose_level = ns.verbose
+    executor.run_context.environment = ActionEnvironment.from_specs(
+        getattr(ns, "action_env", []), os.environ
+    )
     module_file = getattr(module, "__file__", None)
     if module_file:
         executor.source_root = os.path.dirname(os.path.abspath(module_file))

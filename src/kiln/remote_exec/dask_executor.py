@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import posixpath
 import threading
 import uuid
-from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -39,8 +41,9 @@ _CONNECT_TIMEOUT_S = 10
 # memory poll every 100 ms) cost each worker process about 3% of a core while
 # idle; kiln's short tasks do not need them that often (docs/cluster.md). And the
 # nanny's environment for its workers (MALLOC_TRIM_THRESHOLD_=65536, OMP_NUM_THREADS=1,
-# ...) is not given to the actions: they run with this machine's environment, as
-# with the local executor (a malloc trimming at 64 KiB slows iree-compile down).
+# ...) is not given to the workers: the actions run with kiln's controlled
+# environment on every worker (``kiln.action_env``; a malloc trimming at 64 KiB
+# slows iree-compile down).
 LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
     "distributed.nanny.pre-spawn-environ": {},
     "distributed.worker.profile.enabled": False,
@@ -53,17 +56,28 @@ LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
 def sandbox_paths(
     action: BuildAction, inputs: list[BuildFile], outputs: list[BuildFile]
 ) -> dict[BuildFile, str]:
-    """Where each file of ``action`` lies in its sandbox: outputs at their place in
-    the output directory, source files under ``in/N/`` by their own name."""
-    paths = {}
-    for i, f in enumerate(inputs):
-        if f.source is not None:
-            paths[f] = f"in/{i}/{PurePosixPath(f.path).name}"
-        else:
-            paths[f] = f"out/{f.executor.relative_path(f)}"
-    for f in outputs:
-        paths[f] = f"out/{f.executor.relative_path(f)}"
+    """Where each file of ``action`` lies in its sandbox, relative to the directory
+    it runs in: where it lies here relative to the output directory
+    (``BuildFile.action_path``), so that the action is given the same paths on a
+    worker as here; a command's output where the command writes it (its
+    temporary)."""
+    paths = {f: posixpath.normpath(f.action_path) for f in [*inputs, *outputs]}
+    command = getattr(action, "_sandbox_command", None)
+    if callable(command):
+        paths.update(command()[1])
     return paths
+
+
+def sandbox_workdir(paths: Iterable[str]) -> str:
+    """The directory, in the sandbox, to run in so that every one of ``paths``
+    (``sandbox_paths``: source files start with ``../``) lies inside the sandbox."""
+    depth = max((_ups(p) for p in paths), default=0)
+    return "/".join(["w"] * depth) or "."
+
+
+def _ups(path: str) -> int:
+    parts = path.split("/")
+    return next((i for i, part in enumerate(parts) if part != ".."), len(parts))
 
 
 def remotable(action: BuildAction) -> bool:
@@ -181,11 +195,14 @@ class DaskExecutor:
             inputs=tuple((paths[f], d) for f, d in inputs.items()),
             outputs=tuple(paths[f] for f in outputs),
             timeout=getattr(action, "timeout", None),
+            env=tuple(_declared_env(action).items()),
+            workdir=sandbox_workdir(paths.values()),
+            executable=tuple(paths[f] for f in inputs if os.access(f.fs_str, os.X_OK)),
         )
         command = getattr(action, "_sandbox_command", None)
         if callable(command):
-            argv, command_inputs = command(paths.__getitem__)
-            return RemoteTask(command=tuple(argv), command_inputs=tuple(command_inputs), **common)  # type: ignore[arg-type]
+            argv, _ = command()
+            return RemoteTask(command=tuple(argv), **common)  # type: ignore[arg-type]
         thunk = action._sandbox_thunk(paths.__getitem__)  # type: ignore[attr-defined]
         return RemoteTask(thunk=cloudpickle.dumps(thunk), **common)  # type: ignore[arg-type]
 
@@ -238,6 +255,16 @@ class DaskExecutor:
             self._cluster = None
         for name, level in self._log_levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def _declared_env(action: BuildAction) -> dict[str, str]:
+    """The variables declared for ``action`` (``--action-env``, a command's ``env``):
+    the worker adds them to the same base environment as here."""
+    env = dict(action.run_context.environment.declared)
+    own = getattr(action, "env", None)
+    if isinstance(own, dict):
+        env.update(own)
+    return env
 
 
 def _connection_lost(error: BaseException) -> bool:

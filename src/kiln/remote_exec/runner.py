@@ -36,20 +36,24 @@ class RemoteRunner:
         """Whether ``action`` runs on the cluster: a remotable command or thunk; an
         in-process action never; a process action that cannot be remapped stays
         here, with a note."""
+        kind = type(action).__qualname__
         if remotable(action):
             return True
         if action.concurrency is ActionConcurrency.PROCESS:
-            kind = type(action).__qualname__
-            with self._lock:
-                first = kind not in self._noted
-                self._noted.add(kind)
-            if first:
-                self._warn(
-                    f"kiln: {kind} actions run on this machine, not on the cluster: "
-                    "they define no _sandbox_thunk(path) to say where their files are "
-                    "in a remote sandbox"
-                )
+            self._note(
+                kind,
+                f"kiln: {kind} actions run on this machine, not on the cluster: "
+                "they define no _sandbox_thunk(path) to say where their files are "
+                "in a remote sandbox",
+            )
         return False
+
+    def _note(self, topic: str, text: str) -> None:
+        with self._lock:
+            first = topic not in self._noted
+            self._noted.add(topic)
+        if first:
+            self._warn(text)
 
     def run(
         self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile]

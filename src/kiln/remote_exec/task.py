@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import posixpath
 import select
 import shutil
 import signal
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from kiln.action_env import ActionEnvironment
 from kiln.cache.local import LocalCache, copy_verified
 from kiln.cache.remote import SMALL_BLOB, RemoteCache
 from kiln.state import hash_file
@@ -54,10 +56,12 @@ class _SandboxFailure(Exception):
 
 @dataclass(frozen=True)
 class RemoteTask:
-    """One action as a worker receives it. Paths are relative to the sandbox;
-    ``command`` is an argv template (``{out}``, ``{inputs[i]}``) formatted with
-    sandbox paths on the worker, ``thunk`` a cloudpickled callable built against
-    relative paths. Exactly one of them is set."""
+    """One action as a worker receives it. Paths are relative to ``workdir`` in the
+    sandbox, which is laid out as kiln's output directory and what lies around it
+    (each file where ``BuildFile.action_path`` puts it); ``command`` is the argv as
+    kiln runs it there, ``thunk`` a cloudpickled callable built against those
+    paths. Exactly one of them is set. Both run in ``workdir`` with kiln's
+    controlled environment and ``env``."""
 
     desc: str
     cas_url: str
@@ -65,9 +69,13 @@ class RemoteTask:
     inputs: tuple[tuple[str, str], ...]  # (relative path, sha256)
     outputs: tuple[str, ...]
     command: tuple[str, ...] | None = None
-    command_inputs: tuple[str, ...] = ()
     thunk: bytes | None = None
     timeout: float | None = None
+    env: tuple[tuple[str, str], ...] = ()  # the declared variables (``kiln.action_env``)
+    executable: tuple[str, ...] = ()  # the inputs that are programs: made executable
+    # Where the action runs, in the sandbox: deep enough that every ``../`` path of
+    # its files (source files, named from the output directory) stays inside.
+    workdir: str = "."
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,15 @@ class RemoteResult:
     seconds: float = 0.0
 
 
+def placed(sandbox: Path, task: RemoteTask, rel: str) -> Path:
+    """Where the file ``rel`` (relative to ``task.workdir``) lies in ``sandbox``."""
+    return inside(sandbox, posixpath.normpath(posixpath.join(task.workdir, rel)))
+
+
 def inside(root: Path, rel: str) -> Path:
     """``rel`` under ``root``; a path that would leave it is refused."""
+    if rel == ".":
+        return root
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or not p.parts:
         raise _SandboxFailure(f"refusing sandbox path {rel!r}")
@@ -103,19 +118,23 @@ class _WorkerState:
         self.key: tuple[str, str] | None = None
         self.remote: RemoteCache | None = None
         self.warnings: list[str] = []
-        self._pool: ProcessPool | None = None
+        self._pools: dict[tuple[tuple[str, str], ...], ProcessPool] = {}
 
-    def pool(self, root: Path) -> ProcessPool:
-        """This worker process's pool of fresh processes, forked from one template
-        that lives as long as the Dask worker (each thunk still gets a new process,
-        in its own sandbox directory)."""
+    def pool(self, root: Path, env: tuple[tuple[str, str], ...] = ()) -> ProcessPool:
+        """This worker process's pool of fresh processes for the declared variables
+        ``env``, forked from one template that lives as long as the Dask worker
+        (each thunk still gets a new process, in its own sandbox directory)."""
         from kiln.runners import ProcessPool
 
         with self.lock:
-            if self._pool is None:
+            pool = self._pools.get(env)
+            if pool is None:
                 _allow_children()
-                self._pool = ProcessPool(dict(os.environ), str(root))
-            return self._pool
+                scratch = root / "tmp"
+                scratch.mkdir(parents=True, exist_ok=True)
+                variables = ActionEnvironment(dict(env)).variables(str(scratch))
+                pool = self._pools[env] = ProcessPool(variables, str(root))
+            return pool
 
     def remote_for(self, task: RemoteTask) -> RemoteCache:
         with self.lock:
@@ -153,7 +172,7 @@ def run_task(task: RemoteTask) -> RemoteResult:
     try:
         _fetch_inputs(task, sandbox, LocalCache(root / "cache"), remote)
         for rel in task.outputs:
-            inside(sandbox, rel).parent.mkdir(parents=True, exist_ok=True)
+            placed(sandbox, task, rel).parent.mkdir(parents=True, exist_ok=True)
         error = _run(task, sandbox, _cancel_check(worker))
         if error is not None:
             return RemoteResult(worker.address, str(sandbox), error=error)
@@ -173,7 +192,7 @@ def run_task(task: RemoteTask) -> RemoteResult:
 
 def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: RemoteCache) -> None:
     for rel, digest in task.inputs:
-        dest = inside(sandbox, rel)
+        dest = placed(sandbox, task, rel)
         if not cas.has_blob(digest) and not remote.fetch_blob(digest, cas):
             raise _SandboxFailure(
                 f"input {rel} of '{task.desc}' (sha256 {digest}) is not in "
@@ -185,7 +204,7 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: Remo
             raise _SandboxFailure(
                 f"input {rel} of '{task.desc}': the worker's cached copy was damaged; removed it"
             )
-        os.chmod(dest, 0o644)
+        os.chmod(dest, 0o755 if rel in task.executable else 0o644)
 
 
 def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
@@ -193,9 +212,10 @@ def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str 
     if task.command is None:
         return _run_thunk(task, sandbox, cancelled)
     log = sandbox / ".kiln-action.log"
-    out = str(inside(sandbox, task.outputs[0]))
-    ins = [str(inside(sandbox, rel)) for rel in task.command_inputs]
-    argv = [a.format(out=out, inputs=ins) for a in task.command]
+    argv = list(task.command)
+    scratch = inside(sandbox, task.workdir) / ".kiln" / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = ActionEnvironment(dict(task.env)).variables(str(scratch))
     with open(log, "wb") as fd:
         try:
             proc = subprocess.Popen(
@@ -203,7 +223,8 @@ def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str 
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,
-                cwd=sandbox,
+                cwd=inside(sandbox, task.workdir),
+                env=env,
                 start_new_session=True,
             )
         except OSError as e:
@@ -266,13 +287,19 @@ def _run_thunk(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -
     from distributed import get_worker
 
     thunk = cloudpickle.loads(task.thunk or b"")
-    pool = _state(get_worker()).pool(sandbox.parent)
+    pool = _state(get_worker()).pool(sandbox.parent, task.env)
     failure: list[BaseException] = []
     kill: list[Callable[[], None]] = []
 
     def body() -> None:
         try:
-            pool.run(thunk, task.desc, task.timeout, cwd=str(sandbox), started=kill.append)
+            pool.run(
+                thunk,
+                task.desc,
+                task.timeout,
+                cwd=str(inside(sandbox, task.workdir)),
+                started=kill.append,
+            )
         except BaseException as e:  # noqa: BLE001 - the action's failure, reported
             failure.append(e)
 
@@ -332,7 +359,7 @@ def _store_outputs(
     """Put the outputs into the remote CAS: their digests, and the small ones' bytes."""
     outputs, inline = {}, {}
     for rel in task.outputs:
-        path = inside(sandbox, rel)
+        path = placed(sandbox, task, rel)
         try:
             st = os.lstat(path)
         except FileNotFoundError:
