@@ -103,7 +103,7 @@ def test_shipped_and_onnxruntime_references_and_a_benchmark(build, kiln, tmp_pat
     assert r.returncode == 0, r.stderr
     out = tmp_path / "kiln-out"
     result = json.loads((out / "genfiles/add/both_cpu.json").read_text())
-    assert result["passed"] is True and result["target"] == "cpu"
+    assert result["passed"] is True and result["target"] == "cpu-host"
     assert set(result["references"]) == {"shipped", "onnxruntime"}
     record = result["references"]["onnxruntime"]["outputs"][0]
     assert record["name"] == "y" and record["passed"] and record["rtol"] == 1e-4
