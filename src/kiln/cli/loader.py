@@ -17,6 +17,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import TypeVar
 
+from kiln._iree_shim import activated as iree_build_shim
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, BuildInterrupted, UsageError
 
@@ -29,9 +30,15 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
     """Import the build module ``spec`` (a ``.py`` path, or a module name with ``-m``).
 
     A module loaded by path is registered for pickling by value, so the thunks
-    of its process actions reach worker processes that cannot import it.
+    of its process actions reach worker processes that cannot import it. While it
+    loads, its ``iree.build`` imports (and its libraries') give kiln's compatible
+    API (``kiln._iree_shim``), unless ``KILN_NO_IREE_BUILD_SHIM`` is set.
     """
-    spec = os.fspath(spec)
+    with iree_build_shim():
+        return _load(os.fspath(spec), as_module)
+
+
+def _load(spec: str, as_module: bool) -> ModuleType:
     if as_module:
         try:
             found = importlib.util.find_spec(spec)

@@ -26,6 +26,7 @@ from typing import Any
 
 import cloudpickle
 
+from kiln._iree_shim import active as iree_build_shim_active
 from kiln.errors import ActionFailed, UsageError
 from kiln.graph import BuildAction, BuildFile
 from kiln.remote_exec.batching import Batcher, Slot
@@ -181,6 +182,7 @@ class DaskExecutor:
             inputs=tuple((paths[f], d) for f, d in inputs.items()),
             outputs=tuple(paths[f] for f in outputs),
             timeout=getattr(action, "timeout", None),
+            iree_build_shim=iree_build_shim_active(),
         )
         command = getattr(action, "_sandbox_command", None)
         if callable(command):
