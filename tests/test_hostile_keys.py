@@ -317,9 +317,10 @@ def test_an_action_kiln_cannot_key_runs_every_build_and_is_never_cached(
     assert again.returncode == 0, again.stderr
     assert ran(tmp_path) == (["healthy"] if unkeyed else [])
     explained = kiln("explain", "build.py")
-    assert ("holder: kiln cannot key it, so it runs on every build: attribute 'handle'" in (
-        explained.stdout
-    )) is unkeyed
+    assert (
+        "holder: kiln cannot key it, so it runs on every build: attribute 'handle'"
+        in (explained.stdout)
+    ) is unkeyed
     fresh = kiln("build", "build.py", "--output-dir", "fresh")  # the cache serves the keyed one
     assert fresh.returncode == 0, fresh.stderr
     assert ran(tmp_path) == (["healthy"] if unkeyed else [])

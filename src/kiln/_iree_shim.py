@@ -206,8 +206,8 @@ def _is_kiln_name(name: str) -> bool:
 
 def _holders(modules: dict[str, ModuleType], owned: Any, exclude: set[str]) -> list[str]:
     """The modules of ``modules`` (not kiln's own, not a build module kiln loaded,
-    not ``__main__``) whose globals hold a module, class or function whose module
-    name ``owned`` accepts."""
+    not ``__main__``) whose globals hold a module (other than one of their own
+    submodules), class or function whose module name ``owned`` accepts."""
     found = []
     for name, module in list(modules.items()):
         if name in exclude or _is_kiln_name(name) or name.startswith("kiln_build_"):
@@ -218,6 +218,8 @@ def _holders(modules: dict[str, ModuleType], owned: Any, exclude: set[str]) -> l
             home: Any
             if isinstance(value, ModuleType):
                 home = value.__name__
+                if home.startswith(name + "."):  # a package's own submodule: not held
+                    continue
             elif isinstance(value, type) or callable(value):
                 home = getattr(value, "__module__", None)
             else:

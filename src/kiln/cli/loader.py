@@ -207,8 +207,14 @@ def user_line(e: BaseException, where: str) -> str:
 def collect_entrypoints(module: ModuleType) -> dict[str, Entrypoint]:
     found = {ep.name: ep for ep in vars(module).values() if isinstance(ep, Entrypoint)}
     if not found:
+        where = getattr(module, "__file__", module.__name__)
+        if any(type(v).__module__ == "iree.build.executor" for v in vars(module).values()):
+            raise BuildDefinitionError(
+                f"build module {where}: its entrypoints are IREE's own iree.build's, "
+                "which kiln cannot run: let kiln resolve iree.build (drop "
+                "--no-iree-build-shim and KILN_NO_IREE_BUILD_SHIM), or import kiln"
+            )
         raise BuildDefinitionError(
-            f"build module {getattr(module, '__file__', module.__name__)} defines no "
-            "entrypoints; mark a function with @entrypoint"
+            f"build module {where} defines no entrypoints; mark a function with @entrypoint"
         )
     return found
