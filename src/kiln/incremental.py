@@ -73,6 +73,8 @@ class UpToDateChecker:
             keys.all(plan.actions)
         self.keys = keys
         self.digests: dict[BuildFile, str | None] = {}
+        # Inputs whose digest does not cover what an action may read through them.
+        self.unkeyable_inputs: dict[BuildFile, str] = {}
         self._records: dict[str, ActionRecord] | None = None  # the store's, read once
 
     def file_digest(self, f: BuildFile) -> str | None:
@@ -83,7 +85,12 @@ class UpToDateChecker:
         except NotRegularFile:
             if f.source is None or not os.path.isdir(f.fs_str):
                 raise
-            digest = tree_digest(f.fs_str, self.store.digest)  # a directory input
+            digest, escape = tree_digest(f.fs_str, self.store.digest)  # a directory input
+            if escape is not None:
+                self.unkeyable_inputs[f] = (
+                    f"its input {f.path} holds a symbolic link out of it ({escape}), "
+                    "which kiln does not follow"
+                )
         self.digests[f] = digest
         return digest
 
@@ -101,6 +108,16 @@ class UpToDateChecker:
         unkeyed = self.keys.unkeyed.get(action) if params is None else None
         if params is not None and action in self.keys.deferred:
             params, unkeyed = complete_params(self.keys, action, params)
+        if params is not None and self.unkeyable_inputs:
+            unkeyed = next(
+                (
+                    self.unkeyable_inputs[f]
+                    for f in self.plan.inputs[action]
+                    if f in self.unkeyable_inputs
+                ),
+                None,
+            )
+            params = None if unkeyed else params
         # Without params the key names the action's run, never a result: the action is
         # never skipped and never cached (below, and ``kiln.cache.cacheable``).
         blob = _KEY_TEXT([action.action_type, action.VERSION, params, inputs])

@@ -9,6 +9,10 @@ target text. A link is never followed, in or out of the tree; a FIFO, socket or
 device counts by its kind alone and is never opened. So adding, removing,
 renaming, editing or ``chmod +x``-ing anything below the directory changes the
 digest, and touching nothing does not.
+
+A link that leads out of the tree (or nowhere inside it) names something the
+digest does not cover: ``tree_digest`` says which, and the action reading the
+directory then has no key (it runs on every build, never cached).
 """
 
 from __future__ import annotations
@@ -23,13 +27,23 @@ from kiln.outputs import file_kind
 _FORMAT = b"kiln-tree/1\0"
 
 
-def tree_digest(root: str, file_digest: Callable[[str], str | None]) -> str:
-    """The digest of the directory ``root``; ``file_digest(path)`` gives a regular
+def tree_digest(root: str, file_digest: Callable[[str], str | None]) -> tuple[str, str | None]:
+    """The digest of the directory ``root``, and the first link below it that leads
+    out of it (relative to it), or None; ``file_digest(path)`` gives a regular
     file's content digest (None when it vanished meanwhile)."""
     h = hashlib.sha256(_FORMAT)
+    inside = os.path.realpath(root) + os.sep
+    escape = None
     for child, entry in _entries(root, "", file_digest):
         h.update(f"{child}\0{entry}\0".encode(errors="surrogateescape"))
-    return h.hexdigest()
+        link = entry.startswith("l ")
+        if link and escape is None and not _leads_inside(os.path.join(root, child), inside):
+            escape = child
+    return h.hexdigest(), escape
+
+
+def _leads_inside(link: str, inside: str) -> bool:
+    return os.path.realpath(link).startswith(inside)
 
 
 def _entries(
