@@ -45,6 +45,7 @@ IREE_BUILD_OPTIONS = MappingProxyType(
         "--iree-compile-extra-args": "extra iree-compile flags",
         "--iree-hal-target-device": "a compile target device",
         "--iree-rocm-target": "the ROCm chip of hip targets",
+        "--iree-hip-target": "the ROCm chip of hip targets (iree.build's older name)",
         "--iree-llvmcpu-target-cpu": "the CPU of llvm-cpu targets",
         "--iree-llvmcpu-target-cpu-features": "the CPU features of llvm-cpu targets",
     }
