@@ -54,7 +54,8 @@ class Target:
 
 NO_TARGET_HELP = (
     "compile needs a target device: pass --target cpu (or vmvx, hip:CHIP, "
-    "vulkan:TARGET, cuda:SM), or --iree-hal-target-device=..."
+    "vulkan:TARGET, cuda:SM; --kiln-target when the build module has a --target of "
+    "its own), or --iree-hal-target-device=..."
 )
 
 
