@@ -30,6 +30,7 @@ from kiln.graph import (
     BuildFileMetadata,
     BuildMeta,
     FileNamespace,
+    as_namespace,
     join_namespace,
 )
 from kiln.graph_registry import Checkpoint, GraphRegistry
@@ -173,7 +174,7 @@ class Executor:
         return self.layout.relative_path(f)
 
     def get_root(self, namespace: FileNamespace) -> Path:
-        return self.layout.root(namespace)
+        return self.layout.root(as_namespace(namespace))
 
     def ensure_dir(self, path: Path) -> None:
         self.layout.ensure_dir(path)

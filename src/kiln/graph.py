@@ -41,6 +41,7 @@ __all__ = [
     "BuildMeta",
     "DefinitionSite",
     "FileNamespace",
+    "as_namespace",
     "join_namespace",
     "namespace_dir",
     "platform_tag",
