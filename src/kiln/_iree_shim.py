@@ -214,8 +214,17 @@ def _holders(modules: dict[str, ModuleType], owned: Any, exclude: set[str]) -> l
             continue
         if name == "__main__" or not isinstance(module, ModuleType):
             continue
-        for value in list(getattr(module, "__dict__", {}).values()):
-            home: Any
+        if any(owned(home) for home in _homes(name, module)):
+            found.append(name)
+    return found
+
+
+def _homes(name: str, module: ModuleType) -> Iterator[str]:
+    """The module names of what ``module``'s globals hold: modules (not its own
+    submodules), classes and functions; a value that cannot say is skipped."""
+    for value in list(getattr(module, "__dict__", {}).values()):
+        home: Any
+        try:
             if isinstance(value, ModuleType):
                 home = value.__name__
                 if home.startswith(name + "."):  # a package's own submodule: not held
@@ -224,7 +233,7 @@ def _holders(modules: dict[str, ModuleType], owned: Any, exclude: set[str]) -> l
                 home = getattr(value, "__module__", None)
             else:
                 continue
-            if isinstance(home, str) and owned(home):
-                found.append(name)
-                break
-    return found
+        except Exception:  # noqa: BLE001 - a library's odd object: not kiln's or IREE's
+            continue
+        if isinstance(home, str):
+            yield home
