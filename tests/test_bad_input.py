@@ -205,10 +205,13 @@ CASES = [
             """),
     ),
     Case(
-        "cl-arg-clashes-with-kiln-option",
+        "cl-arg-clashes-with-an-iree-build-option",
         2,
-        ["cl_arg 'jobs' at {module}:{line} clashes with kiln's own option --jobs"],
-        extra="@entrypoint\ndef mine(jobs=cl_arg('jobs', default=1)):  # HERE\n    return None\n",
+        [
+            "cl_arg 'output-dir' at {module}:{line} clashes with --output-dir, an option of "
+            "kiln's that iree.build has too"
+        ],
+        extra="@entrypoint\ndef mine(o=cl_arg('output-dir')):  # HERE\n    return None\n",
     ),
     # -- the command line --------------------------------------------------------
     Case("unknown-target", 2, ["unknown target 'goood'; did you mean: good"], args=("goood",)),

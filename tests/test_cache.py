@@ -382,7 +382,7 @@ def test_fetch_http_with_a_digest_is_served_from_the_cas_without_the_network(
         assert server.count("/m.bin") == 1
     # The server is gone: the same URL, and a mirror's, come from the CAS.
     same = build(kiln, "o2", "--url", url, "--sha", sha)
-    assert "cached: Fetching" in same.stderr
+    assert "cached: Fetch http" in same.stderr
     mirror = build(kiln, "o3", "--url", "http://127.0.0.1:9/mirror/m.bin", "--sha", sha)
     assert "0 built, 1 cached" in mirror.stderr
     for out in ("o2", "o3"):

@@ -135,14 +135,17 @@ def run(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def check_outputs(out_dir: Path, stdout: str, greeting: str) -> None:
+def check_outputs(out_dir: Path, stdout: str, greeting: str, given: str | None = None) -> None:
+    """The outputs under ``out_dir``; printed under ``given`` (the --output-dir given)
+    if any, else by their absolute paths."""
     from kiln.executor import FileNamespace
     from kiln.graph import namespace_dir
 
     hello = out_dir / "genfiles" / "combined" / "write_hello" / "hello.txt"
     pid = out_dir / "bin" / "combined" / "write_out_of_process_pid" / "pid.txt"
     joined = out_dir / namespace_dir(FileNamespace.PLATFORM_BIN) / "combined" / "joined.txt"
-    assert stdout.splitlines() == [str(joined)]
+    shown = joined if given is None else Path(given) / joined.relative_to(out_dir)
+    assert stdout.splitlines() == [str(shown)]
     text, thread_pid = hello.read_text().split()
     assert text == greeting
     prefix, process_pid = pid.read_text().split()
@@ -155,7 +158,7 @@ def test_run_as_a_script(module: Path, tmp_path: Path) -> None:
     proc = run(tmp_path, str(module), "combined", "--output-dir", "out", "--greeting", "hi")
 
     assert proc.returncode == 0, proc.stderr
-    check_outputs(tmp_path / "out", proc.stdout, "hi")
+    check_outputs(tmp_path / "out", proc.stdout, "hi", given="out")
 
 
 def test_run_as_a_script_lists_entrypoints(module: Path, tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def test_thunk_runs_in_a_worker_process_from_a_module_loaded_by_path(process_mod
 
     assert r.returncode == 0, r.stderr
     assert worker_pid(tmp_path / "out") > 0
-    assert r.stdout.splitlines() == [str(tmp_path / "out" / "genfiles" / "pid" / "pid.txt")]
+    assert r.stdout.splitlines() == ["out/genfiles/pid/pid.txt"]  # as given: relative
 
 
 def test_thunk_defined_in_the_script_run_as_main(process_module, tmp_path):
@@ -177,7 +177,7 @@ def test_iree_build_main_with_a_loaded_module_and_streams(process_module, tmp_pa
         "slow/slow.txt",
     }
     code, out, err = got["build"]
-    assert code == 0 and out == f"{tmp_path / 'out' / 'genfiles' / 'pid' / 'pid.txt'}\n"
+    assert code == 0 and out == "out/genfiles/pid/pid.txt\n"
     assert "kiln: done: 1 built" in err
     code, out, err = got["fail"]
     assert code == 1 and out == "" and "Root causes:\n  * Giving up on purpose\n" in err
@@ -498,3 +498,62 @@ def test_compat_upstream_script_counts_results(tmp_path):
     assert "PASS     net_test.py::test_absent_url_is_404" in lines
     assert "NOT RUN  mnist_builder_test.py::test_never_runs  -- exit 3: no output" in lines
     assert lines[-1] == "kiln: 3 of 5 upstream tests pass"
+
+
+# -- iree.build's command line, compared with iree.build's own --------------------
+
+TARGETS_MODULE = """\
+from pathlib import Path
+from iree.build import *
+
+@entrypoint
+def ep():
+    ctx = executor.BuildContext.current()
+    source = ctx.allocate_file(str(Path(__file__).resolve().parent / "add.mlir"))
+    return compile(name="add", source=source)
+"""
+
+
+@pytest.mark.parametrize(
+    "devices",
+    [
+        ["--iree-hal-target-device", "llvm-cpu", "vmvx", "--iree-llvmcpu-target-cpu=host"],
+        ["--iree-hal-target-device=hip", "--iree-rocm-target=gfx942"],
+        ["--iree-hal-target-device=cpu"],
+        ["--iree-hal-target-device", "cuda", "--iree-compile-out-of-process"],
+    ],
+    ids=["several-per-flag", "hip", "cpu-generic", "other-device"],
+)
+def test_target_devices_name_the_modules_as_iree_build_does(tmp_path, devices):
+    (tmp_path / "targets.py").write_text(TARGETS_MODULE)
+    (tmp_path / "add.mlir").write_text("module {}\n")
+    args = ["targets.py", "--list-all", *devices]
+    ours = python(tmp_path, "-m", "kiln", *args)
+    theirs = python(tmp_path, "-m", "iree.build", *args)
+    assert ours.returncode == 0 and theirs.returncode == 0, (ours.stderr, theirs.stderr)
+    assert ours.stdout == theirs.stdout
+    assert "ep/add_" in ours.stdout
+
+
+def test_several_target_device_flags_add_up(tmp_path):
+    (tmp_path / "targets.py").write_text(TARGETS_MODULE)
+    (tmp_path / "add.mlir").write_text("module {}\n")
+    devices = ["--iree-hal-target-device=vmvx", "--iree-hal-target-device", "llvm-cpu"]
+    r = python(tmp_path, "-m", "kiln", "targets.py", "--list-all", *devices)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-2:] == ["ep/add_vmvx.vmfb", "ep/add_cpu-generic.vmfb"]
+
+
+@pytest.mark.parametrize(("value", "code"), [("fork", 0), ("spawn", 0), ("threads", 2)])
+def test_iree_build_mp_context_is_a_start_method(process_module, tmp_path, value, code):
+    r = python(tmp_path, "-m", "kiln", "thunks.py", "pid", env={"IREE_BUILD_MP_CONTEXT": value})
+    assert r.returncode == code, r.stderr
+    if code:
+        assert "IREE_BUILD_MP_CONTEXT='threads' is not a start method: use fork" in r.stderr
+
+
+def test_kiln_list_takes_its_options_before_the_module(process_module, tmp_path):
+    before = python(tmp_path, "-m", "kiln", "list", "--all", "--bare", "thunks.py")
+    after = python(tmp_path, "-m", "kiln", "list", "thunks.py", "--all", "--bare")
+    assert before.returncode == 0, before.stderr
+    assert before.stdout == after.stdout and "pid/pid.txt" in before.stdout

@@ -28,22 +28,47 @@ KILN_ALL = [
     "UsageError",
     "VerificationFailed",
     "WorkerCrashed",
+    "argparse",
+    "args",
     "benchmark",
     "cl_arg",
     "compile",
+    "compile_actions",
+    "console",
     "entrypoint",
+    "executor",
     "fetch_http",
     "iree_build_main",
     "kiln_main",
+    "lang",
     "load_build_module",
+    "main",
+    "metadata",
+    "net_actions",
+    "onnx_actions",
     "onnx_import",
     "run_command",
     "source_file",
+    "target_machine",
     "verify",
 ]
+# Modules, as ``from iree.build import *`` gives them.
+MODULES = {
+    "argparse",
+    "args",
+    "compile_actions",
+    "console",
+    "executor",
+    "lang",
+    "main",
+    "metadata",
+    "net_actions",
+    "onnx_actions",
+    "target_machine",
+}
 
 # Imported on first use; their modules may be missing in a partial install.
-LAZY = {"benchmark", "compile", "fetch_http", "onnx_import", "verify"}
+LAZY = {"benchmark", "compile", "fetch_http", "onnx_import", "verify"} | MODULES
 
 EXECUTOR_ALL = [
     "ActionConcurrency",
@@ -73,7 +98,7 @@ def test_kiln_all_is_pinned() -> None:
 
 
 def test_eager_public_names_are_callables() -> None:
-    for name in sorted(set(KILN_ALL) - LAZY):
+    for name in sorted(set(KILN_ALL) - LAZY - MODULES):
         member = getattr(kiln, name)
         assert callable(member), name
         assert not name.startswith("_")
@@ -209,3 +234,34 @@ def test_no_exception_class_is_defined_outside_errors() -> None:
         if not name.startswith("_")
     }
     assert found == set()
+
+
+def _star(module: str, shim: bool = False) -> dict[str, str]:
+    """``from MODULE import *`` in a fresh interpreter: each name and the kind of its
+    value (``module``, ``function``, ``type``...); with ``shim``, while kiln's
+    iree.build shim is active."""
+    body = f"from {module} import *"
+    if shim:
+        body = f"from kiln._iree_shim import activated\nwith activated(True):\n    {body}"
+    code = (
+        f"{body}\n"
+        "print('\\n'.join(sorted(f'{k} {type(v).__name__}' for k, v in dict(globals()).items()"
+        " if not k.startswith('__') and k != 'activated')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return dict(line.split() for line in proc.stdout.splitlines())
+
+
+def test_star_import_of_kiln_gives_what_iree_builds_gives() -> None:
+    pytest.importorskip("iree.build", reason="iree-base-compiler's iree.build is not installed")
+    upstream = _star("iree.build")
+    ours = _star("kiln")
+    assert upstream, "iree.build's star import gave nothing"
+    assert {name: ours.get(name) for name in upstream} == upstream
+    assert {n for n, kind in upstream.items() if kind == "module"} == MODULES
+
+
+def test_star_import_of_iree_build_under_the_shim_gives_the_same_names() -> None:
+    pytest.importorskip("iree.build", reason="iree-base-compiler's iree.build is not installed")
+    assert _star("iree.build", shim=True) == _star("iree.build")

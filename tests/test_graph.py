@@ -138,8 +138,16 @@ def test_dotdot_leaving_root_from_a_nested_context_is_rejected(executor: Executo
 
 
 def test_absolute_paths(executor: Executor, root: BuildContext, tmp_path: Path) -> None:
-    with pytest.raises(BuildDefinitionError, match="outside the output root"):
-        root.allocate_file(str(tmp_path / "elsewhere.txt"))
+    # Outside the output directory: a file there, named by its path (as iree.build).
+    elsewhere = tmp_path / "elsewhere.txt"
+    outside = root.allocate_file(str(elsewhere))
+    assert outside.path == str(elsewhere) and outside.source == elsewhere
+    assert outside.get_fs_path() == elsewhere and not elsewhere.parent.joinpath("x").exists()
+    assert root.file(str(elsewhere)) is outside
+    assert isinstance(BuildDefinitionError("x"), RuntimeError)  # as iree.build's errors
+    with pytest.raises(RuntimeError, match="duplicate path"):
+        root.allocate_file(str(elsewhere))
+    # Inside it but out of the namespace's root: an error.
     with pytest.raises(BuildDefinitionError, match="outside the output root"):
         root.allocate_file(str(executor.get_root(FileNamespace.GEN) / ".." / "escape.txt"))
     inside = root.allocate_file(
@@ -496,15 +504,15 @@ def loop():
 
 
 @pytest.mark.parametrize(
-    ("name", "namespace"),
+    ("name", "namespace", "said"),
     [
-        ("../../escape.txt", "GEN"),
-        ("../../../escape.txt", "PLATFORM_BIN"),
-        ("/tmp/elsewhere.txt", "BIN"),
+        ("../../escape.txt", "GEN", "output root"),
+        ("../../../escape.txt", "PLATFORM_BIN", "output root"),
+        ("/tmp/elsewhere.txt", "BIN", "outside the output directory; kiln's own actions"),
     ],
 )
 def test_escaping_output_path_is_a_definition_error(
-    write_module, kiln, tmp_path: Path, name: str, namespace: str
+    write_module, kiln, tmp_path: Path, name: str, namespace: str, said: str
 ) -> None:
     write_module(
         HEADER
@@ -519,7 +527,7 @@ def esc():
     r = kiln("build", "build.py")
 
     assert r.returncode == 2
-    assert "output root" in r.stderr and name in r.stderr
+    assert said in r.stderr and name in r.stderr
     assert not (tmp_path / "escape.txt").exists()
     assert not (tmp_path / "kiln-out" / "escape.txt").exists()
     assert r.stdout == ""
@@ -759,8 +767,8 @@ def b(size=cl_arg("size", default="large")):
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("name", ["jobs", "output-dir", "fail-fast", "verbose"])
-def test_cl_arg_clashing_with_kiln_options(write_module, kiln, name: str) -> None:
+@pytest.mark.parametrize("name", ["output-dir", "list-all", "iree-hal-target-device"])
+def test_cl_arg_clashing_with_iree_builds_options(write_module, kiln, name: str) -> None:
     path = write_module(
         HEADER
         + f"""

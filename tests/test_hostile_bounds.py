@@ -430,7 +430,7 @@ def test_url_secrets_never_reach_the_screen_the_state_or_the_manifest(
     assert r.returncode == 0, r.stderr
     assert server.authorization()[-1] == "Basic " + base64.b64encode(b"ada:PASSW0RD").decode()
     shown = plain.replace("http://", "http://***@") + "?***"
-    assert f"Fetching {shown}" in r.stderr
+    assert f"Fetch {shown}" in r.stderr
     out = tmp_path / "kiln-out"
     stored = [p for p in out.rglob("*") if p.is_file()]
     assert out / "manifest.json" in stored and out / STATE in stored

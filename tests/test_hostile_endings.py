@@ -463,26 +463,56 @@ CMD = """
 def ep(value=cl_arg("{name}", default="x")):
     return run_command(name="ep.txt", command=["sh", "-c", "echo ep > {{out}}"])
 """
+ECHO = """
+@entrypoint
+def ep(value=cl_arg("{name}", default="x")):
+    return run_command(name="ep.txt", command=["sh", "-c", "echo " + value + " > {{out}}"])
+"""
 
 
-@pytest.mark.parametrize("name", ["targets", "dry_run", "output_dir", "kiln_targets", "all"])
-def test_cl_arg_destination_clashing_with_kiln_is_a_definition_error(
-    write_module, kiln, name: str
+@pytest.mark.parametrize("name", ["targets", "dry_run", "output_dir", "all", "jobs", "target"])
+def test_cl_arg_named_as_kilns_own_wins_and_kilns_stays_reachable(
+    write_module, kiln, tmp_path: Path, name: str
 ) -> None:
+    """A module's option that shares a name (or a destination) with one of kiln's
+    loads, takes its own value, and leaves kiln's reachable as --kiln-<name>."""
+    write_module(ECHO.format(name=name))
+    flag = f"--{name}"
+    r = kiln("build", "build.py", flag, "mine", "-j", "1", "--output-dir", "o")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "o" / "genfiles" / "ep" / "ep.txt").read_text() == "mine\n"
+    assert kiln("list", "build.py").returncode == 0
+    command = "list" if name == "all" else "build"
+    shown = " ".join(kiln(command, "build.py", "--help").stdout.split())
+    assert f" {flag} " in shown.split("options of the build module")[1]
+    if name in ("jobs", "target", "all"):  # kiln's own spelling, handed over
+        assert f"--kiln-{name}" in shown and f"({flag} is the build module's option)" in shown
+
+
+def test_kilns_option_under_its_kiln_spelling_when_a_module_takes_it(write_module, kiln) -> None:
+    write_module(ECHO.format(name="jobs"))
+    r = kiln("build", "build.py", "--jobs", "many", "--kiln-jobs", "0")
+    assert r.returncode == 2
+    assert "argument -j/--kiln-jobs: must be at least 1, got 0" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["kiln-targets", "kiln_x"])
+def test_cl_arg_named_kiln_is_a_definition_error(write_module, kiln, name: str) -> None:
     module = write_module(CMD.format(name=name))
-    for command in ("build", "list"):
-        r = kiln(command, "build.py")
-        assert r.returncode == 2, r.stderr
-        assert f"cl_arg '{name}' at {module}:5" in r.stderr
-        assert f"'{name.replace('-', '_')}'" in r.stderr and "kiln's own" in r.stderr
+    r = kiln("build", "build.py")
+    assert r.returncode == 2, r.stderr
+    assert f"cl_arg '{name}' at {module}:5: names starting with 'kiln-' are kiln's own" in (
+        r.stderr
+    )
 
 
 def test_cl_arg_flag_clash_names_both(write_module, kiln) -> None:
     module = write_module(CMD.format(name="output-dir"))
     r = kiln("build", "build.py")
     assert r.returncode == 2
-    assert f"cl_arg 'output-dir' at {module}:5 clashes with kiln's own option --output-dir" in (
-        r.stderr
+    assert (
+        f"cl_arg 'output-dir' at {module}:5 clashes with --output-dir, an option of kiln's "
+        "that iree.build has too" in r.stderr
     )
 
 

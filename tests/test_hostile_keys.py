@@ -3,7 +3,9 @@ real ``kiln`` command line on real build modules.
 
 - Every kind of parameter value, changed, reruns its action; unchanged, in a new
   process (another string-hash seed), runs nothing.
-- A value kiln cannot key stops the build before anything runs (exit 2), naming
+- An action holding a value kiln cannot key runs on every build and is never
+  cached, and kiln says so once per action type (``kiln explain`` says why);
+  with ``--strict-keys`` it stops the build before anything runs (exit 2), naming
   the class, the attribute, the type and the fix.
 - Editing an action's code reruns that action only; ``kiln explain`` says why.
 - A ``_remotable_thunk``'s closure values are in the key.
@@ -273,7 +275,7 @@ OPEN_FILE = """
         ),
     ],
 )
-def test_a_value_kiln_cannot_key_stops_the_build_before_anything_runs(
+def test_a_value_kiln_cannot_key_stops_a_strict_build_before_anything_runs(
     tmp_path: Path,
     write_module: Callable[..., Path],
     kiln: Callable[..., Any],
@@ -281,13 +283,48 @@ def test_a_value_kiln_cannot_key_stops_the_build_before_anything_runs(
     expected: list[str],
 ) -> None:
     write(write_module, UNKEYABLE, holder=textwrap.indent(textwrap.dedent(holder), "    "))
-    result = kiln("build", "build.py")
+    result = kiln("build", "build.py", "--strict-keys")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert "action Holder ('holder', defined at" in result.stderr
     for text in expected:
         assert text in result.stderr
     assert ran(tmp_path) == []  # the healthy action did not run either
+
+
+@pytest.mark.parametrize("holder", [OPEN_FILE, "    pass\n"], ids=["unkeyable", "keyed"])
+def test_an_action_kiln_cannot_key_runs_every_build_and_is_never_cached(
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    holder: str,
+) -> None:
+    """Without --strict-keys the unkeyable action runs on every build (as iree.build
+    runs every action), never up to date and never from the cache, even into a
+    fresh output directory; its keyed neighbour is skipped, then cached. The keyed
+    variant shows the test would see a skip."""
+    write(write_module, UNKEYABLE, holder=textwrap.indent(textwrap.dedent(holder), "    "))
+    unkeyed = "handle" in holder
+    note = "kiln: Holder actions ('holder', defined at"
+    first = kiln("build", "build.py")
+    assert first.returncode == 0, first.stderr
+    assert ran(tmp_path) == ["healthy", "healthy"]
+    assert first.stderr.count(note) == (1 if unkeyed else 0)
+    if unkeyed:
+        assert "attribute 'handle' holds a value of type _io.TextIOWrapper" in first.stderr
+        assert "run on every build and are never cached" in first.stderr
+    again = kiln("build", "build.py")
+    assert again.returncode == 0, again.stderr
+    assert ran(tmp_path) == (["healthy"] if unkeyed else [])
+    explained = kiln("explain", "build.py")
+    assert (
+        "holder: kiln cannot key it, so it runs on every build: attribute 'handle'"
+        in (explained.stdout)
+    ) is unkeyed
+    fresh = kiln("build", "build.py", "--output-dir", "fresh")  # the cache serves the keyed one
+    assert fresh.returncode == 0, fresh.stderr
+    assert ran(tmp_path) == (["healthy"] if unkeyed else [])
+    assert ("1 cached" if unkeyed else "2 cached") in fresh.stderr
 
 
 def test_excluded_attributes_are_not_keyed(

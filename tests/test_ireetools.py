@@ -108,14 +108,14 @@ def test_compiler_version_is_the_installed_distribution() -> None:
 @pytest.mark.parametrize(
     ("spec", "flags", "name"),
     [
-        ("cpu", ["--iree-llvmcpu-target-cpu=host"], "cpu"),
-        ("cpu:host", ["--iree-llvmcpu-target-cpu=host"], "cpu"),
-        ("cpu:znver4", ["--iree-llvmcpu-target-cpu=znver4"], "cpu_znver4"),
+        ("cpu", ["--iree-llvmcpu-target-cpu=host"], "cpu-host"),
+        ("cpu:host", ["--iree-llvmcpu-target-cpu=host"], "cpu-host"),
+        ("cpu:znver4", ["--iree-llvmcpu-target-cpu=znver4"], "cpu-znver4"),
         ("vmvx", ["--iree-hal-local-target-device-backends=vmvx"], "vmvx"),
-        ("hip:gfx942", ["--iree-hal-target-device=hip", "--iree-rocm-target=gfx942"], "hip_gfx942"),
-        ("vulkan:rdna3", ["--iree-vulkan-target=rdna3"], "vulkan_rdna3"),
-        ("cuda:sm_80", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"], "cuda_sm_80"),
-        ("CPU:x86-64-v3", ["--iree-llvmcpu-target-cpu=x86-64-v3"], "cpu_x86-64-v3"),
+        ("hip:gfx942", ["--iree-hal-target-device=hip", "--iree-rocm-target=gfx942"], "hip-gfx942"),
+        ("vulkan:rdna3", ["--iree-vulkan-target=rdna3"], "vulkan-rdna3"),
+        ("cuda:sm_80", ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"], "cuda-sm_80"),
+        ("CPU:x86-64-v3", ["--iree-llvmcpu-target-cpu=x86-64-v3"], "cpu-x86-64-v3"),
     ],
 )
 def test_target_flags_and_names(spec: str, flags: list[str], name: str) -> None:

@@ -69,20 +69,20 @@ def test_import_compile_verify_for_two_targets_and_manifest(pipeline, kiln, tmp_
     assert r.returncode == 0, r.stderr
     out = tmp_path / "kiln-out"
     printed = r.stdout.split()
-    assert str(out / "bin/add/add_cpu.vmfb") in printed
+    assert str(out / "bin/add/add_cpu-host.vmfb") in printed
     assert str(out / "bin/add/add_vmvx.vmfb") in printed
-    assert "Compiling add/add.mlir (for cpu)" in r.stderr
+    assert "Compiling BuildFile[gen](add/add.mlir) (for cpu-host)" in r.stderr
     result = json.loads((out / "genfiles/add/add_0.json").read_text())
     assert result["passed"] is True
     assert result["outputs"][0]["max_abs_err"] == 0.0
 
     manifest = json.loads((out / "manifest.json").read_text())
     entries = {e["path"]: e for e in manifest["entrypoints"]["add"]["outputs"]}
-    cpu = entries["bin/add/add_cpu.vmfb"]
-    data = (out / "bin/add/add_cpu.vmfb").read_bytes()
+    cpu = entries["bin/add/add_cpu-host.vmfb"]
+    data = (out / "bin/add/add_cpu-host.vmfb").read_bytes()
     assert cpu["sha256"] == hashlib.sha256(data).hexdigest()
     assert cpu["size"] == len(data)
-    assert cpu["target"] == "cpu" and cpu["namespace"] == "bin"
+    assert cpu["target"] == "cpu-host" and cpu["namespace"] == "bin"
     # "host" is spelled out as what it means on this machine (kiln.actions._host).
     host = cpu["host"]
     assert host["cpu"] and host["cpu_features"] and host["triple"]
@@ -236,4 +236,4 @@ def test_compile_keeps_its_output_in_a_log_shown_with_verbose(pipeline, kiln, tm
     (tmp_path / "kiln-out/bin/add/add_vmvx.vmfb").unlink()
     loud = kiln("build", str(pipeline), "--target", "vmvx", "-v", "--no-cache")
     assert loud.returncode == 0, loud.stderr
-    assert f"log of Compiling add/add.mlir (for vmvx): {log}" in loud.stderr
+    assert f"log of Compiling BuildFile[gen](add/add.mlir) (for vmvx): {log}" in loud.stderr

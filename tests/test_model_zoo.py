@@ -52,7 +52,7 @@ def test_models_through_every_stage_with_the_table(tmp_path: Path):
     manifest = json.loads((tmp_path / "out/manifest.json").read_text())
     outputs = manifest["entrypoints"][model]["outputs"]
     modules = [o for o in outputs if o.get("target")]
-    assert [o["target"] for o in modules] == ["cpu", "vmvx"]
+    assert [o["target"] for o in modules] == ["cpu-host", "vmvx"]
     for module in modules:
         shipped, ort = module["verification"]
         assert shipped["passed"] and set(shipped["references"]) == {"shipped"}

@@ -102,18 +102,18 @@ def test_shipped_and_onnxruntime_references_and_a_benchmark(build, kiln, tmp_pat
     r = kiln("build", str(build), "add", "--target", "cpu", "-j", "2")
     assert r.returncode == 0, r.stderr
     out = tmp_path / "kiln-out"
-    result = json.loads((out / "genfiles/add/both_cpu.json").read_text())
-    assert result["passed"] is True and result["target"] == "cpu"
+    result = json.loads((out / "genfiles/add/both_cpu-host.json").read_text())
+    assert result["passed"] is True and result["target"] == "cpu-host"
     assert set(result["references"]) == {"shipped", "onnxruntime"}
     record = result["references"]["onnxruntime"]["outputs"][0]
     assert record["name"] == "y" and record["passed"] and record["rtol"] == 1e-4
     assert {"max_abs_err", "max_rel_err", "worst_index"} <= set(record)
-    bench = json.loads((out / "genfiles/add/bench_cpu.json").read_text())
+    bench = json.loads((out / "genfiles/add/bench_cpu-host.json").read_text())
     assert bench["status"] == "measured" and bench["repetitions"] == 2
     assert 0 < bench["min"] <= bench["median"] <= bench["max"] and bench["time_unit"] == "us"
     assert bench["device"] == "local-task" and bench["machine"]["cpu"]
     assert bench["inputs"]["source"] == "generated" and bench["inputs"]["shapes"] == {"x": [2, 3]}
-    module = _manifest_module(out, "add", "cpu")
+    module = _manifest_module(out, "add", "cpu-host")
     (check,) = module["verification"]
     assert check["passed"] is True and check["references"]["onnxruntime"]["passed"] is True
     assert module["benchmark"][0]["median"] == bench["median"]
@@ -191,7 +191,7 @@ def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: 
     result = json.loads((out / "genfiles/add/both_80.json").read_text())
     assert result["status"] == "skipped" and result["passed"] is None
     assert result["reason"] == "no cuda device here"
-    module = _manifest_module(out, "add", "cuda_sm_80")
+    module = _manifest_module(out, "add", "cuda-sm_80")
     assert module["verification"][0] == {
         "passed": None,
         "status": "skipped",
@@ -199,7 +199,7 @@ def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: 
     }
     assert module["benchmark"][0]["status"] == "skipped"
     assert "2 check(s) skipped:" in r.stderr
-    assert "Benchmarking add/add_cuda_sm_80.vmfb: skipped: no cuda device here" in r.stderr
+    assert "Benchmarking add/add_cuda-sm_80.vmfb: skipped: no cuda device here" in r.stderr
 
 
 def test_unsupported_gpu_target_fails_before_compiling(build, kiln, tmp_path: Path):

@@ -2,11 +2,14 @@
 
 A build module does ``from kiln import *`` and marks functions with
 ``@entrypoint``; calling actions inside them declares the build graph, which
-``kiln build`` runs concurrently and incrementally.
+``kiln build`` runs concurrently and incrementally. ``from kiln import *`` gives
+what ``from iree.build import *`` gives (names and kinds, the modules
+``executor``, ``args``, ``main``... included) and kiln's own names.
 """
 
 from __future__ import annotations
 
+import argparse as argparse
 from typing import Any
 
 from kiln._version import __version__ as __version__
@@ -47,17 +50,28 @@ __all__ = [
     "UsageError",
     "VerificationFailed",
     "WorkerCrashed",
+    "argparse",
+    "args",
     "benchmark",
     "cl_arg",
     "compile",
+    "compile_actions",
+    "console",
     "entrypoint",
+    "executor",
     "fetch_http",
     "iree_build_main",
     "kiln_main",
+    "lang",
     "load_build_module",
+    "main",
+    "metadata",
+    "net_actions",
+    "onnx_actions",
     "onnx_import",
     "run_command",
     "source_file",
+    "target_machine",
     "verify",
 ]
 
@@ -75,10 +89,33 @@ _LAZY = {
 }
 
 
+# The modules ``from iree.build import *`` gives, by name: kiln's own, or its
+# compatible modules of iree.build's names (``kiln.iree_build``).
+_MODULES = {
+    "args": "kiln.args",
+    "executor": "kiln.executor",
+    **{
+        name: f"kiln.iree_build.{name}"
+        for name in (
+            "compile_actions",
+            "console",
+            "lang",
+            "main",
+            "metadata",
+            "net_actions",
+            "onnx_actions",
+            "target_machine",
+        )
+    },
+}
+
+
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _MODULES:
+        return importlib.import_module(_MODULES[name])
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kiln' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module), name)

@@ -5,8 +5,10 @@ A worker runs exactly one action. It is forked from the clean template, which
 already has the build's environment and working directory; it leads a process
 group (and session) of its own, so that the template can kill it together with
 every subprocess it started, and the kernel kills it when the template dies
-(``PR_SET_PDEATHSIG``). It reads one pickled ``(sys.path, cloudpickled thunk)``
-from its socket, runs the thunk, answers with a pickled tuple, ``("ok",)`` or
+(``PR_SET_PDEATHSIG``). It reads one pickled ``(sys.path, cwd, shim, cloudpickled
+thunk)`` from its socket (``shim``: whether ``iree.build`` imports resolve to kiln,
+as in the kiln that sent it: ``kiln._iree_shim``), runs the thunk, answers with a
+pickled tuple, ``("ok",)`` or
 ``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
 exits: nothing an action does to its process reaches another action.
 
@@ -90,10 +92,14 @@ def run_one(sock: socket.socket) -> None:
     if data is None:
         return
     try:
-        sys_path, cwd, payload = pickle.loads(data)
+        sys_path, cwd, shim, payload = pickle.loads(data)
         sys.path[:] = sys_path  # kiln's, so that the thunk's modules import as there
         if cwd is not None:
             os.chdir(cwd)
+        if shim:
+            from kiln._iree_shim import install
+
+            install()
         import cloudpickle
 
         cloudpickle.loads(payload)()

@@ -4,15 +4,18 @@ no old temporaries), hashed once it finished, removed when it was cut short."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterable
+from pathlib import Path
 
 from kiln.action_record import ActionRecord
-from kiln.errors import ActionFailed
+from kiln.errors import ActionFailed, NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_tree import OutputTree
-from kiln.outputs import TemporarySweeper, file_kind, remove_partial
+from kiln.outputs import TemporarySweeper, file_kind, read_regular, remove_partial
+from kiln.prefilled import USER_FILES
 from kiln.state import StateStore, StatKey, hash_file, stat_key
 
 # What an action wrote: each output's stat key and digest.
@@ -24,6 +27,11 @@ class ActionOutputs:
 
     Invariant: an output's place is prepared only after the state records it as
     kiln's to write (``claim_outputs``), so that a killed build can clean it up;
+    an output outside the output directory (``BuildFile.source`` set: a file an
+    action of the user's writes where it chooses) is never claimed, prepared or
+    removed: kiln only reads it; nor is a file the user placed in the output
+    directory before kiln took it over (``kiln.prefilled``) while kiln has not
+    written it: an action that would write there fails, naming it;
     ``_written`` is the state's ledger of what kiln wrote, read once, when first
     needed. Without a ``tree`` (a dry run) nothing on disk is touched but the
     temporaries kiln left.
@@ -34,6 +42,7 @@ class ActionOutputs:
         self._tree = tree
         self._sweeper = TemporarySweeper()
         self._written: set[str] | None = None
+        self._user_files: frozenset[str] | None = None  # ``kiln.prefilled``'s, read once
         self._claimed: set[BuildFile] = set()  # claimed by ``claim``, not yet prepared
 
     def claim(
@@ -48,14 +57,22 @@ class ActionOutputs:
         for action_id, outputs in runs:
             ids.append(action_id)
             for f in outputs:
-                paths.append(f.layout.relative_path(f))
-                self._claimed.add(f)
+                if f.source is None and not self._users(f):
+                    paths.append(f.layout.relative_path(f))
+                    self._claimed.add(f)
         self._store.commit_round(finished, ids, paths)
 
     def prepare(self, outputs: Iterable[BuildFile]) -> None:
         """Record ``outputs`` as kiln's to write (unless ``claim`` did), then make
         their places ready."""
-        outputs = list(outputs)
+        outputs = [f for f in outputs if f.source is None]
+        for f in outputs:
+            if self._users(f):
+                raise ActionFailed(
+                    f"output {f.fs_str} is a file that was in the output directory before "
+                    "kiln first built there: it is yours, and kiln never writes over it; "
+                    "move it away, or leave the output undeclared to read it as an input"
+                )
         claimed = self._claimed
         unclaimed = [f.layout.relative_path(f) for f in outputs if f not in claimed]
         if unclaimed:
@@ -65,6 +82,16 @@ class ActionOutputs:
             if self._tree is not None:
                 self._tree.prepare_output(f.fs_str, self._kiln_wrote)
             self._sweeper.sweep(f.fs_str)
+
+    def _users(self, f: BuildFile) -> bool:
+        """Whether output ``f`` is a file the user placed before kiln took the output
+        directory over, still there, and never written by kiln since."""
+        if self._user_files is None:
+            self._user_files = _read_user_files(self._store.path.parent / USER_FILES)
+        if not self._user_files:
+            return False
+        rel = f.layout.relative_path(f)
+        return rel in self._user_files and not self._kiln_wrote(rel) and os.path.lexists(f.fs_str)
 
     def _kiln_wrote(self, rel: str) -> bool:
         if self._written is None:
@@ -93,6 +120,23 @@ class ActionOutputs:
 
     @staticmethod
     def remove_partial(outputs: Iterable[BuildFile]) -> None:
-        """Remove what an action that was cut short half-wrote."""
+        """Remove what an action that was cut short half-wrote (in the output
+        directory: never a file outside it)."""
         for f in outputs:
-            remove_partial(f.fs_str)
+            if f.source is None:
+                remove_partial(f.fs_str)
+
+
+def _read_user_files(path: Path) -> frozenset[str]:
+    """The user's files listed when kiln took a filled directory over (none when
+    there is no list; an unreadable list protects nothing and is reported by
+    nobody: it is only ever written by kiln)."""
+    try:
+        listed = json.loads(read_regular(path))
+    except (OSError, NotRegularFile, ValueError):
+        return frozenset()
+    return (
+        frozenset(p for p in listed if isinstance(p, str))
+        if isinstance(listed, list)
+        else frozenset()
+    )

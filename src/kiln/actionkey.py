@@ -15,9 +15,16 @@ canonical form (``kiln.canonical``), plus two entries of kiln's own:
   action, a command), the environment that program is given: the base set's
   version and the declared variables (``kiln.action_env``).
 
-A value that cannot be keyed is a ``BuildDefinitionError`` naming the action,
-the attribute, the value's type and the fix, raised when the build is planned,
-so a build either keys every action or runs none.
+An action holding a value that cannot be keyed (a third-party library's object,
+an open file) has no key: it runs on every build, as iree.build runs every
+action, and is never taken from or put into a cache; ``unkeyed`` says why, and
+the build says so once per action type. With ``strict`` such a value is a
+``BuildDefinitionError`` naming the action, the attribute, the value's type and
+the fix, raised when the build is planned (``--strict-keys``).
+
+The rule that keeps this safe is in one place: an action whose keyed parameters
+are None (``always_run``, or not keyable) is never up to date and never cached
+(``kiln.incremental``, ``kiln.cache.cacheable``).
 """
 
 from __future__ import annotations
@@ -53,16 +60,20 @@ _TYPES_KEYED = (
 class KeyMaker:
     """Keys the actions of one build; class digests are computed once per class.
 
-    Invariant: after ``all``, ``params`` holds the keyed parameters of every
-    action given, and ``deferred`` the actions whose thunk could not be made while
-    planning (it raised: it may need its inputs); ``thunk_digest`` completes their
-    keys once their inputs exist.
+    Invariant: after ``all``, ``params_of`` holds the keyed parameters of every
+    action given (None: it always runs), ``unkeyed`` why each action that holds a
+    value kiln cannot key has none (never filled with ``strict``: it raises), and
+    ``deferred`` the actions whose thunk could not be made while planning (it
+    raised: it may need its inputs); ``thunk_digest`` completes their keys once
+    their inputs exist.
     """
 
-    def __init__(self, environment: ActionEnvironment | None = None) -> None:
+    def __init__(self, environment: ActionEnvironment | None = None, strict: bool = False) -> None:
         self.code = CodeDigests()
         self.env_key = (environment or ActionEnvironment()).key()
+        self.strict = strict
         self.params_of: dict[BuildAction, dict[str, Any] | None] = {}
+        self.unkeyed: dict[BuildAction, str] = {}
         self.deferred: set[BuildAction] = set()
         # class -> (its code digest, whether its _remotable_thunk is the user's)
         self._classes: dict[type, tuple[str, bool]] = {}
@@ -73,13 +84,24 @@ class KeyMaker:
         return hashlib.sha256(self.code.of_value(value, strict=True).encode()).hexdigest()
 
     def all(self, actions: Iterable[BuildAction]) -> dict[BuildAction, dict[str, Any] | None]:
-        """Key ``actions`` (into ``params_of``); an action kiln cannot key raises."""
+        """Key ``actions`` (into ``params_of``); an action kiln cannot key has None
+        (and a reason in ``unkeyed``), or raises when ``strict``."""
         with gc_paused():  # many small objects, none of them garbage
             self.params_of.update((a, self.params(a)) for a in actions)
         return self.params_of
 
     def params(self, action: BuildAction) -> dict[str, Any] | None:
-        """``action``'s keyed parameters, or None when it always runs."""
+        """``action``'s keyed parameters, or None when it always runs (marked so, or
+        holding a value kiln cannot key: then ``unkeyed`` says why)."""
+        try:
+            return self._params(action)
+        except _CannotKey as e:
+            if self.strict:
+                raise BuildDefinitionError(str(e)) from None
+            self.unkeyed[action] = e.reason
+            return None
+
+    def _params(self, action: BuildAction) -> dict[str, Any] | None:
         raw = action.params()
         if raw is None:
             return None
@@ -145,7 +167,7 @@ class KeyMaker:
     def thunk_digest(self, action: BuildAction) -> str:
         """The digest of the callable ``action._remotable_thunk()`` returns, made
         without creating anything on disk. Raises ``_ThunkNotMade`` when making it
-        raised, ``BuildDefinitionError`` when it holds a value kiln cannot key."""
+        raised, ``_CannotKey`` when it holds a value kiln cannot key."""
         token = KEYING_ONLY.set(True)
         try:
             thunk = action._remotable_thunk()
@@ -156,15 +178,16 @@ class KeyMaker:
         try:
             return hashlib.sha256(self.code.of_value(thunk, strict=True).encode()).hexdigest()
         except RecursionError:
-            raise BuildDefinitionError(
-                f"{_describe(action)}: the callable its _remotable_thunk() returns holds "
-                f"a {_SELF_REFERENCE}; give the thunk plain data"
-            ) from None
+            held = f"the callable its _remotable_thunk() returns holds a {_SELF_REFERENCE}"
+            fix = "give the thunk plain data"
+            raise _CannotKey(f"{_describe(action)}: {held}; {fix}", held) from None
         except Unkeyable as e:
-            raise BuildDefinitionError(
-                f"{_describe(action)}: the callable its _remotable_thunk() returns holds "
-                f"{e.where}a value of type {e.type_name}, which kiln cannot put in the "
-                f"action's key; give the thunk only {_TYPES_KEYED}"
+            held = (
+                f"the callable its _remotable_thunk() returns holds {e.where}a value of "
+                f"type {e.type_name}, which kiln cannot put in the action's key"
+            )
+            raise _CannotKey(
+                f"{_describe(action)}: {held}; give the thunk only {_TYPES_KEYED}", held
             ) from None
 
 
@@ -172,16 +195,27 @@ class _ThunkNotMade(Exception):
     """Making an action's thunk raised (the message says what)."""
 
 
+class _CannotKey(Exception):
+    """An action holds a value kiln cannot key: the whole error (with the fix) and
+    the short reason that ``unkeyed`` and ``kiln explain`` give."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def complete_params(
     keys: KeyMaker, action: BuildAction, params: dict[str, Any]
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[dict[str, Any] | None, str | None]:
     """``params`` with the thunk digest of a deferred action, now that its inputs
-    exist; or, when the thunk still cannot be made or keyed, ``params`` and why
-    (the action then runs, under a key that matches no other)."""
+    exist; or, when the thunk still cannot be made or keyed, None (the action then
+    has no key: it runs, and is never cached) and why."""
     try:
         return {**params, THUNK_PARAM: keys.thunk_digest(action)}, None
-    except (_ThunkNotMade, BuildDefinitionError) as e:
-        return params, f"its _remotable_thunk() could not be made to key it ({e})"
+    except _ThunkNotMade as e:
+        return None, f"its _remotable_thunk() could not be made to key it ({e})"
+    except _CannotKey as e:
+        return None, e.reason
 
 
 def _param_name(name: Any) -> str:
@@ -199,13 +233,14 @@ def _describe(action: BuildAction) -> str:
     return f"action {type(action).__qualname__} ('{action.desc}'{where})"
 
 
-def _unkeyable(action: BuildAction, name: str, e: Unkeyable) -> BuildDefinitionError:
+def _unkeyable(action: BuildAction, name: str, e: Unkeyable) -> _CannotKey:
     """The error for a parameter with no canonical form, naming the fix."""
     default = type(action).params is BuildAction.params
     what = f"attribute '{name}'" if default else f"params()[{name!r}]"
     inner = f" (at {name}{e.where})" if e.where else ""
     if e.hint:
-        return BuildDefinitionError(f"{_describe(action)}: {what}{inner}: {e.hint}")
+        held = f"{what}{inner}: {e.hint}"
+        return _CannotKey(f"{_describe(action)}: {held}", held)
     if default:
         fix = (
             f"override params() to return what the outputs depend on, or leave the "
@@ -214,7 +249,8 @@ def _unkeyable(action: BuildAction, name: str, e: Unkeyable) -> BuildDefinitionE
         )
     else:
         fix = f"return only {_TYPES_KEYED} from params()"
-    return BuildDefinitionError(
-        f"{_describe(action)}: {what}{inner} holds a value of type {e.type_name}, which "
-        f"kiln cannot put in the action's key; {fix}"
+    held = (
+        f"{what}{inner} holds a value of type {e.type_name}, which kiln cannot put in "
+        "the action's key"
     )
+    return _CannotKey(f"{_describe(action)}: {held}; {fix}", held)

@@ -120,26 +120,18 @@ def expand_cl_arg_defaults(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-def check_cl_args(
-    defs: list[ClArg], reserved: dict[str, str], reserved_dests: dict[str, str] | None = None
-) -> list[ClArg]:
+def check_cl_args(defs: list[ClArg], reserved: dict[str, str]) -> list[ClArg]:
     """The distinct option definitions of ``defs``; a conflict is a definition error.
 
-    ``reserved`` maps kiln's own option flags to what they do, ``reserved_dests``
-    the destinations of kiln's own arguments: a cl_arg sharing either would
-    overwrite (or be overwritten by) kiln's value.
+    ``reserved`` maps the option flags no module may declare (those iree.build has
+    itself) to what they do.
     """
     seen: dict[str, ClArg] = {}
     for d in defs:
         if d.flag in reserved:
             raise BuildDefinitionError(
-                f"cl_arg '{d.name}' at {d.def_site} clashes with kiln's own option "
-                f"{d.flag} ({reserved[d.flag]}); rename it"
-            )
-        if reserved_dests and d.dest in reserved_dests:
-            raise BuildDefinitionError(
-                f"cl_arg '{d.name}' at {d.def_site} stores its value as '{d.dest}', the "
-                f"destination of kiln's own {reserved_dests[d.dest]}; rename the cl_arg"
+                f"cl_arg '{d.name}' at {d.def_site} clashes with {d.flag}, an option of "
+                f"kiln's that iree.build has too ({reserved[d.flag]}); rename it"
             )
         first = seen.setdefault(d.dest, d)
         if first is not d and not first.same_as(d):

@@ -6,7 +6,8 @@ definition, the command line or kiln's own state must be fixed, 128 + N stopped
 by signal N).
 
     KilnError                      base of everything kiln raises on purpose (1)
-    ├── BuildDefinitionError       the build module is wrong (2): cycle,
+    ├── BuildDefinitionError       the build module is wrong (2; also a
+    │   │                          RuntimeError, as iree.build's): cycle,
     │   │                          duplicate path, escaping path, unknown file,
     │   │                          missing source, conflicting cl_arg, a timeout
     │   │                          on an action that cannot be stopped, ...
@@ -55,8 +56,10 @@ class KilnError(Exception):
     exit_code: int = 1
 
 
-class BuildDefinitionError(KilnError):
-    """The build definition is invalid; the message says what to change."""
+class BuildDefinitionError(KilnError, RuntimeError):
+    """The build definition is invalid; the message says what to change. Also a
+    ``RuntimeError``, as iree.build's are: build modules written for it catch
+    ``RuntimeError`` from ``allocate_file`` (a path defined twice) and ``file``."""
 
     exit_code = 2
 

@@ -18,7 +18,7 @@ from kiln._reaper import BuildReaper
 from kiln.actionkey import KeyMaker
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
-from kiln.errors import DependenceException, NotRegularFile
+from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
 from kiln.events import EventReader
 from kiln.graph import (
     ActionConcurrency,
@@ -30,6 +30,7 @@ from kiln.graph import (
     BuildFileMetadata,
     BuildMeta,
     FileNamespace,
+    as_namespace,
     join_namespace,
 )
 from kiln.graph_registry import Checkpoint, GraphRegistry
@@ -106,8 +107,13 @@ class Executor:
         self.cache: BuildCache | None = None
         # Where remotable actions run (``--executor dask...``); None: on this machine.
         self.remote: RemoteRunner | None = None
+        # True: an action kiln cannot key stops the build (``--strict-keys``);
+        # False: it runs on every build, never cached, and kiln says so.
+        self.strict_keys = False
         self._store: StateStore | None = None
         self._keyed: tuple[Plan, KeyMaker] | None = None  # the last plan checked, keyed
+        self._noted_unkeyed: set[str] = set()  # action types said to run unkeyed
+        self._noted_outside = False  # said that actions write outside the output dir
         BuildContext("", self)
 
     @property
@@ -168,7 +174,7 @@ class Executor:
         return self.layout.relative_path(f)
 
     def get_root(self, namespace: FileNamespace) -> Path:
-        return self.layout.root(namespace)
+        return self.layout.root(as_namespace(namespace))
 
     def ensure_dir(self, path: Path) -> None:
         self.layout.ensure_dir(path)
@@ -209,19 +215,62 @@ class Executor:
     def checked_plan(self, targets: Iterable[BuildDependency]) -> Plan:
         """The plan of ``targets``, once every action in it says it can run."""
         plan = self.plan(targets)
+        outside: dict[BuildAction, list[BuildFile]] = {}
         for action in plan.actions:
             action.check_timeout()
             action.check_runnable()
-        self._keys_for(plan)  # an action kiln cannot key stops the build here
+            for f in plan.outputs[action]:
+                if f.source is not None:
+                    outside.setdefault(action, []).append(f)
+        if outside:
+            self._check_outside(outside)
+        self._keys_for(plan)  # with --strict-keys, an action kiln cannot key stops here
         return plan
+
+    def _check_outside(self, outside: dict[BuildAction, list[BuildFile]]) -> None:
+        """Refuse a built-in action writing outside the output directory; say once
+        that the others' files there are theirs, not kiln's."""
+        for action, files in outside.items():
+            if type(action).__module__.startswith("kiln.actions."):
+                raise BuildDefinitionError(
+                    f"'{action.desc}' (at {action.def_site}) would write {files[0].path}, "
+                    "outside the output directory; kiln's own actions write only into it: "
+                    "give the output a relative name"
+                )
+        if self._noted_outside:
+            return
+        self._noted_outside = True
+        action, files = next(iter(outside.items()))
+        more = sum(map(len, outside.values())) - 1
+        self.reporter.message(
+            f"kiln: '{action.desc}' writes {files[0].path}"
+            + (f" (and {more} more file(s) of actions like it)" if more else "")
+            + ", outside the output directory: kiln runs it, but the file is not kiln's: "
+            "kiln never deletes it nor takes it from a cache, and reruns the action when "
+            "the file is missing or changed"
+        )
 
     def _keys_for(self, plan: Plan) -> KeyMaker:
         """The keyed parameters of every action of ``plan``, made once per plan."""
         if self._keyed is None or self._keyed[0] is not plan:
-            keys = KeyMaker(self.run_context.environment)
+            keys = KeyMaker(self.run_context.environment, strict=self.strict_keys)
             keys.all(plan.actions)
             self._keyed = (plan, keys)
+            self._note_unkeyed(keys)
         return self._keyed[1]
+
+    def _note_unkeyed(self, keys: KeyMaker) -> None:
+        """Say once per action type that its actions run on every build, and why."""
+        for action, why in keys.unkeyed.items():
+            kind = action.action_type
+            if kind in self._noted_unkeyed:
+                continue
+            self._noted_unkeyed.add(kind)
+            self.reporter.message(
+                f"kiln: {type(action).__qualname__} actions ('{action.desc}', defined at "
+                f"{action.def_site}) run on every build and are never cached: {why} "
+                "(--strict-keys makes this an error)"
+            )
 
     def run(
         self,

@@ -42,6 +42,7 @@ __all__ = [
     "BuildMeta",
     "DefinitionSite",
     "FileNamespace",
+    "as_namespace",
     "join_namespace",
     "namespace_dir",
     "platform_tag",
@@ -50,6 +51,19 @@ __all__ = [
 _CURRENT_CONTEXT: ContextVar[BuildContext | None] = ContextVar("kiln_context", default=None)
 # True while kiln makes thunks only to key them: paths are computed, nothing is created.
 KEYING_ONLY: ContextVar[bool] = ContextVar("kiln_keying_only", default=False)
+
+
+def as_namespace(namespace: Any) -> FileNamespace:
+    """``namespace`` as kiln's ``FileNamespace``: a member of another enum of the same
+    values (IREE's own ``iree.build.executor.FileNamespace``, imported by a library
+    before kiln ran) is taken by its value."""
+    if isinstance(namespace, FileNamespace):
+        return namespace
+    try:
+        return FileNamespace(getattr(namespace, "value", namespace))
+    except ValueError:
+        names = ", ".join(f"FileNamespace.{n.name}" for n in FileNamespace)
+        raise BuildDefinitionError(f"unknown file namespace {namespace!r}; use {names}") from None
 
 
 def join_namespace(prefix: str, suffix: str) -> str:
@@ -127,7 +141,13 @@ class BuildDependency:
 class BuildFile(BuildDependency):
     """A file of the build: produced by the action in ``deps``, or a source file.
 
-    Invariant: ``path`` is normalised, relative, and stays inside its namespace.
+    Invariant: ``path`` is normalised; it is relative, and stays inside its
+    namespace, unless ``source`` is set: then the file lies outside the output
+    directory, at ``source``, and ``path`` is its graph name (for a file named by
+    an absolute path, as iree.build names it, that path). Such a file is an input
+    kiln reads (a file, or a directory keyed by its tree); when an action claims it
+    as an output (in its ``deps``), kiln runs that action but never owns the file:
+    it never prepares, deletes or caches it.
     """
 
     def __init__(
@@ -400,9 +420,27 @@ class BuildContext(BuildDependency):
         return self._graph
 
     def allocate_file(self, path: str, namespace: FileNamespace = FileNamespace.GEN) -> BuildFile:
-        """Declare a new file named ``path`` relative to this context."""
+        """Declare a new file named ``path`` relative to this context. An absolute
+        path outside the output directory (as iree.build takes one) is a file there:
+        an input, or the output of the action that claims it (``BuildFile``)."""
+        namespace = as_namespace(namespace)
+        if os.path.isabs(path):
+            outside = self._outside(path)
+            if outside is not None:
+                return BuildFile(
+                    executor=self.executor, path=outside, namespace=namespace, source=Path(outside)
+                )
         rel = self._resolve_new_path(path, namespace)
         return BuildFile(executor=self.executor, path=rel, namespace=namespace)
+
+    def _outside(self, path: str) -> str | None:
+        """``path`` normalised, when it lies outside the output directory; else None."""
+        normal = os.path.normpath(path)
+        root = os.path.realpath(self._graph.layout.output_dir)
+        real = os.path.realpath(normal)
+        if real == root or real.startswith(root + os.sep):
+            return None
+        return normal
 
     def _resolve_new_path(self, path: str, namespace: FileNamespace) -> str:
         if os.path.isabs(path):
@@ -427,12 +465,20 @@ class BuildContext(BuildDependency):
         return joined
 
     def file(self, file: str | BuildFile) -> BuildFile:
-        """The known file ``file``: a BuildFile, a path relative to this context, or a
-        graph path starting with ``/``."""
+        """The known file ``file``: a BuildFile, a path relative to this context, a
+        graph path starting with ``/``, or an absolute path declared before; an
+        absolute path of an existing file outside the output directory is an input."""
         if isinstance(file, BuildFile):
             return file
         if file.startswith("/"):
+            declared = self._graph.all.get(os.path.normpath(file))
+            if isinstance(declared, BuildFile):
+                return declared
             path = posixpath.normpath(file.lstrip("/"))
+            if not isinstance(self._graph.all.get(path), BuildFile) and os.path.lexists(file):
+                outside = self._outside(file)
+                if outside is not None:
+                    return BuildFile(executor=self.executor, path=outside, source=Path(outside))
         else:
             path = posixpath.normpath(join_namespace(self.path, file))
         return self._graph.get_file(path)

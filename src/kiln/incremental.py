@@ -3,7 +3,10 @@
 An action's key is the SHA-256 of its type, version, keyed parameters (in
 canonical form, with the digest of its code: ``kiln.actionkey``) and the digests
 of its input files. It is skipped when its last record has the same key and its
-outputs still have the recorded digests.
+outputs still have the recorded digests. An action without keyed parameters
+(``always_run``, or holding a value kiln cannot key) is never skipped: its
+``Decision`` has ``params`` None and a reason, which also keeps it out of every
+cache (``kiln.cache.cacheable``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,11 @@ from kiln.graph import BuildAction, BuildFile
 from kiln.outputs import file_kind
 from kiln.plan import Plan
 from kiln.state import StateStore
+from kiln.tree_digest import tree_digest
 
 _MAX_CHANGES_SHOWN = 3
 # A dry run's stand-in digest for the outputs of an action that would run.
 REBUILT_DIGEST = "<rebuilt by "
-# The key of an action that could not be keyed: it runs, and its record never matches.
-UNKEYED = "<unkeyed>"
 
 
 @dataclass
@@ -71,12 +73,24 @@ class UpToDateChecker:
             keys.all(plan.actions)
         self.keys = keys
         self.digests: dict[BuildFile, str | None] = {}
+        # Inputs whose digest does not cover what an action may read through them.
+        self.unkeyable_inputs: dict[BuildFile, str] = {}
         self._records: dict[str, ActionRecord] | None = None  # the store's, read once
 
     def file_digest(self, f: BuildFile) -> str | None:
         if f in self.digests:
             return self.digests[f]
-        digest = self.store.digest(f.fs_str)
+        try:
+            digest = self.store.digest(f.fs_str)
+        except NotRegularFile:
+            if f.source is None or not os.path.isdir(f.fs_str):
+                raise
+            digest, escape = tree_digest(f.fs_str, self.store.digest)  # a directory input
+            if escape is not None:
+                self.unkeyable_inputs[f] = (
+                    f"its input {f.path} holds a symbolic link out of it ({escape}), "
+                    "which kiln does not follow"
+                )
         self.digests[f] = digest
         return digest
 
@@ -91,21 +105,35 @@ class UpToDateChecker:
             if digest is _UNKNOWN:
                 digest = self.file_digest(f)
             inputs[f._key] = digest or "missing"
-        unkeyed = None
+        unkeyed = self.keys.unkeyed.get(action) if params is None else None
         if params is not None and action in self.keys.deferred:
             params, unkeyed = complete_params(self.keys, action, params)
+        if params is not None and self.unkeyable_inputs:
+            unkeyed = next(
+                (
+                    self.unkeyable_inputs[f]
+                    for f in self.plan.inputs[action]
+                    if f in self.unkeyable_inputs
+                ),
+                None,
+            )
+            params = None if unkeyed else params
+        # Without params the key names the action's run, never a result: the action is
+        # never skipped and never cached (below, and ``kiln.cache.cacheable``).
         blob = _KEY_TEXT([action.action_type, action.VERSION, params, inputs])
-        key = UNKEYED if unkeyed else hashlib.sha256(blob.encode()).hexdigest()
+        key = hashlib.sha256(blob.encode()).hexdigest()
         records = self._records
         if records is None:
             records = self._records = self.store.records()
         record = records.get(aid)
-        if params is None:
-            reason: str | None = "marked always-run"
+        if params is None:  # no key: it runs on every build (and is never cached)
+            reason: str | None = (
+                f"kiln cannot key it, so it runs on every build: {unkeyed}"
+                if unkeyed
+                else "marked always-run"
+            )
         elif record is None:
             reason = "never built"
-        elif unkeyed is not None:
-            reason = unkeyed
         elif record.key != key:
             reason = _why_key_changed(record, params, inputs)
         else:
@@ -124,8 +152,9 @@ class UpToDateChecker:
         for f in outputs:
             path = f.fs_str
             # Read only a regular file reached through real directories: anything else
-            # there counts as modified, and is never followed or opened.
-            problem = f._layout.tree.dir_problem(path[: path.rindex("/")])
+            # there counts as modified, and is never followed or opened. (A file outside
+            # the output directory, an action's own, is only read, never followed.)
+            problem = None if f.source else f._layout.tree.dir_problem(path[: path.rindex("/")])
             if problem is not None:
                 return f"output {f.path} was modified: {problem}"
             digest = cached(path)

@@ -7,7 +7,7 @@ Format (``"format": "kiln-manifest/2"``)::
       "entrypoints": {
         "<entrypoint path>": {
           "outputs": [
-            {"namespace": "bin", "path": "bin/mnist_cpu.vmfb" (relative to the
+            {"namespace": "bin", "path": "bin/mnist_cpu-host.vmfb" (relative to the
              output directory), "sha256": "...", "size": 1234,
              "action": "<description of the producing action>",
              "status": "built", "built": true, "cached": false,

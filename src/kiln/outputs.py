@@ -3,9 +3,11 @@
 Every file kiln writes goes through this module, so the trust model holds by
 construction rather than writer by writer:
 
-- **Ownership.** kiln uses an output directory only when it is new, empty, or
-  marked as kiln's by ``.kiln/format`` (``kiln-output/1``). ``claim_output_dir``
-  is the one function that creates ``.kiln/``; everything else finds it there.
+- **Ownership.** kiln uses an output directory only when it is new, empty,
+  holding only its namespace folders with a user's files (``kiln.prefilled``:
+  those stay the user's), or marked as kiln's by ``.kiln/format``
+  (``kiln-output/1``). ``claim_output_dir`` is the one function that creates
+  ``.kiln/``; everything else finds it there.
 - **Confinement.** Below the output root kiln never writes through a symbolic
   link: directories are made component by component with ``lstat`` checks
   (``OutputTree``), kiln's own files are opened with ``O_NOFOLLOW``, temporaries
@@ -36,6 +38,7 @@ import contextlib
 import errno
 import functools
 import hashlib
+import json
 import os
 import re
 import stat
@@ -45,6 +48,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from kiln.errors import ActionFailed, ConfinementError, NotRegularFile, StateError, UsageError
+from kiln.prefilled import USER_FILES, is_prefilled, list_user_files
 
 KILN_DIR = ".kiln"
 MARKER = "format"
@@ -56,7 +60,9 @@ TMP_PREFIX = ".kiln-tmp-"
 _TMP_NAME = re.compile(rf"{re.escape(TMP_PREFIX)}(?P<key>[0-9a-f]{{10}})-[0-9a-f]{{8}}.*")
 _MAX_TMP_EXT = 16
 # What a kiln made before the marker existed keeps in .kiln/ (adopted as kiln's).
-_LEGACY_NAMES = frozenset({"lock", "state.db", "state.db-wal", "state.db-shm", "logs", "tmp"})
+_LEGACY_NAMES = frozenset(
+    {"lock", "state.db", "state.db-wal", "state.db-shm", "logs", "tmp", USER_FILES}
+)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -92,7 +98,8 @@ def _refuse(root: Path, why: str) -> UsageError:
 
 
 def output_dir_state(root: Path) -> str:
-    """``missing``, ``empty`` or ``kiln`` for an output directory kiln may use; raise
+    """``missing``, ``empty``, ``prefilled`` (``kiln.prefilled``) or ``kiln`` for an
+    output directory kiln may use; raise
     UsageError (naming it and ``--output-dir``) for any other, StateError when it
     cannot be a directory. Reads only."""
     try:
@@ -116,6 +123,8 @@ def output_dir_state(root: Path) -> str:
         with os.scandir(root) as entries:
             if next(entries, None) is None:
                 return "empty"
+        if is_prefilled(root):
+            return "prefilled"
         raise _refuse(
             root, f"it is not empty and is not a kiln output directory (no {KILN_DIR}/{MARKER})"
         ) from None
@@ -160,6 +169,9 @@ def claim_output_dir(root: Path) -> Path:
         if state != "kiln":
             with contextlib.suppress(FileExistsError):
                 os.mkdir(kiln_dir)
+        if state == "prefilled":  # what is there stays the user's
+            with atomic_write(kiln_dir / USER_FILES, "w") as f:
+                json.dump(list_user_files(root), f)
         if not os.path.lexists(kiln_dir / MARKER):
             with atomic_write(kiln_dir / MARKER, "w") as f:
                 f.write(f"{FORMAT_NAME}/{FORMAT_VERSION}\n")

@@ -176,6 +176,14 @@ def indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+def format_success(result: BuildResult) -> str:
+    """iree.build's line after a build that succeeded (its count: the actions that
+    are built now, run or not)."""
+    return (
+        f"Successfully built {len(result.built) + len(result.cached) + len(result.skipped)} actions"
+    )
+
+
 def format_summary(result: BuildResult) -> str:
     parts = [f"{len(result.built)} built"]
     if result.cached:
@@ -189,9 +197,11 @@ def format_summary(result: BuildResult) -> str:
 
 
 def format_root_causes(result: BuildResult, verbose: int) -> str:
-    """One ``  * <desc>`` line per root cause (as iree.build prints them), then
-    where the action was defined and its error."""
-    lines = [f"{len(result.failed)} action(s) failed. Root causes:"]
+    """iree.build's words (``ERROR: Failed to build N actions. Root causes:``, one
+    ``  * <desc>`` line per root cause; N counts the actions that failed and those
+    not run because of them), then where each was defined and its error."""
+    count = len(result.failed) + len(result.not_run)
+    lines = [f"ERROR: Failed to build {count} actions. Root causes:"]
     for action in result.failed:
         lines.append(f"  * {action}")
         lines.append(f"      defined at {action.def_site}")

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kiln._iree_shim import active as iree_build_shim_active
 from kiln._template import Template, _TemplateGone, modules_for
 from kiln._worker import CHUNK, PAYLOAD, REPLY, send_framed
 from kiln.errors import ActionFailed, ActionTimeout, RemoteError, WorkerCrashed
@@ -82,7 +83,8 @@ class ProcessPool:
         import cloudpickle
 
         try:
-            payload = pickle.dumps((sys.path, cwd, cloudpickle.dumps(thunk)))
+            shim = iree_build_shim_active()  # the worker resolves iree.build as kiln does
+            payload = pickle.dumps((sys.path, cwd, shim, cloudpickle.dumps(thunk)))
         except Exception as e:
             raise ActionFailed(f"cannot send '{desc}' to a worker process: {e}") from e
         template, ident, sock = self._start_worker(modules_for(thunk))

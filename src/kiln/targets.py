@@ -17,7 +17,7 @@ from kiln.errors import UsageError
 
 TARGET_FORMS = "cpu, cpu:host, cpu:<cpu name>, vmvx, hip:<chip>, vulkan:<target>, cuda:<sm>"
 _TARGET_ARG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.+-]+")
 
 
 def parse_target(spec: str) -> tuple[str, str]:
@@ -50,11 +50,13 @@ def target_flags(spec: str) -> list[str]:
 
 
 def target_name(spec: str) -> str:
-    """Return a short filesystem-safe name for a target, e.g. "cpu" or "hip_gfx942"."""
+    """Return the name a target gives its compiled modules (``<name>_<target>.vmfb``),
+    spelled as iree.build spells its target machines: ``cpu-host``, ``cpu-znver4``,
+    ``hip-gfx942``, ``vmvx``; ``vulkan-rdna3`` and ``cuda-sm_80`` by the same rule."""
     kind, arg = parse_target(spec)
-    if kind == "vmvx" or (kind == "cpu" and arg == "host"):
+    if kind == "vmvx":
         return kind
-    return _UNSAFE_NAME_CHARS.sub("_", f"{kind}_{arg}")
+    return _UNSAFE_NAME_CHARS.sub("_", f"{kind}-{arg}")
 
 
 def target_driver(spec: str) -> str:

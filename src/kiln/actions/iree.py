@@ -55,7 +55,8 @@ class Target:
 
 NO_TARGET_HELP = (
     "compile needs a target device: pass --target cpu (or vmvx, hip:CHIP, "
-    "vulkan:TARGET, cuda:SM), or --iree-hal-target-device=..."
+    "vulkan:TARGET, cuda:SM; --kiln-target when the build module has a --target of "
+    "its own), or --iree-hal-target-device=..."
 )
 
 
@@ -75,7 +76,8 @@ def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
 
 
 def _hal_device_target(device: str, ns: Any) -> Target:
-    """iree.build's ``--iree-hal-target-device`` spelling of a target."""
+    """iree.build's ``--iree-hal-target-device`` spelling of a target, named as
+    iree.build names it: ``cpu-<cpu or generic>``, ``hip-<chip>``, else the device."""
     if device in ("llvm-cpu", "cpu"):
         cpu = getattr(ns, "iree_llvmcpu_target_cpu", None)
         features = getattr(ns, "iree_llvmcpu_target_cpu_features", None)
@@ -85,12 +87,12 @@ def _hal_device_target(device: str, ns: Any) -> Target:
         ]
         flags += [f"--iree-llvmcpu-target-cpu={cpu}"] if cpu else []
         flags += [f"--iree-llvmcpu-target-cpu-features={features}"] if features else []
-        return Target(f"cpu_{cpu}" if cpu else "cpu", tuple(flags))
+        return Target(f"cpu-{cpu or 'generic'}", tuple(flags))
     if device == "hip":
         chip = getattr(ns, "iree_hip_target", None)
         if not chip:
             raise UsageError("--iree-hal-target-device=hip needs --iree-rocm-target=gfx...")
-        return Target(f"hip_{chip}", ("--iree-hal-target-device=hip", f"--iree-rocm-target={chip}"))
+        return Target(f"hip-{chip}", ("--iree-hal-target-device=hip", f"--iree-rocm-target={chip}"))
     return Target(device.replace("/", "_"), (f"--iree-hal-target-device={device}",))
 
 
@@ -221,7 +223,7 @@ def compile(  # noqa: A001 - iree.build's public name
             output_file=output,
             target=target,
             flags=extra,
-            desc=f"Compiling {input_file.path} (for {_for(target)})",
+            desc=_compile_desc(name, input_file, target, target_default),
             executor=context.executor,
         )
         ManifestMeta.get(output).fields.update(
@@ -233,10 +235,14 @@ def compile(  # noqa: A001 - iree.build's public name
     return outputs
 
 
-def _for(target: Target | None) -> str:
-    if target is None:
-        return "no target device given"
-    return target.name or "its own targets"
+def _compile_desc(
+    name: str, input_file: BuildFile, target: Target | None, target_default: bool
+) -> str:
+    """iree.build's description of a compile (``Compiling BuildFile[gen](x.mlir) (for
+    cpu-host)``; ``Compiling NAME`` without targets), which its users' scripts see."""
+    if not target_default:
+        return f"Compiling {name}"
+    return f"Compiling {input_file} (for {target.name if target else 'no target device given'})"
 
 
 def _compiler_version_or_none() -> str | None:

@@ -97,7 +97,7 @@ def fetch_http(
         timeout_s=timeout,
         stall_timeout_s=stall_timeout,
         retries=retries,
-        desc=f"Fetching {redact_url(url)}",
+        desc=f"Fetch {redact_url(url)}",  # iree.build's words
         executor=context.executor,
     )
     output.deps.add(action)

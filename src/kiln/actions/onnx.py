@@ -65,7 +65,7 @@ def onnx_import(
         input_file=input_file,
         output_file=output_file,
         opset_version=opset_version,
-        desc=f"Importing ONNX {input_file.path} -> {output_file.path}",
+        desc=f"Importing ONNX {name} -> {output_file}",  # iree.build's words
         executor=context.executor,
     )
     return output_file

@@ -33,12 +33,13 @@ from kiln.outputs import temporary_for
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
-    """A file of the source tree (relative to the calling build module's directory),
-    tracked by content. ``name`` is its graph name (default: ``path``)."""
+    """A file or directory of the source tree (relative to the calling build module's
+    directory), tracked by content (a directory by its tree: names, executable bits,
+    contents). ``name`` is its graph name (default: ``path``)."""
     context = BuildContext.current()
     site = DefinitionSite.capture()
     fs_path = (Path(site.filename).parent / path).resolve()
-    if not fs_path.is_file():
+    if not (fs_path.is_file() or fs_path.is_dir()):
         where = context.path or "<root>"
         raise BuildDefinitionError(
             f"source file {fs_path} does not exist (source_file({str(path)!r}) in "

@@ -39,8 +39,15 @@ class _Miss(Exception):
 
 def cacheable(action: BuildAction, params: Any, outputs: list[BuildFile]) -> bool:
     """Whether the results of ``action`` may be cached: it has outputs and parameters
-    (``always_run`` actions have none) and does not say ``cacheable = False``."""
-    return bool(outputs) and params is not None and getattr(action, "cacheable", True) is not False
+    (``always_run`` actions and those kiln cannot key have none), does not say
+    ``cacheable = False``, and writes nothing outside the output directory (a file
+    kiln does not own is never restored)."""
+    return (
+        bool(outputs)
+        and params is not None
+        and getattr(action, "cacheable", True) is not False
+        and all(f.source is None for f in outputs)
+    )
 
 
 def known_digests(action: BuildAction, outputs: list[BuildFile]) -> dict[str, str] | None:

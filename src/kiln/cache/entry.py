@@ -8,7 +8,7 @@ Format ``kiln-ac/1`` (UTF-8 JSON, one object)::
       "key": "<the action key>",
       "action": "<description of the action, for people reading the cache>",
       "outputs": [
-        {"path": "bin/mnist/mnist_cpu.vmfb", "sha256": "<64 hex>", "size": 1234,
+        {"path": "bin/mnist/mnist_cpu-host.vmfb", "sha256": "<64 hex>", "size": 1234,
          "mode": 420},
         {"path": "gen/graph/n0_0.txt", "sha256": "<64 hex>", "size": 81, "mode": 420,
          "data": "<base64 of the 81 bytes>"}

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import os
 
 from kiln.cli.executor_options import open_remote
 from kiln.cli.invocation import Invocation
+from kiln.cli.options import DEFAULT_OUTPUT_DIR
 from kiln.cli.targets import output_paths, resolve_targets
-from kiln.reporting import format_root_causes, format_summary
+from kiln.errors import UsageError
+from kiln.reporting import format_root_causes, format_success, format_summary
 from kiln.result import SchedulerOptions
 from kiln.trace import EventLog, TraceFile
 
@@ -38,7 +42,19 @@ def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
     )
 
 
+def check_mp_context() -> None:
+    """``IREE_BUILD_MP_CONTEXT``, iree.build's choice of multiprocessing start method,
+    is accepted when it names one (kiln's workers are always forked from a clean
+    template, which isolates actions as ``spawn`` does); another value is an error,
+    as it is for iree.build."""
+    value = os.environ.get("IREE_BUILD_MP_CONTEXT")
+    if value is not None and value not in multiprocessing.get_all_start_methods():
+        methods = ", ".join(multiprocessing.get_all_start_methods())
+        raise UsageError(f"IREE_BUILD_MP_CONTEXT={value!r} is not a start method: use {methods}")
+
+
 def run(inv: Invocation) -> int:
+    check_mp_context()
     executor = inv.executor
     targets = resolve_targets(executor, inv.ns.targets)
     options = options_from(inv)
@@ -70,9 +86,12 @@ def run(inv: Invocation) -> int:
         if len(skipped) > 10:
             shown.append(f"  ... and {len(skipped) - 10} more (see manifest.json)")
         reporter.message(f"{len(skipped)} check(s) skipped:\n" + "\n".join(shown))
+    if result.ok and not options.dry_run:
+        reporter.message(format_success(result))
     reporter.message(format_summary(result))
     if options.dry_run:
         return 0
-    for path in output_paths(targets, result):
+    given = None if inv.ns.output_dir is DEFAULT_OUTPUT_DIR else inv.ns.output_dir
+    for path in output_paths(targets, result, given):
         print(path, file=inv.stdout)
     return 0 if result.ok else 1

@@ -20,6 +20,7 @@ from kiln.cli.options import KilnArgumentParser, output_dir
 from kiln.layout import MANIFEST, output_rel_path
 from kiln.lock import OutputLock
 from kiln.outputs import KILN_DIR, MARKER, is_temporary, output_dir_state, remove_quietly
+from kiln.prefilled import USER_FILES
 from kiln.state_snapshot import StateSnapshot
 
 _SHOWN = 5
@@ -141,7 +142,7 @@ class _Remover:
             ours = (
                 name.startswith("state.db")
                 or name in _LAST_BUILD
-                or (name in (MARKER, "lock") and not keep_marker)
+                or (name in (MARKER, "lock", USER_FILES) and not keep_marker)
             )
             if ours and not entry.is_dir(follow_symlinks=False):
                 self._unlink(entry.path)

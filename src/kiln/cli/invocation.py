@@ -4,7 +4,7 @@ commands and the session that makes it import it without importing ``main``)."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 
@@ -13,7 +13,10 @@ class Invocation:
     """Everything a command needs: parsed options, the analysed graph, streams."""
 
     command: str
-    ns: argparse.Namespace
+    ns: argparse.Namespace  # kiln's own options
     executor: Any
     stdout: IO[str]
     stderr: IO[str]
+    # What ``cl_arg`` defaults resolve from: kiln's options and the build module's,
+    # the module's winning where both have a name.
+    args: argparse.Namespace = field(default_factory=argparse.Namespace)

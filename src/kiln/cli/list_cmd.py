@@ -32,7 +32,7 @@ def run(inv: Invocation) -> int:
         return 0
     actions: dict[BuildAction, None] = {}
     for path, node in sorted(executor.all.items()):
-        if not path:
+        if not path or node is None:  # None: a module took the path back (``all[p] = None``)
             continue
         kind = "file" if isinstance(node, BuildFile) else "context"
         print(f"{kind:8} {path}", file=inv.stdout)

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import TypeVar
 
+from kiln._iree_shim import activated as iree_build_shim
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, BuildInterrupted, UsageError
 from kiln.modnames import build_module_name, is_build_module_name
@@ -29,9 +30,15 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
     """Import the build module ``spec`` (a ``.py`` path, or a module name with ``-m``).
 
     A module loaded by path is registered for pickling by value, so the thunks
-    of its process actions reach worker processes that cannot import it.
+    of its process actions reach worker processes that cannot import it. While it
+    loads, its ``iree.build`` imports (and its libraries') give kiln's compatible
+    API (``kiln._iree_shim``), unless ``KILN_NO_IREE_BUILD_SHIM`` is set.
     """
-    spec = os.fspath(spec)
+    with iree_build_shim():
+        return _load(os.fspath(spec), as_module)
+
+
+def _load(spec: str, as_module: bool) -> ModuleType:
     if as_module:
         try:
             found = importlib.util.find_spec(spec)
@@ -199,8 +206,14 @@ def user_line(e: BaseException, where: str) -> str:
 def collect_entrypoints(module: ModuleType) -> dict[str, Entrypoint]:
     found = {ep.name: ep for ep in vars(module).values() if isinstance(ep, Entrypoint)}
     if not found:
+        where = getattr(module, "__file__", module.__name__)
+        if any(type(v).__module__ == "iree.build.executor" for v in vars(module).values()):
+            raise BuildDefinitionError(
+                f"build module {where}: its entrypoints are IREE's own iree.build's, "
+                "which kiln cannot run: let kiln resolve iree.build (drop "
+                "--no-iree-build-shim and KILN_NO_IREE_BUILD_SHIM), or import kiln"
+            )
         raise BuildDefinitionError(
-            f"build module {getattr(module, '__file__', module.__name__)} defines no "
-            "entrypoints; mark a function with @entrypoint"
+            f"build module {where} defines no entrypoints; mark a function with @entrypoint"
         )
     return found

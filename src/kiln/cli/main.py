@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from types import MappingProxyType, ModuleType
 from typing import IO, Any, cast
 
+from kiln._iree_shim import activated as iree_build_shim
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import user_line
 from kiln.cli.options import parser_streams
@@ -85,8 +86,11 @@ def run_cli(
     out = stdout if stdout is not None else sys.stdout
     err = cast(IO[str], _Unbreakable(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
+    # While kiln runs, the build module's (and its libraries') ``import iree.build``
+    # gives kiln's compatible API (``kiln._iree_shim``), unless turned off.
+    shim = False if "--no-iree-build-shim" in argv else None
     try:
-        with _signals_interrupt(out, err), parser_streams(out, err):
+        with _signals_interrupt(out, err), parser_streams(out, err), iree_build_shim(shim):
             code = _dispatch(argv, module, out, err)
             out.flush()  # here, where a closed pipe is recognised, not at exit
             return code
@@ -197,7 +201,7 @@ def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[
         return commands.run(rest, out, err)
     from kiln.cli.session import open_session
 
-    with open_session(command, rest, module, out, err) as inv, argument_namespace_context(inv.ns):
+    with open_session(command, rest, module, out, err) as inv, argument_namespace_context(inv.args):
         return commands.run(inv)
 
 

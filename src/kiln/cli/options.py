@@ -1,5 +1,13 @@
 """The command line's parsers: kiln's own options, built-in actions' options, and
-the options that build modules declare with ``cl_arg``."""
+the options that build modules declare with ``cl_arg``.
+
+A build module's option wins over kiln's option of the same spelling (shark-ai's
+modules declare ``cl_arg("target")`` and are run with ``--target=gfx942``): kiln's
+option then answers to ``--kiln-<name>`` only, which ``--help`` shows. Only the
+options iree.build has itself (``IREE_BUILD_OPTIONS``) and names starting with
+``kiln-`` are refused to modules. The module's values are parsed into their own
+destinations (``module_values``), so a module's ``jobs`` never becomes kiln's.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +18,43 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import IO, Any
 
+from kiln._iree_shim import NO_SHIM_ENV
 from kiln.args import ClArg, check_cl_args
 from kiln.cli.cache_options import add_cache_options
 from kiln.cli.executor_options import add_executor_options
-from kiln.errors import HelpShown, UsageError
+from kiln.errors import BuildDefinitionError, HelpShown, UsageError
 from kiln.targets import target_name
 
 COMMANDS = ("build", "list", "explain", "clean", "graph", "report", "cache")
+# The options iree.build's command line has itself: a build module cannot declare
+# them under iree.build either, so kiln keeps them.
+IREE_BUILD_OPTIONS = MappingProxyType(
+    {
+        "--help": "show the help",
+        "--output-dir": "the output directory",
+        "--build": "build (the default)",
+        "--list": "list the entrypoints",
+        "--list-all": "list every graph path",
+        "--test-force-console": "a testing flag",
+        "--test-long-display-time-threshold": "a testing flag",
+        "--iree-compile-out-of-process": "run iree-compile out of process",
+        "--no-iree-compile-out-of-process": "run iree-compile in process",
+        "--iree-compile-extra-args": "extra iree-compile flags",
+        "--iree-hal-target-device": "a compile target device",
+        "--iree-rocm-target": "the ROCm chip of hip targets",
+        "--iree-hip-target": "the ROCm chip of hip targets (iree.build's older name)",
+        "--iree-llvmcpu-target-cpu": "the CPU of llvm-cpu targets",
+        "--iree-llvmcpu-target-cpu-features": "the CPU features of llvm-cpu targets",
+    }
+)
+# The default --output-dir (compared by identity: given, a relative directory makes
+# the output paths printed relative, as iree.build prints them).
+DEFAULT_OUTPUT_DIR = Path("kiln-out")
+KILN_SPELLING = "--kiln-"  # kiln's own options answer to it when a module takes their name
+_MODULE_DEST = "kiln module option "  # the module's values are parsed under this prefix
 
 # The streams of the command line running in this context: ``--help`` and
 # argparse's messages go there, not to the process's sys.stdout and sys.stderr.
@@ -107,7 +143,7 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument(
         "--output-dir",
         type=output_dir,
-        default=Path("kiln-out"),
+        default=DEFAULT_OUTPUT_DIR,
         help="where outputs and build state go (default: ./kiln-out)",
     )
     p.add_argument(
@@ -123,8 +159,20 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
         default="auto",
         help="live terminal display or plain lines (default: live on a terminal)",
     )
+    p.add_argument(
+        "--no-iree-build-shim",
+        action="store_true",
+        help="let the build module's 'import iree.build' load IREE's own package instead "
+        f"of kiln's compatible API (also: {NO_SHIM_ENV}=1)",
+    )
     add_testing_options(p)
     if command in ("build", "explain"):
+        p.add_argument(
+            "--strict-keys",
+            action="store_true",
+            help="stop, instead of running it on every build, at an action holding a "
+            "value kiln cannot put in its key",
+        )
         p.add_argument(
             "-j",
             "--jobs",
@@ -207,9 +255,12 @@ def add_action_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--iree-hal-target-device",
-        action="append",
+        action="extend",
+        nargs="*",
         default=[],
-        help="an IREE HAL target device, as iree.build takes it (repeatable)",
+        metavar="DEVICE",
+        help="IREE HAL target devices, as iree.build takes them (several per flag, "
+        "and the flag repeatable)",
     )
     g.add_argument(
         "--iree-llvmcpu-target-cpu",
@@ -228,6 +279,12 @@ def add_action_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--iree-compile-extra-args", default="", help="extra iree-compile flags, space separated"
+    )
+    g.add_argument(
+        "--iree-compile-out-of-process",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="accepted as iree.build takes it; kiln always runs iree-compile in a worker process",
     )
 
 
@@ -251,28 +308,48 @@ def command_parser(command: str, prog: str, description: str | None) -> KilnArgu
     return parser
 
 
-def reserved_options() -> tuple[dict[str, str], dict[str, str]]:
-    """kiln's own option flags and destinations, over every command, each mapped
-    to how it reads on the command line: a build module's option must clash with
-    none of them, whichever command runs."""
-    flags: dict[str, str] = {}
-    dests: dict[str, str] = {}
-    for command in COMMANDS:
-        if command == "clean":
-            continue
-        for action in command_parser(command, "kiln", None)._actions:
-            shown = "/".join(action.option_strings) or (action.metavar or action.dest)
-            what = action.help or action.dest
-            for flag in action.option_strings:
-                flags[flag] = what
-            if action.dest != argparse.SUPPRESS:
-                dests[action.dest] = f"{shown} ({what})"
-    return flags, dests
-
-
 def add_cl_args(p: argparse.ArgumentParser, defs: list[ClArg], command: str) -> None:
-    unique = check_cl_args(defs, *reserved_options())
-    if unique:
-        group = p.add_argument_group("options of the build module")
-        for d in unique:
-            d.define_arg(group)
+    """Add the build module's options to ``p``; where one takes the spelling of an
+    option of kiln's, kiln's answers to ``--kiln-<name>`` instead."""
+    for d in defs:
+        if d.flag.startswith(KILN_SPELLING) or d.name.startswith("kiln_"):
+            raise BuildDefinitionError(
+                f"cl_arg '{d.name}' at {d.def_site}: names starting with 'kiln-' are "
+                "kiln's own options; rename it"
+            )
+    unique = check_cl_args(defs, dict(IREE_BUILD_OPTIONS))
+    if not unique:
+        return
+    for d in unique:
+        _yield_option(p, d.flag)
+    group = p.add_argument_group(
+        "options of the build module", "declared by its entrypoints' cl_arg()s"
+    )
+    for d in unique:
+        settings = {k: v for k, v in d.settings.items() if v is not None}
+        action = group.add_argument(d.flag, dest=_MODULE_DEST + d.dest, **settings)
+        if action.metavar is None and action.nargs != 0:
+            action.metavar = d.dest.upper()
+
+
+def _yield_option(p: argparse.ArgumentParser, flag: str) -> None:
+    """Give ``flag`` up to the build module: kiln's option that had it keeps its other
+    spellings and answers to ``--kiln-<name>``, which its help names."""
+    taken = p._option_string_actions.pop(flag, None)
+    if taken is None:
+        return
+    spelling = KILN_SPELLING + flag.lstrip("-")
+    taken.option_strings = [*(s for s in taken.option_strings if s != flag), spelling]
+    p._option_string_actions[spelling] = taken
+    if taken.help != argparse.SUPPRESS:
+        taken.help = f"{taken.help or ''} ({flag} is the build module's option)".lstrip()
+
+
+def module_values(ns: argparse.Namespace) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """Split a parsed namespace into kiln's options and the build module's values
+    (by their ``cl_arg`` destinations); ``ns`` keeps kiln's alone."""
+    values = {}
+    for key in [k for k in vars(ns) if k.startswith(_MODULE_DEST)]:
+        values[key[len(_MODULE_DEST) :]] = getattr(ns, key)
+        delattr(ns, key)
+    return ns, values

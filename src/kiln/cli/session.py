@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import gc
@@ -16,7 +17,7 @@ from kiln.args import argument_namespace_context
 from kiln.cli.cache_options import open_cache
 from kiln.cli.invocation import Invocation
 from kiln.cli.loader import collect_entrypoints, guarded, loaded_for_command
-from kiln.cli.options import add_cl_args, command_parser
+from kiln.cli.options import add_cl_args, command_parser, module_values
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, UsageError
 from kiln.executor import Executor
@@ -48,13 +49,15 @@ def _open(
     entrypoints = collect_entrypoints(module)
     parser = command_parser(command, prog, (module.__doc__ or "").strip() or None)
     add_cl_args(parser, [d for ep in entrypoints.values() for d in ep.cl_arg_defs], command)
-    ns = parser.parse_args(argv)
+    ns, values = module_values(parser.parse_args(argv))
+    args = argparse.Namespace(**{**vars(ns), **values})
     reporter = make_reporter(ns, err)
     executor = Executor(ns.output_dir, stderr=err, reporter=reporter)
     executor.verbose_level = ns.verbose
     executor.run_context.environment = ActionEnvironment.from_specs(
         getattr(ns, "action_env", []), os.environ
     )
+    executor.strict_keys = bool(getattr(ns, "strict_keys", False))
     module_file = getattr(module, "__file__", None)
     if module_file:
         executor.source_root = os.path.dirname(os.path.abspath(module_file))
@@ -63,12 +66,12 @@ def _open(
     )
     executor.cache = open_cache(ns, reporter.message)
     where = getattr(module, "__file__", None) or module.__name__
-    with argument_namespace_context(ns), contextlib.redirect_stdout(err):
+    with argument_namespace_context(args), contextlib.redirect_stdout(err):
         broken = _analyse(executor, where, entrypoints)
     _check_requested(broken, ns.targets, reporter)
     stack.callback(executor.close)
     stack.enter_context(_graph_frozen())
-    yield Invocation(command, ns, executor, out, err)
+    yield Invocation(command, ns, executor, out, err, args)
 
 
 @contextlib.contextmanager
@@ -124,9 +127,23 @@ def _check_requested(
         reporter.message(f"warning: skipped the broken entrypoint '{name}': {error}")
 
 
+def _module_first(argv: list[str]) -> list[str]:
+    """``argv`` with the build module (``FILE.py``, or ``-m NAME``) moved to the front
+    when options come before it (``kiln list --all FILE.py``)."""
+    if not argv or not argv[0].startswith("-") or argv[0] in ("-m", "-h", "--help"):
+        return argv
+    for i, word in enumerate(argv):
+        if word == "-m" and i + 1 < len(argv):
+            return [*argv[i : i + 2], *argv[:i], *argv[i + 2 :]]
+        if word.endswith(".py") and not word.startswith("-"):
+            return [word, *argv[:i], *argv[i + 1 :]]
+    return argv
+
+
 def _load_from_argv(
     command: str, argv: list[str], stack: contextlib.ExitStack
 ) -> tuple[ModuleType, list[str], str]:
+    argv = _module_first(argv)
     if not argv or argv[0] in ("-h", "--help"):
         raise UsageError(
             f"kiln {command}: give the build module: kiln {command} MODULE.py "

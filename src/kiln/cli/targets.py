@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import os
+from pathlib import Path
 
 from kiln.errors import UsageError
 from kiln.executor import Executor
@@ -31,15 +33,25 @@ def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependenc
     return list(dict.fromkeys(found))  # a target named twice is built and printed once
 
 
-def output_paths(targets: list[BuildDependency], result: BuildResult) -> list[str]:
+def output_paths(
+    targets: list[BuildDependency], result: BuildResult, output_dir: Path | None = None
+) -> list[str]:
     """The files the build that gave ``result`` hands to the user: those of the
-    ``targets`` that did not fail."""
-    paths: list[str] = []
+    ``targets`` that did not fail. An output is shown under ``output_dir`` as the
+    user gave it (a relative one gives relative paths, as iree.build prints them),
+    else by its absolute path."""
+    files: list[BuildFile] = []
     for t in targets:
         if result.failure(t) is not None:
             continue
         if isinstance(t, BuildEntrypoint):
-            paths += [str(f.fs_path) for f in t.outputs]
+            files += t.outputs
         elif isinstance(t, BuildFile):
-            paths.append(str(t.fs_path))
-    return paths
+            files.append(t)
+    return [_shown(f, output_dir) for f in files]
+
+
+def _shown(f: BuildFile, output_dir: Path | None) -> str:
+    if output_dir is None or f.source is not None:
+        return str(f.fs_path)
+    return os.path.join(output_dir, f.layout.relative_path(f))

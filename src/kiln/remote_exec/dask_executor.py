@@ -28,6 +28,7 @@ from typing import Any
 
 import cloudpickle
 
+from kiln._iree_shim import active as iree_build_shim_active
 from kiln.errors import ActionFailed, UsageError
 from kiln.graph import BuildAction, BuildFile
 from kiln.remote_exec.batching import Batcher, Slot
@@ -198,6 +199,7 @@ class DaskExecutor:
             env=tuple(_declared_env(action).items()),
             workdir=sandbox_workdir(paths.values()),
             executable=tuple(paths[f] for f in inputs if os.access(f.fs_str, os.X_OK)),
+            iree_build_shim=iree_build_shim_active(),
         )
         command = getattr(action, "_sandbox_command", None)
         if callable(command):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -34,10 +35,10 @@ class RemoteRunner:
 
     def takes(self, action: BuildAction) -> bool:
         """Whether ``action`` runs on the cluster: a remotable command or thunk; an
-        in-process action never; a process action that cannot be remapped stays
-        here, with a note."""
+        in-process action never; a process action that cannot be remapped, or that
+        reads a directory (the remote cache holds files), stays here, with a note."""
         kind = type(action).__qualname__
-        if remotable(action):
+        if remotable(action) and not _reads_a_directory(action):
             return True
         if action.concurrency is ActionConcurrency.PROCESS:
             self._note(
@@ -97,3 +98,11 @@ class RemoteRunner:
 
     def cancel_all(self) -> None:
         self.executor.cancel_all()
+
+
+def _reads_a_directory(action: BuildAction) -> bool:
+    """Whether one of ``action``'s inputs is a directory outside the output directory."""
+    return any(
+        isinstance(d, BuildFile) and d.source is not None and os.path.isdir(d.fs_str)
+        for d in action.deps
+    )

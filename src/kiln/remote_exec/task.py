@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from kiln._iree_shim import activated as iree_build_shim
 from kiln.action_env import ActionEnvironment
 from kiln.cache.local import LocalCache, copy_verified
 from kiln.cache.remote import SMALL_BLOB, RemoteCache
@@ -76,6 +77,9 @@ class RemoteTask:
     # Where the action runs, in the sandbox: deep enough that every ``../`` path of
     # its files (source files, named from the output directory) stays inside.
     workdir: str = "."
+    # Whether the thunk's ``iree.build`` imports resolve to kiln (``kiln._iree_shim``),
+    # as in the kiln that sent it.
+    iree_build_shim: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,11 +287,19 @@ def _pidfd(pid: int) -> int | None:
 def _run_thunk(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
     """Run the thunk in a worker process forked from this Dask worker's template,
     with the sandbox as its working directory; kill it when the task is cancelled."""
-    import cloudpickle
     from distributed import get_worker
 
+    with iree_build_shim(task.iree_build_shim):
+        pool = _state(get_worker()).pool(sandbox.parent, task.env)
+        return _run_thunk_here(task, sandbox, cancelled, pool)
+
+
+def _run_thunk_here(
+    task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool], pool: ProcessPool
+) -> str | None:
+    import cloudpickle
+
     thunk = cloudpickle.loads(task.thunk or b"")
-    pool = _state(get_worker()).pool(sandbox.parent, task.env)
     failure: list[BaseException] = []
     kill: list[Callable[[], None]] = []
 
