@@ -12,7 +12,8 @@ TOOL = """\
 import os, sys
 name, op, out, *inputs = sys.argv[1:]
 # Beside this script, in the project (commands run in the output directory).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.log"), "a") as log:
+# (realpath: the command is given a link to this script, in .kiln/src)
+with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "ran.log"), "a") as log:
     log.write(name + "\\n")
 if op == "fail":
     sys.exit("told to fail")

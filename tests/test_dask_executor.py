@@ -160,6 +160,32 @@ def top():
     assert again.returncode == 0 and "0 built, 3 up to date" in again.stderr, again.stderr
 
 
+def test_a_module_compiled_on_a_worker_is_the_local_modules_bytes(
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    dask_cluster: DaskCluster,
+    nginx_cache: NginxCache,
+) -> None:
+    """Import and compile (for the host CPU too: compiled for this machine's CPU on
+    any worker) on the cluster give the bytes a local build gives; so does a
+    command that writes the paths it is given."""
+    from test_same_bytes import _project, tree
+
+    _project(tmp_path)
+    local = kiln("build", "build.py", "--output-dir", "local", "--no-cache")
+    assert local.returncode == 0, local.stderr
+    remote = kiln(*remote_args(dask_cluster, nginx_cache, "remote", "--events", "ev.jsonl"))
+    assert remote.returncode == 0, remote.stderr
+    ran_there = lanes(tmp_path / "ev.jsonl")
+    assert all(
+        ran_there[d].startswith("dask ")
+        for d in ran_there
+        if d.startswith(("Compiling", "Importing", "Running"))
+    ), ran_there
+    assert tree(tmp_path / "remote") == tree(tmp_path / "local")
+
+
 def test_actions_run_in_a_sandbox_inside_a_workers_directory(
     tmp_path: Path,
     write_module: Callable[..., Path],

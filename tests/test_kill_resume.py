@@ -22,7 +22,8 @@ from kiln.state import StateStore
 TOOL = """\
 import os, sys, time
 name, op, out, *inputs = sys.argv[1:]
-here = os.path.dirname(os.path.abspath(__file__))  # commands run in the output directory
+# Commands run in the output directory, given a link to this script in .kiln/src.
+here = os.path.dirname(os.path.realpath(__file__))
 with open(os.path.join(here, "ran.log"), "a") as log:
     log.write(name + "\\n")
 text = "".join(open(i).read() for i in inputs)

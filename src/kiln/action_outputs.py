@@ -99,6 +99,14 @@ class ActionOutputs:
         return rel in self._written
 
     @staticmethod
+    def link_sources(inputs: Iterable[BuildFile]) -> None:
+        """Give the source files among ``inputs`` their place in ``.kiln/src``, where
+        the programs of actions find them (``BuildFile.action_path``)."""
+        for f in inputs:
+            if f.source is not None:
+                f.layout.link_source(f)
+
+    @staticmethod
     def hash(action: BuildAction, outputs: Iterable[BuildFile]) -> Produced:
         """What ``action`` wrote; each output must be a regular file."""
         produced = {}

@@ -49,7 +49,9 @@ THUNK_PARAM = "!thunk"
 ENV_PARAM = "!env"
 # Class attributes of BuildAction that are in the key otherwise (VERSION) or that
 # do not change what an action produces.
-_NOT_CODE = frozenset({"VERSION", "key_exclude", "always_run", "timeout", "pool", "exclusive"})
+_NOT_CODE = frozenset(
+    {"VERSION", "key_exclude", "always_run", "timeout", "pool", "exclusive", "reproducible"}
+)
 _TYPES_KEYED = (
     "str, numbers, None, lists, tuples, dicts, sets, dataclasses, named tuples, enums, "
     "paths, bytes, numpy arrays, functions and classes, and the action's input and "

@@ -1,6 +1,8 @@
 """What the scheduler asks of the shared cache for one action: may it use the
 cache at all, restore its outputs (a hit), save them after a run, and whether a
-dry run would be served."""
+dry run would be served. This is the one place that decides what is shared:
+nothing without a key, nothing found not reproducible, and what an action says
+is not reproducible (a benchmark times its machine) never beyond this machine."""
 
 from __future__ import annotations
 
@@ -15,33 +17,64 @@ class CacheStep:
     """The shared cache as one build's plan uses it (``cache`` None: no cache).
 
     Invariant: an action goes to or comes from the cache only when ``applies`` says
-    so: a cache is set, and the action, its parameters and its outputs are
-    cacheable (``kiln.cache.cacheable``).
+    so: a cache is set, the action, its parameters and its outputs are cacheable
+    (``kiln.cache.cacheable``), and its key is not among those found not
+    reproducible (``avoid``); to or from the remote cache only when ``shared``
+    says so too. With ``defer``, saves wait in ``deferred`` until ``flush``.
     """
 
-    def __init__(self, cache: BuildCache | None, plan: Plan) -> None:
+    def __init__(
+        self,
+        cache: BuildCache | None,
+        plan: Plan,
+        avoid: frozenset[str] | set[str] = frozenset(),
+        defer: bool = False,
+    ) -> None:
         self.cache = cache
         self._plan = plan
+        self._avoid = avoid
+        self._defer = defer
+        self.deferred: list[tuple[BuildAction, Decision, Produced]] = []
 
     def applies(self, action: BuildAction, decision: Decision) -> bool:
-        return self.cache is not None and cacheable(
-            action, decision.params, self._plan.outputs[action]
+        return (
+            self.cache is not None
+            and cacheable(action, decision.params, self._plan.outputs[action])
+            and decision.key not in self._avoid
         )
+
+    @staticmethod
+    def shared(action: BuildAction) -> bool:
+        """Whether ``action``'s results may leave this machine (the remote cache)."""
+        return getattr(action, "reproducible", True) is not False
 
     def restore(self, action: BuildAction, decision: Decision) -> Produced | None:
         """The outputs of ``action`` materialized from the cache, or None (a miss)."""
         if self.cache is None or not self.applies(action, decision):
             return None
         outputs = self._plan.outputs[action]
-        return self.cache.restore(decision.key, outputs, known_digests(action, outputs))
+        known = known_digests(action, outputs)
+        return self.cache.restore(decision.key, outputs, known, share=self.shared(action))
 
     def save(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
         if self.cache is not None and self.applies(action, decision):
-            self.cache.save(decision.key, action.desc, produced)
+            if self._defer:
+                self.deferred.append((action, decision, produced))
+            else:
+                self.cache.save(decision.key, action.desc, produced, share=self.shared(action))
+
+    def flush(self, skip: set[BuildAction]) -> None:
+        """Save what ``save`` deferred, but the actions in ``skip``."""
+        deferred, self.deferred = self.deferred, []
+        self._defer = False
+        for action, decision, produced in deferred:
+            if action not in skip:
+                self.save(action, decision, produced)
 
     def would_serve(self, action: BuildAction, decision: Decision) -> bool:
         """Whether a real build would take ``action``'s outputs from the cache."""
         if self.cache is None or not self.applies(action, decision):
             return False
         outputs = self._plan.outputs[action]
-        return self.cache.would_serve(decision.key, outputs, known_digests(action, outputs))
+        known = known_digests(action, outputs)
+        return self.cache.would_serve(decision.key, outputs, known, share=self.shared(action))

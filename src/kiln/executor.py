@@ -314,6 +314,8 @@ class Executor:
             else:
                 with BuildReaper(self.reporter.message):
                     result = scheduler.run()
+                    if options.check_reproducible and not result.interrupted:
+                        self._check_reproducible(plan, result, scheduler, options.jobs)
         finally:
             self.failed_deps.update(
                 n for n, run in scheduler.result.runs.items() if run.failure is not None
@@ -325,6 +327,18 @@ class Executor:
                 self.cache.end_build()
         self.last_result = result
         return result
+
+    def _check_reproducible(
+        self, plan: Plan, result: BuildResult, scheduler: Scheduler, jobs: int
+    ) -> None:
+        """``--check-reproducible``: run the build's actions again (``kiln.reproducible``);
+        then put into the cache what the second runs reproduced."""
+        from kiln.reproducible import check_build
+
+        self.reporter.message("kiln: checking that every action reproduces its outputs ...")
+        found = check_build(plan, result, self.run_context, jobs, self.store().mark_nonreproducible)
+        result.not_reproducible = found
+        scheduler.cache_step.flush({d.action for d in found})
 
     def store(self) -> StateStore:
         """The build state: a snapshot (in memory) when ``read_only``, else the database."""

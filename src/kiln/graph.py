@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kiln.definition_site import DefinitionSite
 from kiln.errors import BuildDefinitionError, DependenceException
-from kiln.layout import FileNamespace, OutputLayout, namespace_dir, platform_tag
+from kiln.layout import (
+    FileNamespace,
+    OutputLayout,
+    namespace_dir,
+    platform_tag,
+    source_view_path,
+)
 from kiln.meta import BuildFileMetadata, BuildMeta
 from kiln.modnames import stable_module_name
 
@@ -221,16 +227,17 @@ class BuildFile(BuildDependency):
 
     @property
     def action_path(self) -> str:
-        """How the programs kiln runs for actions name this file: its path relative to
-        the output directory, where they run (a source file's as ``../`` and on), so
-        that nothing they write depends on where the output directory or the
-        checkout is, as long as one lies where it did beside the other."""
+        """How the programs kiln runs for actions name this file: a path relative to
+        the output directory, where they run, so that nothing they write depends on
+        where the output directory or the checkout is. An output by its place
+        there; a source file through kiln's link to it in ``.kiln/src``, by its path
+        relative to the build module's directory (``source_view_path``)."""
         path = self.__dict__.get("_action_path")
         if path is None:
             if self.source is None:
                 path = self._layout.relative_path(self)
             else:
-                path = os.path.relpath(self.source, self._layout.output_dir)
+                path = source_view_path(self._key[4:])
             self.__dict__["_action_path"] = path
         return path
 
@@ -281,6 +288,7 @@ _BASE_ATTRS = frozenset(
         "always_run",
         "exclusive",
         "cacheable",
+        "reproducible",
     }
 )
 
@@ -294,7 +302,10 @@ class BuildAction(BuildDependency):
     ``always_run`` (never skipped, never cached), ``cacheable`` (False: its results
     never go into nor come from the shared cache), ``timeout`` (seconds), ``pool``
     (name of a resource pool bounding how many run at once: ``--pool NAME=N``),
-    ``exclusive`` (with a pool: run alone in it, never beside another member).
+    ``exclusive`` (with a pool: run alone in it, never beside another member),
+    ``reproducible`` (False: its outputs are expected to differ from run to run or
+    machine to machine, as a benchmark's timings do: ``--check-reproducible``
+    skips it, and its results never leave this machine's cache).
 
     ``timeout`` holds for every THREAD and PROCESS action: a process is killed, a
     thread abandoned (it cannot be killed). An in-line (NONE) action runs on the
@@ -308,6 +319,7 @@ class BuildAction(BuildDependency):
     key_exclude: ClassVar[tuple[str, ...]] = ()
     always_run: bool = False
     cacheable: bool = True
+    reproducible: bool = True
     timeout: float | None = None
     enforces_own_timeout: ClassVar[bool] = False
     pool: str | None = None

@@ -16,19 +16,43 @@ import enum
 import hashlib
 import os
 import platform
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kiln.output_tree import OutputTree
-from kiln.outputs import KILN_DIR, NAME_MAX
+from kiln.outputs import KILN_DIR, NAME_MAX, remove_quietly
 
 if TYPE_CHECKING:
     from kiln.graph import BuildFile
 
 # kiln's own files at the top of the output directory, besides ``KILN_DIR``.
 MANIFEST = "manifest.json"
+# Where actions find the source files they read: a link to each, by its path
+# relative to the build module's directory (``source_view_path``).
+SOURCE_VIEW = f"{KILN_DIR}/src"
+# ... and those outside that directory, under the number of ``..`` that leave it.
+OUTSIDE_VIEW = f"{KILN_DIR}/outside"
+# kiln's own directories under ``.kiln/`` that hold nothing but what kiln made
+# (logs, command spools, the programs' scratch, the source links, the
+# reproducibility check's scratch): ``kiln clean`` removes them whole.
+KILN_TREES = ("logs", "spool", "tmp", "src", "outside", "check")
+# What the host CPU target resolves to here (``kiln.actions._host``).
+HOST_MEMO = "host-targets.json"
+
+
+def source_view_path(rel: str) -> str:
+    """Where actions find the source file whose path relative to the build module's
+    directory is ``rel``: ``.kiln/src/<rel>``, or for one outside that directory
+    (``../../data/x``) ``.kiln/outside/<number of ..>/<the rest>`` (``2/data/x``):
+    two places that no two source files share."""
+    parts = rel.split("/")
+    ups = next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+    if ups == 0:
+        return f"{SOURCE_VIEW}/{rel}"
+    return f"{OUTSIDE_VIEW}/{ups}/{'/'.join(parts[ups:])}"
 
 
 class FileNamespace(enum.Enum):
@@ -87,6 +111,7 @@ class OutputLayout:
         self._dirs = {ns: namespace_dir(ns) for ns in FileNamespace}
         self._roots = {ns: self.output_dir / d for ns, d in self._dirs.items()}
         self.tree = OutputTree(self.output_dir, warn=warn)
+        self._linked: set[BuildFile] = set()  # source files linked this build
         # The names of the logs found in each logs directory when first asked.
         self._old_logs: dict[str, frozenset[str]] = {}
 
@@ -106,6 +131,32 @@ class OutputLayout:
         """Where output ``f`` lives, relative to the output directory."""
         return f"{self._dirs[f.namespace]}/{f.path}"
 
+    def link_source(self, f: BuildFile) -> None:
+        """Make ``f``'s ``action_path`` (a source file's place in ``SOURCE_VIEW``) a
+        link to the file, once per build. Only a link is replaced there, by rename,
+        never followed; anything else in its place is removed first (the places are
+        kiln's own, below ``.kiln``)."""
+        if f.source is None or f in self._linked:
+            return
+        link = self.output_dir / f.action_path
+        target = str(f.source)
+        try:
+            current = os.readlink(link)
+        except OSError:
+            current = None
+        if current != target:
+            self.tree.make_dirs(link.parent, heal=lambda rel: True)
+            temporary = link.with_name(f".kiln-link-{os.getpid()}-{os.urandom(4).hex()}")
+            os.symlink(target, temporary)
+            try:
+                if os.path.isdir(link) and not os.path.islink(link):
+                    shutil.rmtree(link)
+                os.replace(temporary, link)
+            except OSError:
+                remove_quietly(temporary)
+                raise
+        self._linked.add(f)
+
     def ensure_dir(self, path: Path) -> None:
         """Create the directory ``path`` below the output directory, never through a
         link (once per build: outputs share directories)."""
@@ -118,8 +169,9 @@ class OutputLayout:
         return str(path)
 
     def end_build(self) -> None:
-        """Forget the logs listed: the next build lists again."""
+        """Forget the logs listed and the sources linked: the next build looks again."""
         self._old_logs = {}
+        self._linked = set()
 
     def old_log(self, f: BuildFile) -> str | None:
         """``log_path(f)`` if a log was there when this build first looked in its

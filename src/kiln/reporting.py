@@ -192,6 +192,9 @@ def format_summary(result: BuildResult) -> str:
     if result.would_run:
         parts.append(f"{len(result.would_run)} would run")
     parts += [f"{len(result.failed)} failed", f"{len(result.not_run)} not run"]
+    if result.not_reproducible:
+        actions = {d.action for d in result.not_reproducible}
+        parts.append(f"{len(actions)} not reproducible")
     status = "interrupted" if result.interrupted else ("done" if result.ok else "FAILED")
     return f"kiln: {status}: {', '.join(parts)} in {result.wall_s:.2f}s"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kiln.graph import BuildAction, BuildDependency, BuildFile
@@ -24,6 +24,9 @@ class SchedulerOptions:
     explain: bool = False
     # Start the ready action with the longest remaining path first (else: FIFO).
     critical_path: bool = True
+    # Run every action a second time and compare (``kiln.reproducible``); nothing
+    # goes into the shared cache before its second run agreed.
+    check_reproducible: bool = False
 
 
 @dataclass(slots=True)
@@ -59,10 +62,19 @@ class BuildResult:
     errors: dict[BuildAction, BaseException] = field(default_factory=dict)
     # Every node of the plan, with its times and failure in this build.
     runs: dict[BuildDependency, NodeRun] = field(default_factory=dict)
+    # The key of every action decided in this build (``kiln.incremental``).
+    keys: dict[BuildAction, str] = field(default_factory=dict)
+    # What ``--check-reproducible`` found not reproduced (``kiln.reproducible``).
+    not_reproducible: list[Any] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.not_run and not self.interrupted
+        return (
+            not self.failed
+            and not self.not_run
+            and not self.interrupted
+            and not self.not_reproducible
+        )
 
     def failure(self, node: BuildDependency) -> BaseException | None:
         """Why ``node`` failed or did not run in this build; None if it did not fail."""

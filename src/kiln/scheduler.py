@@ -149,7 +149,12 @@ class Scheduler:
         # controlled environment and directory (``kiln.action_env``), made on first use.
         self._environment = environment or (lambda: (dict(os.environ), os.getcwd()))
         self._pool_lock = threading.Lock()
-        self._cache = CacheStep(cache, plan)
+        # The shared cache as this build uses it; ``--check-reproducible`` defers its
+        # saves until the second runs agreed (the executor flushes them).
+        self.cache_step = CacheStep(
+            cache, plan, avoid=store.nonreproducible(), defer=options.check_reproducible
+        )
+        self._cache = self.cache_step
         # Runs remotable actions on a cluster (``--executor dask...``); None: here.
         self.remote = remote
         # Actions whose outputs came from the cache, with the lane that restored them.
@@ -231,12 +236,14 @@ class Scheduler:
         # Once per node of a no-op build: the bound methods are looked up once.
         ready, succeed, decide = self._ready, self._succeed, self.checker.decide
         skipped, up_to_date = self.result.skipped, self.events.up_to_date
+        keys = self.result.keys
         while ready and not self._stopping:
             node = ready.popleft()
             if not isinstance(node, BuildAction):
                 succeed(node)
                 continue
             decision = decide(node)
+            keys[node] = decision.key
             if decision.reason is None:  # up to date
                 skipped.append(node)
                 up_to_date(node, decision)
@@ -352,6 +359,7 @@ class Scheduler:
 
     def _prepare_outputs(self, action: BuildAction) -> None:
         self._outputs.prepare(self.plan.outputs[action])
+        ActionOutputs.link_sources(self.plan.inputs[action])
 
     def _execute(self, action: BuildAction, decision: Decision) -> None:
         """Run one action (on a worker thread) and hash what it wrote."""

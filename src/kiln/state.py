@@ -18,6 +18,11 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     Every output path (relative to the output directory) kiln let an action
     write, recorded before the action starts: what ``kiln clean`` may delete.
     Created on open in a database that lacks it.
+``nonreproducible(key TEXT PRIMARY KEY, why TEXT)``
+    The keys whose results ``kiln build --check-reproducible`` found not
+    reproduced, with what differed (``kiln.reproducible``): no build of this
+    output directory puts them into or takes them from a cache. Created on open
+    in a database that lacks it.
 ``durations(id TEXT PRIMARY KEY, seconds REAL)``
     How long each action (by ``id``, as in ``actions``) took the last time it
     ran, successful or not: the weights of critical-path scheduling
@@ -81,6 +86,11 @@ CREATE TABLE IF NOT EXISTS file_metadata(
     path TEXT PRIMARY KEY, data TEXT NOT NULL) WITHOUT ROWID;
 """
 _WRITTEN = "CREATE TABLE IF NOT EXISTS written(path TEXT PRIMARY KEY) WITHOUT ROWID;"
+# Keys whose results --check-reproducible found not reproduced: never shared.
+_NONREPRODUCIBLE = (
+    "CREATE TABLE IF NOT EXISTS nonreproducible(key TEXT PRIMARY KEY, why TEXT NOT NULL) "
+    "WITHOUT ROWID;"
+)
 # Added to schema 1 later: created in databases that lack it (see the docstring).
 _DURATIONS = """
 CREATE TABLE IF NOT EXISTS durations(id TEXT PRIMARY KEY, seconds REAL NOT NULL) WITHOUT ROWID;
@@ -173,6 +183,8 @@ class StateStore:
                 db.executescript(f"BEGIN;{_DURATIONS}COMMIT;")
             if "written" not in tables:
                 db.execute(_WRITTEN)
+            if "nonreproducible" not in tables:
+                db.execute(_NONREPRODUCIBLE)
         except (sqlite3.Error, Untrusted) as e:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
@@ -397,6 +409,20 @@ class StateStore:
                 return {r[0] for r in self._db.execute("SELECT path FROM written")}
             except sqlite3.DatabaseError:
                 return set()
+
+    def nonreproducible(self) -> frozenset[str]:
+        """The keys whose results a check found not reproduced (read once per call)."""
+        with self._lock:
+            try:
+                rows = self._db.execute("SELECT key FROM nonreproducible").fetchall()
+            except sqlite3.DatabaseError:
+                return frozenset()
+            return frozenset(r[0] for r in rows if isinstance(r[0], str))
+
+    def mark_nonreproducible(self, key: str, why: str) -> None:
+        """Remember that the results of ``key`` were not reproduced (``why``)."""
+        with self._lock:
+            self._write("INSERT OR REPLACE INTO nonreproducible VALUES (?, ?)", [(key, why)])
 
     def _write(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         self._transaction([(sql, rows)])

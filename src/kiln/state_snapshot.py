@@ -18,12 +18,12 @@ from pathlib import Path
 from kiln._statecheck import Untrusted, check_kiln_database, is_corruption
 from kiln.errors import NotRegularFile, StateError
 from kiln.outputs import KILN_DIR, check_own_file, open_regular, output_dir_state
-from kiln.state import _META, _SCHEMA, _WRITTEN, SCHEMA_VERSION, StateStore
+from kiln.state import _META, _NONREPRODUCIBLE, _SCHEMA, _WRITTEN, SCHEMA_VERSION, StateStore
 
 
 def _empty() -> sqlite3.Connection:
     db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    db.executescript(f"BEGIN;{_SCHEMA}{_WRITTEN}{_META};COMMIT;")
+    db.executescript(f"BEGIN;{_SCHEMA}{_WRITTEN}{_NONREPRODUCIBLE}{_META};COMMIT;")
     return db
 
 
@@ -68,6 +68,7 @@ class StateSnapshot(StateStore):
             except (sqlite3.Error, Untrusted, NotRegularFile, OSError) as e:
                 return self._replace_corrupt(e)
         memory.execute(_WRITTEN)
+        memory.execute(_NONREPRODUCIBLE)
         return memory
 
     def _replace_corrupt(

@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from kiln.errors import ToolError
+from kiln.layout import HOST_MEMO as _MEMO
 
 _CPU = "--iree-llvmcpu-target-cpu="
 _FEATURES = "--iree-llvmcpu-target-cpu-features="
 _TRIPLE = "--iree-llvmcpu-target-triple="
-_MEMO = "host-targets.json"
 _MEMO_MAX = 1 << 20
 _PROBE = """func.func @probe(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = arith.addf %a, %a : tensor<4xf32>
@@ -53,6 +53,7 @@ _CPUINFO_FIELDS = frozenset(
 )
 _LOCK = threading.Lock()
 _SEEN: dict[str, dict[str, str]] = {}  # answers of this process, by memo key
+_SAVED: dict[str, set[str]] = {}  # the memo keys known to be in each memo file
 
 
 def is_llvm_cpu(flags: Sequence[str]) -> bool:
@@ -87,11 +88,34 @@ def resolve(
         found = _SEEN.get(key) or _read_memo(kiln_dir).get(key)
         if not _valid(found):
             found = _probe(target)
-            if write:
-                _write_memo(kiln_dir, key, found)
         assert isinstance(found, dict)
         _SEEN[key] = found
-        return found
+    if write:
+        save(kiln_dir)
+    return found
+
+
+def save(kiln_dir: Path | None) -> None:
+    """Add the answers the compiler gave to the memo in ``kiln_dir``, when that is
+    kiln's already (a build keys its actions before it claims a new output
+    directory: the compile that runs saves them; the commands that must write
+    nothing never save)."""
+    from kiln.outputs import MARKER, atomic_write
+
+    if kiln_dir is None or not (kiln_dir / MARKER).is_file() or kiln_dir.is_symlink():
+        return
+    with _LOCK:
+        saved = _SAVED.setdefault(str(kiln_dir), set())
+        if saved.issuperset(_SEEN):
+            return
+        entries = _read_memo(kiln_dir)
+        saved.update(entries)
+        if saved.issuperset(_SEEN):
+            return
+        entries.update(_SEEN)
+        with contextlib.suppress(OSError), atomic_write(kiln_dir / _MEMO, "w") as f:
+            json.dump({"format": 1, "entries": entries}, f, sort_keys=True)
+        saved.update(entries)
 
 
 def explicit_flags(flags: Sequence[str], host: dict[str, str]) -> list[str]:
@@ -172,16 +196,3 @@ def _read_memo(kiln_dir: Path | None) -> dict[str, Any]:
         return {}
     entries = data.get("entries") if isinstance(data, dict) else None
     return entries if isinstance(entries, dict) else {}
-
-
-def _write_memo(kiln_dir: Path | None, key: str, found: dict[str, str]) -> None:
-    """Add an answer to the memo, when ``kiln_dir`` is kiln's already (never made
-    here: the commands that must write nothing key actions too)."""
-    from kiln.outputs import MARKER, atomic_write
-
-    if kiln_dir is None or not (kiln_dir / MARKER).is_file() or kiln_dir.is_symlink():
-        return
-    entries = _read_memo(kiln_dir)
-    entries[key] = found
-    with contextlib.suppress(OSError), atomic_write(kiln_dir / _MEMO, "w") as f:
-        json.dump({"format": 1, "entries": entries}, f, sort_keys=True)

@@ -56,7 +56,8 @@ def short_diagnostic(error: BaseException | str, max_lines: int = 8, max_chars: 
 
 
 def shown_path(path: str) -> str:
-    """``path`` as a message names it: absolute. Actions' programs are given paths
-    relative to the directory they run in (the output directory), which a reader
+    """``path`` as a message names it: absolute, a source file's link followed.
+    Actions' programs are given paths relative to the directory they run in (the
+    output directory, source files through links in ``.kiln/src``), which a reader
     of the message is not in."""
-    return os.path.abspath(path)
+    return os.path.realpath(path)

@@ -95,12 +95,17 @@ def output_names(path: str) -> list[str]:
 
 
 def check_inputs(
-    model: str | None, inputs: Sequence[str], shapes: Mapping[str, Any]
+    model: str | None,
+    inputs: Sequence[str],
+    shapes: Mapping[str, Any],
+    names: Sequence[str] | None = None,
 ) -> tuple[list[np.ndarray], dict[str, Any]]:
     """The arrays a check runs on, and how they were made (recorded in its result):
-    the given files, else inputs generated from ``model``'s signature."""
+    the given files (by their ``names`` in the build, which do not depend on where
+    it is, else their paths), else inputs generated from ``model``'s signature."""
     if inputs:
-        return [load_tensor(p) for p in inputs], {"source": "given", "files": list(inputs)}
+        files = list(names) if names else list(inputs)
+        return [load_tensor(p) for p in inputs], {"source": "given", "files": files}
     if model is None:
         raise ToolError("no inputs given and no ONNX model to generate them from")
     seed = file_seed(model)

@@ -45,6 +45,7 @@ class Check:
     expected: list[str]
     reference: str | None  # the onnxruntime outputs (.npz), if asked for
     tolerances: dict[str, list[float]] = field(default_factory=dict)
+    input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
 
 
 def _write(path: str, result: dict[str, Any]) -> None:
@@ -64,7 +65,7 @@ def run_check(check: Check) -> None:
     if reason is not None:
         _write(check.result_path, {**head, "status": "skipped", "passed": None, "reason": reason})
         return
-    args, how = check_inputs(check.model, check.inputs, check.shapes)
+    args, how = check_inputs(check.model, check.inputs, check.shapes, check.input_names)
     function, actual = run_module(check.module, args, check.driver, check.function)
     names = output_names(check.model) if check.model else []
     wanted: dict[str, list[Any]] = {}

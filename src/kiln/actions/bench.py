@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.actions import _devices
@@ -53,6 +53,7 @@ class Bench:
     repetitions: int
     min_time_s: float
     flags: list[str]
+    input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
 
 
 def _write(path: str, result: dict[str, Any]) -> None:
@@ -118,7 +119,7 @@ def run_benchmark(bench: Bench) -> None:
     if reason is not None:
         _write(bench.result_path, {**head, "status": "skipped", "reason": reason})
         return
-    args, how = check_inputs(bench.model, bench.inputs, bench.shapes)
+    args, how = check_inputs(bench.model, bench.inputs, bench.shapes, bench.input_names)
     function = _function(bench.module, bench.driver, bench.function)
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         for i, array in enumerate(args):
@@ -154,6 +155,7 @@ class BenchmarkAction(BuildAction):
 
     pool = _devices.MACHINE_POOL
     exclusive = True
+    reproducible = False  # it times this machine: never shared with another
 
     def __init__(
         self,
@@ -240,6 +242,7 @@ def benchmark(
         function=function,
         model=model_file.action_path if model_file is not None and not input_files else None,
         inputs=[f.action_path for f in input_files],
+        input_names=[f.path for f in input_files],
         shapes=normalize_shapes(shapes),
         repetitions=repetitions,
         min_time_s=min_time_s,

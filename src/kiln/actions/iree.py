@@ -12,6 +12,7 @@ from typing import Any
 from kiln.actions._compiler import compile_module, compiler_version
 from kiln.actions._devices import MACHINE_POOL, driver_for_flags
 from kiln.actions._host import depends_on_host, explicit_flags, resolve
+from kiln.actions._host import save as save_host_answers
 from kiln.actions._targets import check_target
 from kiln.args import current_args_namespace
 from kiln.errors import BuildDefinitionError, ToolError, UsageError
@@ -168,6 +169,8 @@ class CompileAction(BuildAction):
         return explicit_flags(self.flags, host) if host is not None else self.flags
 
     def _remotable_thunk(self) -> Callable[[], None]:
+        if self._host is not None:
+            save_host_answers(self.run_context.layout.kiln_dir)
         return self._thunk(lambda f: f.action_path, self.log_path)
 
     def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:

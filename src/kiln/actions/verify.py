@@ -254,6 +254,7 @@ def verify(
         function=function,
         model=model_file.action_path if model_file is not None else None,
         inputs=[f.action_path for f in input_files],
+        input_names=[f.path for f in input_files],
         shapes=shape_map,
         expected=[f.action_path for f in expected_files],
         reference=ref_file.action_path if ref_file is not None else None,

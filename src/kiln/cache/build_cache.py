@@ -108,14 +108,19 @@ class BuildCache:
     # -- looking up ----------------------------------------------------------
 
     def restore(
-        self, key: str, outputs: list[BuildFile], known: dict[str, str] | None = None
+        self,
+        key: str,
+        outputs: list[BuildFile],
+        known: dict[str, str] | None = None,
+        share: bool = True,
     ) -> Produced | None:
         """Materialize the outputs cached for ``key`` (or, for ``known`` digests, the
-        blobs with those digests); None on a miss."""
+        blobs with those digests); None on a miss. ``share=False``: this machine's
+        cache only, never the remote."""
         if self.broken:
             return None
         try:
-            served = self._restore(key, outputs, known)
+            served = self._restore(key, outputs, known, self.remote if share else None)
         except OSError as e:
             self._local_failed(e)
             served = None
@@ -123,9 +128,13 @@ class BuildCache:
         return served
 
     def _restore(
-        self, key: str, outputs: list[BuildFile], known: dict[str, str] | None
+        self,
+        key: str,
+        outputs: list[BuildFile],
+        known: dict[str, str] | None,
+        remote_cache: RemoteCache | None,
     ) -> Produced | None:
-        entry, remote = self._entry(key)
+        entry, remote = self._entry(key, remote_cache)
         if entry is not None:
             plan = _match(entry, outputs)
         elif known is not None:
@@ -136,7 +145,7 @@ class BuildCache:
             return None
         for _, out in plan:
             if out.data is None and not self.local.has_blob(out.sha256):
-                if self.remote is None or not self.remote.fetch_blob(out.sha256, self.local):
+                if remote_cache is None or not remote_cache.fetch_blob(out.sha256, self.local):
                     return None
                 remote = True
         try:
@@ -149,21 +158,21 @@ class BuildCache:
             self._count("remote_hits")
         return produced
 
-    def _entry(self, key: str) -> tuple[CacheEntry | None, bool]:
-        """The entry for ``key`` and whether it came from the remote."""
+    def _entry(self, key: str, remote: RemoteCache | None) -> tuple[CacheEntry | None, bool]:
+        """The entry for ``key`` and whether it came from ``remote``."""
         data = self.local.get_entry(key)
         if data is not None:
             entry = CacheEntry.decode(key, data)
             if entry is not None:
                 return entry, False
-        if self.remote is None:
+        if remote is None:
             return None, False
-        data = self.remote.get_entry(key)
+        data = remote.get_entry(key)
         entry = CacheEntry.decode(key, data) if data is not None else None
         if data is not None and entry is None:
             self._report_once(
                 f"ac/{key}",
-                f"warning: remote cache {self.remote.shown} has "
+                f"warning: remote cache {remote.shown} has "
                 f"an unreadable entry ac/{key}; ignored it",
             )
         return entry, entry is not None
@@ -236,7 +245,11 @@ class BuildCache:
             return None
 
     def would_serve(
-        self, key: str, outputs: list[BuildFile], known: dict[str, str] | None = None
+        self,
+        key: str,
+        outputs: list[BuildFile],
+        known: dict[str, str] | None = None,
+        share: bool = True,
     ) -> bool:
         """Whether ``restore`` would most likely hit (blobs are not read)."""
         try:
@@ -253,12 +266,13 @@ class BuildCache:
                 return True
         except OSError:
             return False
-        return self.remote is not None and self.remote.has_entry(key)
+        return share and self.remote is not None and self.remote.has_entry(key)
 
     # -- storing -------------------------------------------------------------
 
-    def save(self, key: str, desc: str, produced: Produced) -> None:
-        """Put an action's outputs (digests already known) into the caches."""
+    def save(self, key: str, desc: str, produced: Produced, share: bool = True) -> None:
+        """Put an action's outputs (digests already known) into the caches (with
+        ``share=False``, into this machine's only)."""
         if self.broken or not produced:
             return
         outputs = []
@@ -284,7 +298,7 @@ class BuildCache:
             self._local_failed(e)
             return
         self._count("stored")
-        if self.remote is not None and self.remote.uploads:
+        if share and self.remote is not None and self.remote.uploads:
             for out in outputs:  # the CAS holds every blob, for readers that ignore data
                 if out.sha256 not in self._remote_has:
                     body = out.data if out.data is not None else self.local.blob_path(out.sha256)

@@ -39,6 +39,7 @@ def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
         dry_run=dry_run or getattr(ns, "dry_run", False),
         # A dry run of ``build`` lists what would run; ``explain`` prints it itself.
         explain=getattr(ns, "explain", False) or getattr(ns, "dry_run", False),
+        check_reproducible=getattr(ns, "check_reproducible", False),
     )
 
 
@@ -81,6 +82,11 @@ def run(inv: Invocation) -> int:
     reporter = executor.reporter
     if result.failed:
         reporter.message(format_root_causes(result, inv.ns.verbose))
+    if result.not_reproducible:
+        reporter.message(
+            "not reproducible (never shared through a cache):\n"
+            + "\n".join(f"  {d}" for d in result.not_reproducible)
+        )
     if skipped:
         shown = [f"  {line}" for line in skipped[:10]]
         if len(skipped) > 10:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from kiln.cli.options import KilnArgumentParser, output_dir
-from kiln.layout import MANIFEST, output_rel_path
+from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST, output_rel_path
 from kiln.lock import OutputLock
 from kiln.outputs import KILN_DIR, MARKER, is_temporary, output_dir_state, remove_quietly
 from kiln.prefilled import USER_FILES
@@ -57,7 +57,8 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
 
 
 # The last build's record (kiln report reads it).
-_LAST_BUILD = ("last-events.jsonl", "last-trace.json")
+# kiln's own files under .kiln/ besides the state and the marker.
+_LAST_BUILD = ("last-events.jsonl", "last-trace.json", HOST_MEMO)
 
 
 def _recorded_outputs(state: StateSnapshot) -> set[str]:
@@ -135,7 +136,7 @@ class _Remover:
     def kiln_dir(self, kiln_dir: Path, keep_marker: bool) -> None:
         """Remove kiln's own files; ``.kiln/`` itself too unless files remain that kiln
         did not write (then the marker stays, so the directory is still kiln's)."""
-        for sub in ("logs", "spool", "tmp"):
+        for sub in KILN_TREES:
             self._tree(kiln_dir / sub)
         for entry in list(os.scandir(kiln_dir)):
             name = entry.name

@@ -204,6 +204,12 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             "--fail-fast", action="store_true", help="start no new action after the first failure"
         )
         p.add_argument("--dry-run", action="store_true", help="list what would run; run nothing")
+        p.add_argument(
+            "--check-reproducible",
+            action="store_true",
+            help="run every action a second time in a scratch directory and compare its "
+            "outputs byte for byte; what differs is listed, exits 1 and is never shared",
+        )
         p.add_argument("--explain", action="store_true", help="say why each action runs")
         p.add_argument(
             "--no-wait",

@@ -19,10 +19,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import posixpath
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from kiln.graph import BuildAction, BuildFile
 from kiln.remote_exec.batching import Batcher, Slot
 from kiln.remote_exec.spec import ExecutorSpec
 from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure, warm_template
+from kiln.sandbox import sandbox_paths
 
 RETRIES = 2
 _CONNECT_TIMEOUT_S = 10
@@ -52,40 +52,6 @@ LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
     "distributed.worker.memory.monitor-interval": "1s",
     "distributed.admin.system-monitor.interval": "2s",
 }
-
-
-def sandbox_paths(
-    action: BuildAction, inputs: list[BuildFile], outputs: list[BuildFile]
-) -> dict[BuildFile, str]:
-    """Where each file of ``action`` lies in its sandbox, relative to the directory
-    it runs in: where it lies here relative to the output directory
-    (``BuildFile.action_path``), so that the action is given the same paths on a
-    worker as here; a command's output where the command writes it (its
-    temporary)."""
-    paths = {f: posixpath.normpath(f.action_path) for f in [*inputs, *outputs]}
-    command = getattr(action, "_sandbox_command", None)
-    if callable(command):
-        paths.update(command()[1])
-    return paths
-
-
-def sandbox_workdir(paths: Iterable[str]) -> str:
-    """The directory, in the sandbox, to run in so that every one of ``paths``
-    (``sandbox_paths``: source files start with ``../``) lies inside the sandbox."""
-    depth = max((_ups(p) for p in paths), default=0)
-    return "/".join(["w"] * depth) or "."
-
-
-def _ups(path: str) -> int:
-    parts = path.split("/")
-    return next((i for i, part in enumerate(parts) if part != ".."), len(parts))
-
-
-def remotable(action: BuildAction) -> bool:
-    """Whether ``action`` can say where its files are in a sandbox."""
-    return callable(getattr(action, "_sandbox_command", None)) or callable(
-        getattr(action, "_sandbox_thunk", None)
-    )
 
 
 class DaskExecutor:
@@ -197,7 +163,6 @@ class DaskExecutor:
             outputs=tuple(paths[f] for f in outputs),
             timeout=getattr(action, "timeout", None),
             env=tuple(_declared_env(action).items()),
-            workdir=sandbox_workdir(paths.values()),
             executable=tuple(paths[f] for f in inputs if os.access(f.fs_str, os.X_OK)),
             iree_build_shim=iree_build_shim_active(),
         )

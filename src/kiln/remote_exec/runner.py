@@ -13,8 +13,9 @@ from pathlib import Path
 from kiln.cache import BuildCache
 from kiln.errors import ActionFailed
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
-from kiln.remote_exec.dask_executor import DaskExecutor, remotable, sandbox_paths
+from kiln.remote_exec.dask_executor import DaskExecutor
 from kiln.remote_exec.task import RemoteResult
+from kiln.sandbox import remotable, sandbox_paths
 from kiln.state import StatKey
 
 Produced = dict[BuildFile, tuple[StatKey, str]]

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import posixpath
 import select
 import shutil
 import signal
@@ -57,11 +56,10 @@ class _SandboxFailure(Exception):
 
 @dataclass(frozen=True)
 class RemoteTask:
-    """One action as a worker receives it. Paths are relative to ``workdir`` in the
-    sandbox, which is laid out as kiln's output directory and what lies around it
-    (each file where ``BuildFile.action_path`` puts it); ``command`` is the argv as
-    kiln runs it there, ``thunk`` a cloudpickled callable built against those
-    paths. Exactly one of them is set. Both run in ``workdir`` with kiln's
+    """One action as a worker receives it. Paths are relative to the sandbox, which
+    is laid out as kiln's output directory (``kiln.sandbox``); ``command`` is the
+    argv as kiln runs it there, ``thunk`` a cloudpickled callable built against
+    those paths. Exactly one of them is set. Both run in the sandbox with kiln's
     controlled environment and ``env``."""
 
     desc: str
@@ -74,9 +72,6 @@ class RemoteTask:
     timeout: float | None = None
     env: tuple[tuple[str, str], ...] = ()  # the declared variables (``kiln.action_env``)
     executable: tuple[str, ...] = ()  # the inputs that are programs: made executable
-    # Where the action runs, in the sandbox: deep enough that every ``../`` path of
-    # its files (source files, named from the output directory) stays inside.
-    workdir: str = "."
     # Whether the thunk's ``iree.build`` imports resolve to kiln (``kiln._iree_shim``),
     # as in the kiln that sent it.
     iree_build_shim: bool = False
@@ -95,15 +90,8 @@ class RemoteResult:
     seconds: float = 0.0
 
 
-def placed(sandbox: Path, task: RemoteTask, rel: str) -> Path:
-    """Where the file ``rel`` (relative to ``task.workdir``) lies in ``sandbox``."""
-    return inside(sandbox, posixpath.normpath(posixpath.join(task.workdir, rel)))
-
-
 def inside(root: Path, rel: str) -> Path:
     """``rel`` under ``root``; a path that would leave it is refused."""
-    if rel == ".":
-        return root
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or not p.parts:
         raise _SandboxFailure(f"refusing sandbox path {rel!r}")
@@ -176,7 +164,7 @@ def run_task(task: RemoteTask) -> RemoteResult:
     try:
         _fetch_inputs(task, sandbox, LocalCache(root / "cache"), remote)
         for rel in task.outputs:
-            placed(sandbox, task, rel).parent.mkdir(parents=True, exist_ok=True)
+            inside(sandbox, rel).parent.mkdir(parents=True, exist_ok=True)
         error = _run(task, sandbox, _cancel_check(worker))
         if error is not None:
             return RemoteResult(worker.address, str(sandbox), error=error)
@@ -196,7 +184,7 @@ def run_task(task: RemoteTask) -> RemoteResult:
 
 def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: RemoteCache) -> None:
     for rel, digest in task.inputs:
-        dest = placed(sandbox, task, rel)
+        dest = inside(sandbox, rel)
         if not cas.has_blob(digest) and not remote.fetch_blob(digest, cas):
             raise _SandboxFailure(
                 f"input {rel} of '{task.desc}' (sha256 {digest}) is not in "
@@ -217,7 +205,7 @@ def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str 
         return _run_thunk(task, sandbox, cancelled)
     log = sandbox / ".kiln-action.log"
     argv = list(task.command)
-    scratch = inside(sandbox, task.workdir) / ".kiln" / "tmp"
+    scratch = sandbox / ".kiln" / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
     env = ActionEnvironment(dict(task.env)).variables(str(scratch))
     with open(log, "wb") as fd:
@@ -227,7 +215,7 @@ def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str 
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,
-                cwd=inside(sandbox, task.workdir),
+                cwd=sandbox,
                 env=env,
                 start_new_session=True,
             )
@@ -309,7 +297,7 @@ def _run_thunk_here(
                 thunk,
                 task.desc,
                 task.timeout,
-                cwd=str(inside(sandbox, task.workdir)),
+                cwd=str(sandbox),
                 started=kill.append,
             )
         except BaseException as e:  # noqa: BLE001 - the action's failure, reported
@@ -371,7 +359,7 @@ def _store_outputs(
     """Put the outputs into the remote CAS: their digests, and the small ones' bytes."""
     outputs, inline = {}, {}
     for rel in task.outputs:
-        path = placed(sandbox, task, rel)
+        path = inside(sandbox, rel)
         try:
             st = os.lstat(path)
         except FileNotFoundError:
