@@ -22,6 +22,7 @@ from kiln.definition_site import DefinitionSite
 from kiln.errors import BuildDefinitionError, DependenceException
 from kiln.layout import FileNamespace, OutputLayout, namespace_dir, platform_tag
 from kiln.meta import BuildFileMetadata, BuildMeta
+from kiln.terminal import printable
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
@@ -298,10 +299,11 @@ class BuildAction(BuildDependency):
         return self._run_context
 
     def __str__(self) -> str:
-        return self.desc
+        # How the action reads wherever kiln shows it: one line, no raw control.
+        return printable(self.desc, one_line=True)
 
     def __repr__(self) -> str:
-        return f"Action[{type(self).__name__}]('{self.desc}')"
+        return f"Action[{type(self).__name__}]('{self}')"
 
     @property
     def action_type(self) -> str:

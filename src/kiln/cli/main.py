@@ -19,12 +19,13 @@ import sys
 import traceback
 from collections.abc import Iterator
 from types import MappingProxyType, ModuleType
-from typing import IO, Any, cast
+from typing import IO, cast
 
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import user_line
 from kiln.cli.options import parser_streams
 from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError
+from kiln.terminal import TerminalStream
 
 USAGE = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
        kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]
@@ -83,7 +84,8 @@ def run_cli(
     stderr: IO[str] | None = None,
 ) -> int:
     out = stdout if stdout is not None else sys.stdout
-    err = cast(IO[str], _Unbreakable(stderr if stderr is not None else sys.stderr))
+    # Every line kiln prints goes through it, escaped (``kiln.terminal``).
+    err = cast(IO[str], TerminalStream(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
     try:
         with _signals_interrupt(out, err), parser_streams(out, err):
@@ -112,38 +114,6 @@ def run_cli(
     except KilnError as e:
         _say(err, f"kiln: error: {e}", e if verbose else None)
         return e.exit_code
-
-
-class _Unbreakable(io.TextIOBase):
-    """kiln's stderr, whose writes never raise once its reader has gone: a progress
-    line must not break the thread that prints it. The SIGPIPE that such a write
-    raises stops the build instead (see ``_signals_interrupt``)."""
-
-    def __init__(self, stream: IO[str]):
-        super().__init__()
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        with contextlib.suppress(OSError, ValueError):
-            self._stream.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self._stream.flush()
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-    def isatty(self) -> bool:
-        return self._stream.isatty()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self._stream, "encoding", None) or "utf-8"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
 
 
 def _say(err: IO[str], text: str, error: BaseException | None = None) -> None:
