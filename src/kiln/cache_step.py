@@ -1,6 +1,13 @@
 """What the scheduler asks of the shared cache for one action: may it use the
 cache at all, restore its outputs (a hit), save them after a run, and whether a
-dry run would be served."""
+dry run would be served.
+
+The scheduler reaches the cache only through ``CacheStep``, on its worker threads
+and its own: an exception of any kind in a cache step (a bug, a library raising
+what nobody expected) is reported once, turns the cache off for the rest of the
+build and counts as a miss. It never escapes into a worker thread, where it would
+end the thread before the action's completion is posted and leave the build
+waiting for it."""
 
 from __future__ import annotations
 
@@ -33,15 +40,26 @@ class CacheStep:
         if self.cache is None or not self.applies(action, decision):
             return None
         outputs = self._plan.outputs[action]
-        return self.cache.restore(decision.key, outputs, known_digests(action, outputs))
+        try:
+            return self.cache.restore(decision.key, outputs, known_digests(action, outputs))
+        except Exception as e:  # noqa: BLE001 - a cache step never fails or hangs a build
+            self.cache.failed(e)
+            return None
 
     def save(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
         if self.cache is not None and self.applies(action, decision):
-            self.cache.save(decision.key, action.desc, produced)
+            try:
+                self.cache.save(decision.key, action.desc, produced)
+            except Exception as e:  # noqa: BLE001 - a cache step never fails a build
+                self.cache.failed(e)
 
     def would_serve(self, action: BuildAction, decision: Decision) -> bool:
         """Whether a real build would take ``action``'s outputs from the cache."""
         if self.cache is None or not self.applies(action, decision):
             return False
         outputs = self._plan.outputs[action]
-        return self.cache.would_serve(decision.key, outputs, known_digests(action, outputs))
+        try:
+            return self.cache.would_serve(decision.key, outputs, known_digests(action, outputs))
+        except Exception as e:  # noqa: BLE001 - a cache step never fails a build
+            self.cache.failed(e)
+            return False
