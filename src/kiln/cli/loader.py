@@ -33,10 +33,13 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
     """
     spec = os.fspath(spec)
     if as_module:
-        try:
-            found = importlib.util.find_spec(spec)
-        except ModuleNotFoundError:
-            found = None
+        if not all(part.isidentifier() for part in spec.split(".")):
+            raise UsageError(
+                f"-m {spec!r}: not a module name; give an absolute dotted name "
+                "(package.module) of a module on the Python path, or a .py file"
+            )
+        # Finding pkg.mod imports pkg: the user's code, guarded as the module is.
+        found = guarded(spec, lambda: _find_module(spec))
         if found is None:
             raise UsageError(f"build module '{spec}' not found on the Python path")
         return guarded(spec, lambda: importlib.import_module(spec))
@@ -61,6 +64,13 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
 
     cloudpickle.register_pickle_by_value(module)
     return module
+
+
+def _find_module(name: str) -> importlib.machinery.ModuleSpec | None:
+    try:
+        return importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
 
 
 @contextlib.contextmanager
