@@ -175,9 +175,9 @@ class BuildCache:
         entry = CacheEntry.decode(key, data) if data is not None else None
         if data is not None and entry is None:
             self._report_once(
-                f"ac/{key}",
+                "unreadable entry",
                 f"warning: remote cache {self.remote.shown} has "
-                f"an unreadable entry ac/{key}; ignored it",
+                f"an unreadable entry ac/{key}; ignored it (and any more)",
             )
         return entry, entry is not None
 

@@ -13,11 +13,9 @@ The cache is shared by every project of a user, often by a team, so ``CacheDir``
 holds the trust model of the output directory (``kiln.outputs``) for it, by
 construction: nothing else in kiln touches the cache directory by path.
 
-- **Ownership.** kiln uses a cache directory only when it is new, empty, marked
-  as kiln's (``.kiln/format``) or made by a kiln from before the marker (``v1/``
-  holding only kiln's names). ``cache_dir_state`` reads only; ``claim_cache_dir``
-  marks the directory before the first write. Any other non-empty directory is
-  refused (``UsageError``), whatever the command.
+- **Ownership.** kiln uses a cache directory only when it is kiln's
+  (``kiln.cache.ownership``): the ``OutputTree`` below claims it, marking it,
+  before the first directory is made; any other non-empty directory is refused.
 - **Confinement.** Directories below the root are made and checked one component
   at a time (``OutputTree``: ``lstat`` before ``mkdir``); files are opened with
   ``O_NOFOLLOW | O_NONBLOCK`` and an ``fstat`` check (``open_regular``,
@@ -43,104 +41,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kiln.cache.entry import is_digest, is_entry_name
-from kiln.errors import NotRegularFile, StateError, UsageError
+from kiln.cache.ownership import FORMAT_DIR, cache_dir_state, claim_cache_dir
+from kiln.errors import ConfinementError, NotRegularFile, StateError
 from kiln.output_tree import OutputTree
-from kiln.outputs import (
-    KILN_DIR,
-    MARKER,
-    TMP_PREFIX,
-    atomic_write,
-    file_kind,
-    link_text,
-    open_own_file,
-    open_regular,
-    own_dir_checked,
-    read_regular,
-)
+from kiln.outputs import file_kind, link_text, open_own_file, open_regular
 
-FORMAT_DIR = "v1"
-FORMAT_NAME = "kiln-cache"
-FORMAT_VERSION = 1
+__all__ = ["AREAS", "FORMAT_DIR", "CacheDir", "cache_dir_state", "claim_cache_dir"]
+
 AREAS = ("ac", "cas")
 LOG = "builds.log"
-_V1_NAMES = frozenset({*AREAS, "tmp", LOG})
 _TMP_NAME = re.compile(r"[wb]-\d+-[0-9a-f]{8}-\d+\Z")
 _NEW_TMP = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _refuse(root: Path, why: str) -> UsageError:
-    return UsageError(
-        f"refusing to use {root} as the cache: {why}; kiln keeps its cache only in a new, "
-        "empty or kiln-made directory: choose another with --cache-dir or KILN_CACHE_DIR, "
-        "or build with --no-cache"
-    )
-
-
-def cache_dir_state(root: Path) -> str:
-    """``missing``, ``empty``, ``kiln`` or ``legacy`` (made by a kiln before the
-    marker) for a directory kiln may use as its cache; UsageError for any other,
-    OSError when it cannot be read. Reads only."""
-    try:
-        st = os.stat(root)
-    except FileNotFoundError:
-        return "missing"
-    if not stat.S_ISDIR(st.st_mode):
-        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(root))
-    names = set(os.listdir(root))
-    marker_dir = root / KILN_DIR
-    if KILN_DIR not in names:
-        if not names:
-            return "empty"
-        if names == {FORMAT_DIR} and _is_legacy(root / FORMAT_DIR):
-            return "legacy"
-        raise _refuse(root, f"it is not empty and is not a kiln cache (no {KILN_DIR}/{MARKER})")
-    kst = os.lstat(marker_dir)
-    if not stat.S_ISDIR(kst.st_mode):
-        what = link_text(marker_dir) if stat.S_ISLNK(kst.st_mode) else str(marker_dir)
-        raise _refuse(root, f"{what} is not a directory kiln made")
-    try:
-        text = read_regular(marker_dir / MARKER, limit=256).decode(errors="replace").strip()
-    except FileNotFoundError:
-        # Killed while claiming it (or claimed by another build this very moment).
-        claiming = all(n.startswith(TMP_PREFIX) for n in os.listdir(marker_dir))
-        rest = names - {KILN_DIR}
-        if claiming and (not rest or (rest == {FORMAT_DIR} and _is_legacy(root / FORMAT_DIR))):
-            return "legacy"
-        raise _refuse(root, f"{marker_dir} holds no {MARKER} file") from None
-    except (NotRegularFile, OSError) as e:
-        raise _refuse(root, f"its marker {marker_dir / MARKER} is unreadable ({e})") from None
-    name, _, version = text.partition("/")
-    if name != FORMAT_NAME or not version.isdigit():
-        raise _refuse(root, f"its marker says {text[:40]!r}, not {FORMAT_NAME}")
-    if int(version) > FORMAT_VERSION:
-        raise _refuse(root, f"it was made by a newer kiln (format {version})")
-    return "kiln"
-
-
-def _is_legacy(v1: Path) -> bool:
-    """Whether ``v1`` is a real directory holding nothing but kiln's names."""
-    with contextlib.suppress(OSError):
-        if stat.S_ISDIR(os.lstat(v1).st_mode):
-            return set(os.listdir(v1)) <= _V1_NAMES
-    return False
-
-
-def claim_cache_dir(root: Path) -> None:
-    """Make ``root`` kiln's cache (creating it if new): the marker is written before
-    anything else. UsageError if it is another program's directory."""
-    state = cache_dir_state(root)
-    if state == "kiln":
-        return
-    if state == "missing":
-        os.makedirs(root, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(root / KILN_DIR)
-    try:
-        own_dir_checked(root / KILN_DIR)
-    except StateError as e:
-        raise _refuse(root, str(e)) from None
-    with atomic_write(root / KILN_DIR / MARKER, "w") as f:
-        f.write(f"{FORMAT_NAME}/{FORMAT_VERSION}\n")
 
 
 class CacheDir:
@@ -246,12 +157,17 @@ class CacheDir:
             return f.read(limit)
 
     def is_regular(self, path: str) -> bool:
+        """Whether ``path`` is a regular file; anything else there is reported (a
+        store then replaces it by rename, never writing through it)."""
         if not self._dirs_ok(path):
             return False
         try:
-            return stat.S_ISREG(os.lstat(path).st_mode)
+            mode = os.lstat(path).st_mode
         except (FileNotFoundError, NotADirectoryError):
             return False
+        if not stat.S_ISREG(mode):
+            self.skip(path, self._kind_of(path) or path)
+        return stat.S_ISREG(mode)
 
     def touch(self, path: str) -> None:
         """Mark ``path`` used now, for eviction; a read-only cache is used as it is."""
@@ -274,7 +190,11 @@ class CacheDir:
         """A new, empty file under ``tmp/``: its descriptor (open for writing) and
         name, unique among the processes and threads sharing the cache."""
         tmp = f"{self._base}/tmp"
-        self._retrying(lambda: self.make_dirs(tmp))
+        try:
+            self._retrying(lambda: self.make_dirs(tmp))
+        except ConfinementError as e:  # nowhere to write: the cache cannot be filled
+            self.skip(tmp, str(e))
+            raise OSError(errno.ENOTDIR, f"{tmp} is not a directory kiln made") from None
         while True:
             name = f"{tmp}/{prefix}{self._tag}-{next(self._serial)}"
             try:
@@ -284,12 +204,18 @@ class CacheDir:
 
     def commit(self, tmp: str, target: str, mode: int = 0o444) -> None:
         """Give the temporary ``tmp`` its place ``target`` (a rename, which replaces a
-        link or FIFO there, never following it)."""
+        link or FIFO there, never following it); ConfinementError when a link or
+        another kind of file is in the way of its directories, or a directory at it."""
         os.chmod(tmp, mode)  # kiln's own O_EXCL file under tmp/
 
         def place() -> None:
             self.make_dirs(os.path.dirname(target))
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            except IsADirectoryError:
+                raise ConfinementError(
+                    f"{target} is a directory, where kiln keeps a file"
+                ) from None
 
         self._retrying(place)
 
@@ -317,9 +243,12 @@ class CacheDir:
         """Append ``line`` to ``builds.log``; its size after. A link, FIFO or other
         file there is reported and left (-1)."""
         path = self.log_file
-        self._retrying(lambda: self.make_dirs(self._base))
         try:
+            self._retrying(lambda: self.make_dirs(self._base))
             fd = open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except ConfinementError as e:
+            self.skip(self._base, str(e))
+            return -1
         except StateError:
             self.skip(path, self._kind_of(path) or path)
             return -1

@@ -235,19 +235,25 @@ class Capped:
 
     def __init__(self, response: http.client.HTTPResponse, cap: int, what: str, deadline: Request):
         self._response = response
-        self._left = cap
+        self._left = self._cap = cap
         self._what = what
         length = (response.getheader("Content-Length") or "").strip()
         announced = int(length) if length.isdigit() else None
         if announced is not None and announced > cap:
-            raise _Oversize(f"{what} announced {announced} bytes, more than the {cap} expected")
+            raise _Oversize(
+                f"{what} announced {announced} bytes, more than expected (at most {cap})"
+            )
         deadline.extend((cap if announced is None else announced) / MIN_RATE)
+        self._owed = 0 if announced is None else announced
 
     def read(self, amount: int) -> bytes:
         chunk = self._response.read(min(amount, self._left + 1))
         self._left -= len(chunk)
         if self._left < 0:
-            raise _Oversize(f"{self._what} sent more bytes than expected")
+            raise _Oversize(f"{self._what} sent more than expected (at most {self._cap} bytes)")
+        self._owed -= len(chunk)
+        if not chunk and self._owed > 0:  # closed before the end it announced
+            raise http.client.IncompleteRead(b"", self._owed)
         return chunk
 
     def read_all(self) -> bytes:

@@ -67,7 +67,11 @@ _T = TypeVar("_T")
 
 
 class _Refused(Exception):
-    """The server answered, and said no."""
+    """The server answered, and said no (HTTP ``status``)."""
+
+    def __init__(self, text: str, status: int):
+        super().__init__(text)
+        self.status = status
 
 
 class RemoteCache:
@@ -221,7 +225,7 @@ class RemoteCache:
             except _Refused as e:
                 if raise_refused:
                     raise
-                self._report_once(str(e).split(" for ")[0], f"{e}; counted as a miss")
+                self._report_once(f"HTTP {e.status}", f"{e}; counted as a miss")
                 return None
             except _Oversize as e:
                 self._report_once("oversize", f"{e}; counted as a miss")
@@ -297,7 +301,9 @@ class RemoteCache:
         def read(response: http.client.HTTPResponse, _: Request) -> bool:
             skim(response)
             if not 200 <= response.status < 300:
-                raise _Refused(f"HTTP {response.status} {response.reason} for PUT {name}")
+                raise _Refused(
+                    f"HTTP {response.status} {response.reason} for PUT {name}", response.status
+                )
             return True
 
         return self._exchange("PUT", name, size, read, body)
@@ -317,4 +323,4 @@ class RemoteCache:
             )
         elif status in (401, 403):
             why = " (check the credentials in the URL)"
-        raise _Refused(f"HTTP {status} {response.reason}{why} for {method} {name}")
+        raise _Refused(f"HTTP {status} {response.reason}{why} for {method} {name}", status)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from kiln.cache import LocalCache, format_size
-from kiln.cache.cache_dir import cache_dir_state, claim_cache_dir
+from kiln.cache.ownership import cache_dir_state, claim_cache_dir
 from kiln.cli.cache_options import cache_dir, max_size, size_option
 from kiln.cli.options import KilnArgumentParser
 from kiln.terminal import printable
