@@ -204,12 +204,16 @@ def _tolerances(
     """The tolerances by dtype name (``*``: any), each a finite number >= 0; a
     definition error naming what is wrong otherwise (NaN would pass anything)."""
     out: dict[str, list[float]] = {}
+    if not isinstance(tolerances, Mapping | None):
+        raise BuildDefinitionError(
+            f"{where}: tolerances must map dtype names to (rtol, atol), got {tolerances!r}"
+        )
     for key, pair in (tolerances or {}).items():
         if key not in TOLERANCE_DTYPES:
             raise BuildDefinitionError(
                 f"{where}: tolerances: unknown dtype {key!r}; known: {', '.join(TOLERANCE_DTYPES)}"
             )
-        if isinstance(pair, str | bytes) or len(pair) != 2:
+        if not isinstance(pair, Sequence) or isinstance(pair, str | bytes) or len(pair) != 2:
             raise BuildDefinitionError(
                 f"{where}: tolerances[{key!r}] must be (rtol, atol), got {pair!r}"
             )
