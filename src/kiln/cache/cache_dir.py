@@ -138,7 +138,7 @@ class CacheDir:
     def open_file(self, path: str) -> int | None:
         """A read-only descriptor of the regular file ``path``; None when it is not
         there or is anything else (reported): never follows a link, never blocks."""
-        if not self._dirs_ok(path):
+        if not _exists(path) or not self._dirs_ok(path):  # a miss costs one lstat
             return None
         try:
             return open_regular(path)
@@ -154,16 +154,18 @@ class CacheDir:
         if fd is None:
             return None
         with os.fdopen(fd, "rb") as f:
+            if limit >= 0:  # no buffer of ``limit`` bytes for a small file
+                limit = min(limit, os.fstat(f.fileno()).st_size + 1)
             return f.read(limit)
 
     def is_regular(self, path: str) -> bool:
         """Whether ``path`` is a regular file; anything else there is reported (a
         store then replaces it by rename, never writing through it)."""
-        if not self._dirs_ok(path):
-            return False
         try:
             mode = os.lstat(path).st_mode
         except (FileNotFoundError, NotADirectoryError):
+            return False  # a miss costs one lstat
+        if not self._dirs_ok(path):
             return False
         if not stat.S_ISREG(mode):
             self.skip(path, self._kind_of(path) or path)
@@ -312,6 +314,14 @@ class CacheDir:
         if self._tree.dir_problem(self._base) is None:
             _rmdir_quietly(self._base)
         self._tree = self._new_tree()
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
 
 
 def _listing(directory: str) -> list[os.DirEntry[str]]:
