@@ -20,16 +20,25 @@ _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
 
 def redact_url(url: str) -> str:
     """``url`` with its user information, query and fragment masked; a URL with
-    none of them is returned unchanged."""
+    none of them is returned unchanged. Whatever its shape: any scheme, a known one
+    misspelt (``htps://alice:pw@h``), none at all (``alice:pw@h/x``), a single slash
+    (``http:/alice:pw@h``); a text that does not parse as a URL shows nothing."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:  # not parseable as a URL: show nothing of it
         return MASK
+    query = MASK if parts.query else ""
+    fragment = MASK if parts.fragment else ""
     netloc = parts.netloc
     if "@" in netloc:
         netloc = f"{MASK}@{netloc.rpartition('@')[2]}"
-    query = MASK if parts.query else ""
-    fragment = MASK if parts.fragment else ""
+    elif not netloc:
+        # No authority as URLs spell it, yet "user:password@host" may lead the path:
+        # everything up to its last "@" goes, the scheme (perhaps the user) with it.
+        lead, slash, rest = parts.path.lstrip("/").partition("/")
+        if "@" in lead:
+            host = lead.rpartition("@")[2]
+            return urllib.parse.urlunsplit(("", "", f"{MASK}@{host}{slash}{rest}", query, fragment))
     if (netloc, query, fragment) == (parts.netloc, parts.query, parts.fragment):
         return url
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment))

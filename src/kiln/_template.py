@@ -78,8 +78,14 @@ def modules_for(thunk: Callable[[], Any]) -> tuple[str, ...]:
 
 def bootstrap_code(fd: int) -> str:
     """The ``python -c`` program of a template serving the control socket ``fd``,
-    with kiln's module search path."""
-    return f"import sys; sys.path[:] = {sys.path!r}; from kiln._template import serve; serve({fd})"
+    with kiln's module search path. kiln itself is imported from where this kiln
+    lives, first: a build module's directory (first on that path) may hold a
+    ``kiln.py`` of its own, which must not stand in for kiln."""
+    home = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return (
+        f"import sys; sys.path[:] = {[home, *sys.path]!r}; import kiln._template; "
+        f"sys.path[:] = {sys.path!r}; kiln._template.serve({fd})"
+    )
 
 
 def serve(fd: int) -> NoReturn:

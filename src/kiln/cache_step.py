@@ -2,7 +2,14 @@
 cache at all, restore its outputs (a hit), save them after a run, and whether a
 dry run would be served. This is the one place that decides what is shared:
 nothing without a key, nothing found not reproducible, and what an action says
-is not reproducible (a benchmark times its machine) never beyond this machine."""
+is not reproducible (a benchmark times its machine) never beyond this machine.
+
+The scheduler reaches the cache only through ``CacheStep``, on its worker threads
+and its own: an exception of any kind in a cache step (a bug, a library raising
+what nobody expected) is reported once, turns the cache off for the rest of the
+build and counts as a miss. It never escapes into a worker thread, where it would
+end the thread before the action's completion is posted and leave the build
+waiting for it."""
 
 from __future__ import annotations
 
@@ -53,15 +60,22 @@ class CacheStep:
         if self.cache is None or not self.applies(action, decision):
             return None
         outputs = self._plan.outputs[action]
-        known = known_digests(action, outputs)
-        return self.cache.restore(decision.key, outputs, known, share=self.shared(action))
+        try:
+            known = known_digests(action, outputs)
+            return self.cache.restore(decision.key, outputs, known, share=self.shared(action))
+        except Exception as e:  # noqa: BLE001 - a cache step never fails or hangs a build
+            self.cache.failed(e)
+            return None
 
     def save(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
         if self.cache is not None and self.applies(action, decision):
             if self._defer:
                 self.deferred.append((action, decision, produced))
-            else:
+                return
+            try:
                 self.cache.save(decision.key, action.desc, produced, share=self.shared(action))
+            except Exception as e:  # noqa: BLE001 - a cache step never fails a build
+                self.cache.failed(e)
 
     def flush(self, skip: set[BuildAction]) -> None:
         """Save what ``save`` deferred, but the actions in ``skip``."""
@@ -76,5 +90,9 @@ class CacheStep:
         if self.cache is None or not self.applies(action, decision):
             return False
         outputs = self._plan.outputs[action]
-        known = known_digests(action, outputs)
-        return self.cache.would_serve(decision.key, outputs, known, share=self.shared(action))
+        try:
+            known = known_digests(action, outputs)
+            return self.cache.would_serve(decision.key, outputs, known, share=self.shared(action))
+        except Exception as e:  # noqa: BLE001 - a cache step never fails a build
+            self.cache.failed(e)
+            return False

@@ -29,6 +29,7 @@ from kiln.layout import (
 )
 from kiln.meta import BuildFileMetadata, BuildMeta
 from kiln.modnames import stable_module_name
+from kiln.terminal import printable
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
@@ -346,10 +347,11 @@ class BuildAction(BuildDependency):
         return self._run_context
 
     def __str__(self) -> str:
-        return self.desc
+        # How the action reads wherever kiln shows it: one line, no raw control.
+        return printable(self.desc, one_line=True)
 
     def __repr__(self) -> str:
-        return f"Action[{type(self).__name__}]('{self.desc}')"
+        return f"Action[{type(self).__name__}]('{self}')"
 
     @property
     def action_type(self) -> str:

@@ -27,10 +27,21 @@ class OutputTree:
     link or another kind of file); kiln writes only into such directories.
     """
 
-    def __init__(self, root: Path, warn: Callable[[str], None]):
+    def __init__(
+        self,
+        root: Path,
+        warn: Callable[[str], None],
+        *,
+        claim: Callable[[Path], object] = claim_output_dir,
+        name: str = "the output directory",
+    ):
+        # ``claim`` makes the root kiln's before the first directory is made below
+        # it; ``name`` is what messages call the tree (the cache uses one too).
         self.root = Path(os.path.normpath(Path(root).absolute()))
         self._root_str = str(self.root)
         self._warn = warn
+        self._claim = claim
+        self.name = name
         self._checked: dict[str, str | None] = {}
         self._inspected: dict[str, str | None] = {}  # dir_problem's answers (reads only)
         self._lock = threading.Lock()
@@ -42,7 +53,7 @@ class OutputTree:
         if rel == ".":
             return []
         if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
-            raise ConfinementError(f"{directory} is outside the output directory {self.root}")
+            raise ConfinementError(f"{directory} is outside {self.name} {self.root}")
         parts, out = rel.split(os.sep), []
         for i in range(len(parts)):
             out.append(os.path.join(self._root_str, *parts[: i + 1]))
@@ -79,7 +90,7 @@ class OutputTree:
             return
         with self._lock:
             if self._checked.get(self._root_str, "") is not None:
-                claim_output_dir(self.root)  # never writes into a directory that is not kiln's
+                self._claim(self.root)  # never writes into a directory that is not kiln's
                 self._checked[self._root_str] = None
             for path in self._components(directory):
                 if self._checked.get(path, "") is not None:
@@ -99,7 +110,7 @@ class OutputTree:
         ours = stat.S_ISREG(st.st_mode) and heal and heal(os.path.relpath(path, self._root_str))
         if heal is None or (stat.S_ISREG(st.st_mode) and not ours):
             raise ConfinementError(
-                f"{what} is where kiln needs a directory of the output tree; "
+                f"{what} is where kiln needs a directory of {self.name}; "
                 "kiln never writes through links: remove it"
             )
         remove_quietly(path)

@@ -379,6 +379,21 @@ def atomic_write(path: Path | str, mode: str = "wb") -> Iterator[IO[Any]]:
             yield f
 
 
+@functools.cache
+def process_umask() -> int:
+    """The process's umask, read once (Linux: from /proc, without changing it)."""
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open("/proc/self/status", encoding="ascii", errors="replace") as f,
+    ):
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def remove_quietly(path: Path | str) -> None:
     """Unlink ``path`` if it is there (never follows a link: unlink removes the link)."""
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):

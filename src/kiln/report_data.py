@@ -8,13 +8,16 @@ their lanes and times, the critical path, the failures and the artifacts.
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kiln import events as ev
-from kiln.errors import StateError
+from kiln.errors import NotRegularFile, StateError
 from kiln.layout import MANIFEST
+from kiln.outputs import open_regular, read_regular
 from kiln.trace import LAST_EVENTS
 
 _LOG_TAIL_LINES = 40
@@ -75,85 +78,123 @@ def _lane_order(lane: str) -> tuple[int, str]:
 
 
 def load_report(output_dir: Path) -> BuildReport:
-    """The report of the last build in ``output_dir``; StateError if there is none."""
+    """The report of the last build in ``output_dir``; StateError if there is none.
+
+    The record is read as untrusted: only a regular file is read (a FIFO there never
+    blocks), undecodable bytes are replaced, and lines that are not JSON objects and
+    fields of the wrong type are left out rather than stopping the report."""
     path = output_dir / ".kiln" / LAST_EVENTS
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = read_regular(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
         raise StateError(
             f"no build recorded in {output_dir} (no {path}); run 'kiln build' with "
             f"--output-dir {output_dir} first"
         ) from None
+    except NotRegularFile as e:
+        raise StateError(f"cannot read the last build's events: {e}") from None
     except OSError as e:
         raise StateError(f"cannot read {path}: {e.strerror}") from e
     records = []
-    for line in lines:
+    for line in text.splitlines():
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except ValueError:
             continue  # a line cut short by a killed build
-    if not records or records[0].get("event") != ev.BUILD_STARTED:
+        if isinstance(record, dict):
+            records.append(record)
+    if (
+        not records
+        or records[0].get("event") != ev.BUILD_STARTED
+        or _number(records[0], "time") is None
+    ):
         raise StateError(f"{path} does not hold a kiln build's events; run 'kiln build' again")
     report = _from_events(records)
     report.manifest = _read_manifest(output_dir / MANIFEST)
     return report
 
 
+def _number(rec: dict[str, Any], name: str) -> float | None:
+    """The finite number at ``rec[name]``, else None."""
+    value = rec.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _text(rec: dict[str, Any], name: str, default: str | None = None) -> str | None:
+    value = rec.get(name)
+    return value if isinstance(value, str) else default
+
+
+def _texts(rec: dict[str, Any], name: str) -> list[str]:
+    value = rec.get(name)
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _records(rec: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    value = rec.get(name)
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _new_run(rec: dict[str, Any], aid: str, start: float, status: str) -> ActionRun:
+    return ActionRun(
+        aid,
+        _text(rec, "desc", aid) or aid,
+        _text(rec, "lane", "main") or "main",
+        start,
+        0.0,
+        status,
+        _text(rec, "target"),
+        _text(rec, "type"),
+        _text(rec, "reason"),
+        _texts(rec, "deps"),
+    )
+
+
 def _from_events(records: list[dict[str, Any]]) -> BuildReport:
     head = records[0]
+    t0 = _number(head, "time") or 0.0
+    jobs = _number(head, "jobs")
     report = BuildReport(
-        started=head["time"], jobs=head.get("jobs"), targets=list(head.get("targets", []))
+        started=t0, jobs=int(jobs) if jobs is not None else None, targets=_texts(head, "targets")
     )
-    t0 = report.started
     runs: dict[str, ActionRun] = {}
     for rec in records[1:]:
         kind = rec.get("event")
-        aid = rec.get("action")
-        if kind == ev.STARTED and aid:
-            runs[aid] = ActionRun(
-                aid,
-                rec.get("desc", aid),
-                rec.get("lane", "main"),
-                rec["time"] - t0,
-                0.0,
-                "running",
-                rec.get("target"),
-                rec.get("type"),
-                rec.get("reason"),
-                list(rec.get("deps", [])),
-            )
-        elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED) and aid:
+        aid = _text(rec, "action")
+        time_ = _number(rec, "time")
+        if kind == ev.STARTED and aid and time_ is not None:
+            runs[aid] = _new_run(rec, aid, time_ - t0, "running")
+        elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED) and aid and time_ is not None:
             run = runs.get(aid)
             if run is None:  # a cache hit has no started event
-                start = rec.get("start", rec["time"])
-                run = runs[aid] = ActionRun(
-                    aid,
-                    rec.get("desc", aid),
-                    rec.get("lane", "main"),
-                    start - t0,
-                    0.0,
-                    kind,
-                    rec.get("target"),
-                    rec.get("type"),
-                    rec.get("reason"),
-                    list(rec.get("deps", [])),
-                )
-            run.status = kind
-            run.duration = float(rec.get("duration") or 0.0)
-            run.outputs = list(rec.get("outputs", []))
-            run.bytes = int(rec.get("bytes") or 0)
-            run.error = rec.get("error")
-            run.log = rec.get("log")
+                start = _number(rec, "start")
+                run = runs[aid] = _new_run(rec, aid, (start or time_) - t0, str(kind))
+            run.status = str(kind)
+            run.duration = max(0.0, _number(rec, "duration") or 0.0)
+            run.outputs = _records(rec, "outputs")
+            run.bytes = int(_number(rec, "bytes") or 0)
+            run.error = _text(rec, "error")
+            run.log = _text(rec, "log")
         elif kind == ev.NOT_RUN:
-            report.not_run.append(rec)
+            cause = _text(rec, "root_cause")
+            report.not_run.append({"root_cause": cause, "desc": _text(rec, "desc", "?")})
         elif kind == ev.BUILD_FINISHED:
-            report.wall_s = rec.get("wall_s")
+            report.wall_s = _number(rec, "wall_s")
             report.ok = bool(rec.get("ok"))
             report.interrupted = bool(rec.get("interrupted"))
-            report.counts = dict(rec.get("counts", {}))
+            counts = rec.get("counts")
+            if isinstance(counts, dict):
+                report.counts = {
+                    str(k): int(v)
+                    for k, v in counts.items()
+                    if isinstance(v, int) and not isinstance(v, bool)
+                }
     report.runs = sorted(runs.values(), key=lambda r: r.start)
     if report.wall_s is None:  # the build never recorded its end: killed
-        report.wall_s = max(rec.get("time", t0) for rec in records) - t0
+        times = [t for rec in records if (t := _number(rec, "time")) is not None]
+        report.wall_s = max(times, default=t0) - t0
         for run in report.runs:
             if run.status == "running":  # at least until the last event
                 run.duration = max(0.0, report.wall_s - run.start)
@@ -184,22 +225,49 @@ def critical_path(runs: list[ActionRun]) -> list[str]:
 
 
 def _read_manifest(path: Path) -> dict[str, Any] | None:
+    """The manifest as the report shows it: entrypoints by name, each with a list of
+    output records (dicts); anything else in it is left out. None if unreadable."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_regular(path).decode("utf-8", errors="replace"))
+    except (OSError, ValueError, NotRegularFile):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    entrypoints = data.get("entrypoints")
+    shown: dict[str, Any] = {}
+    if isinstance(entrypoints, dict):
+        for name, entry in entrypoints.items():
+            if isinstance(entry, dict):
+                shown[str(name)] = {"outputs": [_artifact(o) for o in _records(entry, "outputs")]}
+    return {**data, "entrypoints": shown}
+
+
+def _artifact(out: dict[str, Any]) -> dict[str, Any]:
+    """One output record of the manifest, with the fields the report shows typed."""
+    size = _number(out, "size")
+    return {
+        "path": _text(out, "path", "") or "",
+        "status": _text(out, "status", "") or "",
+        "size": int(size) if size is not None else None,
+        "sha256": _text(out, "sha256", "") or "",
+        "target": _text(out, "target", "") or "",
+        "verification": [
+            {"passed": c.get("passed") is True, "status": _text(c, "status", "failed")}
+            for c in _records(out, "verification")
+        ],
+    }
 
 
 def log_tail(path: str | None, lines: int = _LOG_TAIL_LINES) -> str | None:
-    """The last ``lines`` lines of a log file, or None when it cannot be read."""
+    """The last ``lines`` lines of a log file, or None when it cannot be read. Only a
+    regular file is read: a FIFO or device named by a damaged record never blocks."""
     if not path:
         return None
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path, follow=True), "rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - 64 * 1024))
             text = f.read().decode("utf-8", errors="replace")
-    except OSError:
+    except (OSError, NotRegularFile, ValueError):
         return None
     return "\n".join(text.splitlines()[-lines:])

@@ -130,6 +130,18 @@ def _size(n: int | None) -> str:
     return str(n)
 
 
+# Inside a <script> element the HTML parser looks for "</script", "<!--" and
+# "<script" (which changes how a later "</script" is read), whatever JSON means.
+_SCRIPT_UNSAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def embedded_json(data: Any) -> str:
+    """``data`` as JSON text that can sit inside a ``<script>`` element: no string in
+    it can end the element or open a comment, since ``<``, ``>`` and ``&`` are
+    written as JSON escapes (``\\u003c``), which ``JSON.parse`` reads back as they were."""
+    return json.dumps(data).translate(_SCRIPT_UNSAFE)
+
+
 def render(report: BuildReport, output_dir: Path) -> str:
     """The whole page."""
     data = {
@@ -149,8 +161,7 @@ def render(report: BuildReport, output_dir: Path) -> str:
             for r in report.runs
         ],
     }
-    # "</" never appears inside the script element, whatever an action is called.
-    blob = json.dumps(data).replace("</", "<\\/")
+    blob = embedded_json(data)
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
@@ -186,7 +197,7 @@ def _header(report: BuildReport, output_dir: Path) -> str:
         ("not_run", "not run"),
     ]
     boxes = "".join(
-        f"<div class='count' id='count-{key}'><b>{counts.get(key, 0)}</b>{label}</div>"
+        f"<div class='count' id='count-{key}'><b>{_e(counts.get(key, 0))}</b>{label}</div>"
         for key, label in labels
     )
     targets = ", ".join(report.targets) or "(none)"

@@ -8,7 +8,9 @@ keeps working. ``explain``, ``progress`` and ``message`` are display requests,
 not build facts, and are called directly. ``PlainReporter`` prints one line per
 started action, with no control characters, for CI logs and pipes. The live
 terminal display is in ``kiln.reporting_rich`` so that rich is imported only
-when it is used.
+when it is used. Both print events through ``displayed`` and text through
+``kiln.terminal.printable``: what users and servers wrote reaches the terminal
+escaped (``kiln.terminal``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,33 @@ from typing import IO, TYPE_CHECKING
 
 from kiln import events as ev
 from kiln.graph import BuildAction, BuildDependency
+from kiln.terminal import printable
 
 if TYPE_CHECKING:
     from kiln.result import BuildResult
+
+
+# The fields of an event that a reporter prints as (part of) one line.
+_ONE_LINE_FIELDS = ("desc", "lane", "target", "log")
+
+
+def displayed(event: ev.BuildEvent) -> ev.BuildEvent:
+    """``event`` as a terminal shows it: its one-line fields (description, lane,
+    target, log path) with newlines and other control characters escaped. The
+    event itself when none has any (the usual case: nothing is copied)."""
+    changed = {}
+    for name in _ONE_LINE_FIELDS:
+        value = getattr(event, name)
+        if isinstance(value, str):
+            shown = printable(value, one_line=True)
+            if shown is not value:
+                changed[name] = shown
+    if not changed:
+        return event
+    copy = ev.BuildEvent(event.kind, event.time)
+    copy.__dict__.update(event.__dict__)
+    copy.__dict__.update(changed)
+    return copy
 
 
 def remote_worker(event: ev.BuildEvent) -> str | None:
@@ -106,11 +132,15 @@ class PlainReporter(ProgressReporter):
 
     def _write(self, line: str) -> None:
         with self._lock:
-            self.stream.write(line + "\n")
+            self.stream.write(printable(line) + "\n")
             self.stream.flush()
 
     def handle(self, event: ev.BuildEvent) -> None:
         kind = event.kind
+        if kind == ev.UP_TO_DATE and not self.verbose:  # the bulk of a no-op build
+            self.done += 1
+            return
+        event = displayed(event)
         if kind == ev.STARTED:
             self.started += 1
             self._write(f"[{min(self.done + self.started, self.total)}/{self.total}] {event.desc}")
@@ -135,7 +165,7 @@ class PlainReporter(ProgressReporter):
             self.total = (event.data or {}).get("actions", 0)
 
     def explain(self, dep: BuildDependency, reason: str) -> None:
-        self._write(f"{dep}: {reason}")
+        self._write(f"{dep}: {printable(reason, one_line=True)}")
 
     def message(self, text: str) -> None:
         self._write(text)

@@ -3,7 +3,10 @@
 Actions running longer than ``long_threshold_s`` are listed apart, under
 ``Waiting for long running actions:``, so a slow compile stands out from the
 churn of short actions. Failures and messages print above the display.
-The display is a reader of the build's event stream (``kiln.events``).
+The display is a reader of the build's event stream (``kiln.events``). It writes
+its own escape sequences, so it writes to the terminal unescaped
+(``kiln.terminal.raw_stream``): every text it draws is escaped first, events
+through ``displayed``, messages through ``printable``.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from kiln import events as ev
 from kiln.graph import BuildDependency
 from kiln.reporting import (
     ProgressReporter,
+    displayed,
     failure_heading,
     failure_text,
     indent,
     remote_worker,
 )
+from kiln.terminal import printable, raw_stream
 
 _MAX_RUNNING_SHOWN = 8
 _REFRESH_S = 0.125
@@ -114,7 +119,9 @@ class RichReporter(ProgressReporter):
         long_threshold_s: float = 5.0,
         force_terminal: bool = False,
     ):
-        self.console = Console(file=stream, force_terminal=force_terminal or None, stderr=True)
+        self.console = Console(
+            file=raw_stream(stream), force_terminal=force_terminal or None, stderr=True
+        )
         self.verbose = verbose
         self.long_threshold_s = long_threshold_s
         self._lock = threading.Lock()
@@ -153,6 +160,10 @@ class RichReporter(ProgressReporter):
 
     def handle(self, event: ev.BuildEvent) -> None:
         kind = event.kind
+        if kind == ev.UP_TO_DATE:  # the bulk of a no-op build: nothing to print
+            self._progress.advance(self._task)
+            return
+        event = displayed(event)
         if kind == ev.STARTED:
             with self._lock:
                 self._running[event.subject] = time.monotonic()
@@ -165,17 +176,15 @@ class RichReporter(ProgressReporter):
             if kind == ev.FAILED:
                 self._report_failure(event)
             elif self.verbose and event.log:
-                self._print(Text(f"  log of {event.desc}: {event.log}"))
+                self._print(f"  log of {event.desc}: {event.log}")
             if kind == ev.FINISHED and remote_worker(event) is not None:
-                self._print(Text(f"{event.desc}: ran on Dask worker {remote_worker(event)}"))
-        elif kind == ev.UP_TO_DATE:
-            self._progress.advance(self._task)
+                self._print(f"{event.desc}: ran on Dask worker {remote_worker(event)}")
         elif kind == ev.CACHED:
             with self._lock:
                 self._cached += 1
             self._progress.advance(self._task)
             if self.verbose:
-                self._print(Text(f"cached: {event.desc}"))
+                self._print(f"cached: {event.desc}")
         elif kind == ev.BUILD_STARTED:
             total = (event.data or {}).get("actions", 0)
             self._progress.update(self._task, total=total, completed=0)
@@ -187,18 +196,19 @@ class RichReporter(ProgressReporter):
     def _report_failure(self, event: ev.BuildEvent) -> None:
         with self._above():
             heading = failure_heading(event.desc or "")
-            self.console.print(Text(heading, style="bold red"), soft_wrap=True)
-            self.console.print(Text(indent(failure_text(event, self.verbose))), soft_wrap=True)
+            self.console.print(Text(printable(heading), style="bold red"), soft_wrap=True)
+            text = indent(failure_text(event, self.verbose))
+            self.console.print(Text(printable(text)), soft_wrap=True)
 
     def progress(self, dep: BuildDependency, done: int, total: int | None) -> None:
         with self._lock:
             self._bytes[dep] = (done, total)
 
     def explain(self, dep: BuildDependency, reason: str) -> None:
-        self._print(Text(f"{dep}: {reason}"))
+        self._print(f"{dep}: {printable(reason, one_line=True)}")
 
     def message(self, text: str) -> None:
-        self._print(Text(text))
+        self._print(text)
 
     def reset_display(self) -> None:
         self._redraw()
@@ -217,9 +227,10 @@ class RichReporter(ProgressReporter):
         region = self._region
         return region.above() if region is not None else contextlib.nullcontext()
 
-    def _print(self, text: Text) -> None:
+    def _print(self, text: str) -> None:
+        """Print ``text`` above the display, escaped (``kiln.terminal``)."""
         with self._above():
-            self.console.print(text, soft_wrap=True)
+            self.console.print(Text(printable(text)), soft_wrap=True)
 
 
 def _describe(

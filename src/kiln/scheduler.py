@@ -362,7 +362,17 @@ class Scheduler:
         ActionOutputs.link_sources(self.plan.inputs[action])
 
     def _execute(self, action: BuildAction, decision: Decision) -> None:
-        """Run one action (on a worker thread) and hash what it wrote."""
+        """Run one action (on a worker thread) and hash what it wrote. Whatever goes
+        wrong, its completion is posted: a worker thread never ends with the build
+        waiting for an action it took (a reporter that raises, say)."""
+        try:
+            self._execute_one(action, decision)
+        except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            if isinstance(e, KeyboardInterrupt) and threading.get_ident() == self._ident:
+                raise  # Ctrl-C on the scheduler's thread: stop the build
+            self._done.put((action, decision, e, {}))
+
+    def _execute_one(self, action: BuildAction, decision: Decision) -> None:
         if self._stopping:  # queued before the build stopped: never started
             self._done.put((action, decision, _CANCELLED, {}))
             return

@@ -12,17 +12,19 @@ kiln's resident memory.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import resource
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from kiln import events as ev
-from kiln.errors import StateError, UsageError
-from kiln.outputs import atomic_output, open_own_file
+from kiln.errors import NotRegularFile, StateError, UsageError
+from kiln.outputs import atomic_output, file_kind, open_own_file
 
 LAST_EVENTS = "last-events.jsonl"
 LAST_TRACE = "last-trace.json"
@@ -31,8 +33,22 @@ _FLUSH_EVERY_S = 0.5  # the buffered log of .kiln/ is flushed this often
 
 
 def open_for_writing(path: Path) -> IO[str]:
-    """Open ``path`` new or truncated, never following a symlink at its name."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+    """Open ``path`` new or truncated, never following a symlink at its name, never
+    blocking on a FIFO: anything but a regular file there is NotRegularFile, and is
+    left as it was (it is truncated only once it is known to be a regular file)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link; a FIFO, socket
+            raise NotRegularFile(f"{path} is {file_kind(os.lstat(path).st_mode)}") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(f"{path} is {file_kind(mode)}")
+    os.set_blocking(fd, True)
+    os.ftruncate(fd, 0)
     return os.fdopen(fd, "w", encoding="utf-8")
 
 
@@ -59,6 +75,11 @@ class EventLog:
         """The log for a user-given path; an unwritable path is a usage error."""
         try:
             return cls(open_for_writing(path))
+        except NotRegularFile as e:
+            raise UsageError(
+                f"{option} {path}: cannot write it: {e}, not a regular file (kiln never "
+                "writes through a link, nor waits on a FIFO); name a regular file"
+            ) from None
         except OSError as e:
             raise UsageError(f"{option} {path}: cannot write it: {e.strerror}") from e
 

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from kiln.command_logs import open_log
+from kiln.terminal import printable
 
 __all__ = ["open_log", "read_tail", "short_diagnostic"]
 
@@ -20,8 +21,9 @@ TAIL_LINES = 20
 
 
 def read_tail(path: Path | str, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
-    """The last ``max_lines`` lines of the log, at most ``max_bytes`` of it; what is left
-    out (earlier lines, or the start of one huge line) is said once, in a first line."""
+    """The last ``max_lines`` lines of the log, at most ``max_bytes`` of it as the
+    terminal shows it (escaped); what is left out (earlier lines, or the start of one
+    huge line) is said once, in a first line."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -39,10 +41,30 @@ def read_tail(path: Path | str, max_bytes: int = TAIL_BYTES, max_lines: int = TA
     if len(lines) > max_lines:
         skipped += sum(len(line) + 1 for line in lines[:-max_lines])
         lines = lines[-max_lines:]
-    text = b"\n".join(lines).decode(errors="replace")
+    text, cut = _shown(b"\n".join(lines).decode(errors="replace"), max_bytes)
+    skipped += cut
     if skipped:
         text = f"[... {skipped} earlier bytes not shown; the whole output is in {path}]\n{text}"
     return text
+
+
+def _shown(text: str, max_bytes: int) -> tuple[str, int]:
+    """``text`` as the terminal shows it (``kiln.terminal.printable``: a control
+    character takes four bytes), cut at the front to at most ``max_bytes`` of that,
+    from the start of a line where one begins; and how many bytes of ``text`` went."""
+    shown = printable(text)
+    if len(shown.encode()) <= max_bytes:
+        return shown, 0
+    used, start = 0, len(text)
+    while start > 0:
+        cost = len(printable(text[start - 1]).encode())
+        if used + cost > max_bytes:
+            break
+        used, start = used + cost, start - 1
+    line = text.find("\n", start, len(text) - 1)
+    if line >= 0:
+        start = line + 1
+    return printable(text[start:]), len(text[:start].encode())
 
 
 def short_diagnostic(error: BaseException | str, max_lines: int = 8, max_chars: int = 600) -> str:

@@ -15,6 +15,7 @@ whole shape, or by symbolic dimension name, one size), else ``DEFAULT_DIM``.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,17 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 }
 FLOAT8_TOLERANCE = (1.25e-1, 6.25e-2)  # float8 variants (ml_dtypes names start "float8")
 EXACT = (0.0, 0.0)  # integers, bool, strings
+# The dtype names a ``tolerances`` key may be: numpy's numeric names and ml_dtypes'.
+TOLERANCE_DTYPES = (
+    *DEFAULT_TOLERANCES,
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e4m3b11fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    *(f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64)),
+    "bool",
+)
 
 
 def _short(error: BaseException | str, max_chars: int = 300) -> str:
@@ -193,11 +205,25 @@ def tolerance_for(dtype: Any, overrides: Mapping[str, Sequence[float]]) -> tuple
     name = str(dtype)
     key = name if name in overrides else "*" if "*" in overrides else None
     if key is not None:
-        rtol, atol = overrides[key]
-        return float(rtol), float(atol)
+        rtol, atol = (float(v) for v in overrides[key])
+        if not (0 <= rtol < math.inf and 0 <= atol < math.inf):  # NaN fails both
+            raise ToolError(f"tolerance for {name} is not a finite number >= 0: {rtol}, {atol}")
+        return rtol, atol
     if name in DEFAULT_TOLERANCES:
         return DEFAULT_TOLERANCES[name]
     return FLOAT8_TOLERANCE if name.startswith("float8") else EXACT
+
+
+def kind_of(dtype: Any) -> str:
+    """What a dtype holds, for telling a float output from an int reference:
+    ``float`` (ml_dtypes' bfloat16 and float8s too), ``complex``, ``int``, ``bool``,
+    ``text``, else the dtype's own name."""
+    name, kind = str(dtype), getattr(dtype, "kind", "")
+    if kind == "f" or name == "bfloat16" or name.startswith("float8"):
+        return "float"
+    return {"c": "complex", "i": "int", "u": "int", "b": "bool", "U": "text", "S": "text"}.get(
+        kind, name
+    )
 
 
 def _looser(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
@@ -242,8 +268,14 @@ def compare(
         "mismatches": 0,
         "passed": False,
         "worst": [],
+        "nan": 0,
+        "inf": 0,
+        "nonfinite_mismatches": 0,
     }
     if actual.shape != expected.shape:
+        return record
+    if kind_of(actual.dtype) != kind_of(expected.dtype):
+        record["kinds_differ"] = True  # a float32 output is never "equal" to a bool reference
         return record
     try:
         err, tol, rel = _errors(actual, expected, rtol, atol)
@@ -256,6 +288,10 @@ def compare(
     record["max_rel_err"] = float(finite_rel.max()) if finite_rel.size else 0.0
     record["mismatches"] = int(bad.sum())
     record["passed"] = not bad.any()
+    if np.issubdtype(actual.dtype, np.inexact):  # what the output holds that is no number
+        record["nan"] = int(np.isnan(actual).sum())
+        record["inf"] = int(np.isinf(actual).sum())
+        record["nonfinite_mismatches"] = int((bad & ~np.isfinite(err)).sum())
     # Worst first: the largest excess over the tolerance, then the largest error.
     order = np.lexsort((-err.ravel(), (tol - err).ravel()))
     if order.size:
@@ -273,17 +309,34 @@ def describe(record: dict[str, Any], name: str | None = None) -> str:
     head = f"output {record['index']}" + (f" ({name})" if name else "")
     if record["shape"] != record["expected_shape"]:
         return f"{head}: shape {record['shape']} != expected {record['expected_shape']}"
+    if record.get("kinds_differ"):
+        return (
+            f"{head}: the output is {record['dtype']}, the reference {record['expected_dtype']}:"
+            " their dtypes hold different kinds of values"
+        )
     if record["max_abs_err"] is None:
         return f"{head}: {record['dtype']} values differ from expected {record['expected_dtype']}"
     worst = "; ".join(
         f"{w['index']} got {w['actual']} expected {w['expected']}" for w in record["worst"]
     )
+    nonfinite = ""
+    if record.get("nonfinite_mismatches"):
+        nonfinite = (
+            f" ({record['nonfinite_mismatches']} of them NaN or inf where the reference"
+            f" differs; the output holds {_nonfinite(record)})"
+        )
+    rest = " over the finite ones" if nonfinite else ""
     return (
         f"{head} (shape {record['shape']}, {record['dtype']}): {record['mismatches']} elements"
-        f" differ; max abs err {record['max_abs_err']:.3g}, max rel err"
+        f" differ{nonfinite}; max abs err{rest} {record['max_abs_err']:.3g}, max rel err"
         f" {record['max_rel_err']:.3g} (rtol {record['rtol']:g}, atol {record['atol']:g});"
         f" worst: {worst}"
     )
+
+
+def _nonfinite(record: dict[str, Any]) -> str:
+    """``2 NaN, 1 inf``: the values of an output that are not numbers."""
+    return ", ".join(f"{record[k]} {label}" for k, label in (("nan", "NaN"), ("inf", "inf")))
 
 
 def compare_all(
@@ -303,4 +356,7 @@ def compare_all(
         problems.insert(0, f"module returned {len(actual)} outputs, expected {len(expected)}")
     worst = max((r["max_abs_err"] or 0.0 for r in records), default=0.0)
     summary = f"all {len(records)} output(s) match (max abs err {worst:.3g})"
+    nonfinite = {k: sum(r.get(k, 0) for r in records) for k in ("nan", "inf")}
+    if any(nonfinite.values()):  # matched the reference's own NaN and inf: said so
+        summary += f"; the outputs hold {_nonfinite(nonfinite)}, as the reference does"
     return {"passed": not problems, "outputs": records, "summary": "\n".join(problems) or summary}

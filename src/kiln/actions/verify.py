@@ -8,12 +8,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kiln.actions import _devices
 from kiln.actions._reference import onnxruntime_version, write_reference
-from kiln.actions._tensors import normalize_shapes
+from kiln.actions._tensors import TOLERANCE_DTYPES, normalize_shapes
 from kiln.actions._verifying import Check, run_check
 from kiln.actions.iree import CompileAction
 from kiln.actions.onnx import ImportOnnxAction
@@ -133,7 +134,8 @@ class VerifyAction(BuildAction):
     worker. Its key holds every file it reads, the tolerances, the runtime's
     version and, for GPU drivers, the devices present."""
 
-    VERSION = 2
+    # 3: dtypes of different kinds fail; NaN and inf are counted in the result.
+    VERSION = 3
     pool = _devices.MACHINE_POOL
 
     def __init__(
@@ -194,14 +196,39 @@ class VerifyAction(BuildAction):
 
 
 def _tolerances(
-    rtol: float | None, atol: float | None, tolerances: Mapping[str, Sequence[float]] | None
+    where: str,
+    rtol: float | None,
+    atol: float | None,
+    tolerances: Mapping[str, Sequence[float]] | None,
 ) -> dict[str, list[float]]:
-    out = {str(k): [float(v) for v in pair] for k, pair in (tolerances or {}).items()}
-    if any(len(pair) != 2 for pair in out.values()):
-        raise BuildDefinitionError("verify(tolerances=...) maps a dtype name to (rtol, atol)")
+    """The tolerances by dtype name (``*``: any), each a finite number >= 0; a
+    definition error naming what is wrong otherwise (NaN would pass anything)."""
+    out: dict[str, list[float]] = {}
+    if not isinstance(tolerances, Mapping | None):
+        raise BuildDefinitionError(
+            f"{where}: tolerances must map dtype names to (rtol, atol), got {tolerances!r}"
+        )
+    for key, pair in (tolerances or {}).items():
+        if key not in TOLERANCE_DTYPES:
+            raise BuildDefinitionError(
+                f"{where}: tolerances: unknown dtype {key!r}; known: {', '.join(TOLERANCE_DTYPES)}"
+            )
+        if not isinstance(pair, Sequence) or isinstance(pair, str | bytes) or len(pair) != 2:
+            raise BuildDefinitionError(
+                f"{where}: tolerances[{key!r}] must be (rtol, atol), got {pair!r}"
+            )
+        out[key] = [_tolerance(where, f"tolerances[{key!r}]", v) for v in pair]
     if rtol is not None or atol is not None:
-        out["*"] = [rtol or 0.0, atol or 0.0]
+        out["*"] = [_tolerance(where, "rtol", rtol or 0.0), _tolerance(where, "atol", atol or 0.0)]
     return out
+
+
+def _tolerance(where: str, name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BuildDefinitionError(f"{where}: {name} must be a number, got {value!r}")
+    if not (0 <= value < math.inf):  # NaN fails it too
+        raise BuildDefinitionError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 def verify(
@@ -258,7 +285,7 @@ def verify(
         shapes=shape_map,
         expected=[f.action_path for f in expected_files],
         reference=ref_file.action_path if ref_file is not None else None,
-        tolerances=_tolerances(rtol, atol, tolerances),
+        tolerances=_tolerances(f"verify of {module_file.path}", rtol, atol, tolerances),
     )
     files = [module_file, *input_files, *expected_files]
     files += [f for f in (model_file, ref_file) if f is not None]

@@ -1,10 +1,14 @@
 """kiln's shared, content-addressed cache (design.md, "Caching and remote execution").
 
-entry.py        the action-cache entry format (``kiln-ac/1``)
-local.py        the cache directory: action cache, CAS, eviction, build log
-remote.py       the Bazel HTTP cache protocol client
-build_cache.py  what one build does with them: restore, save, report
-config.py       where the cache lives and how big it may grow
+entry.py           the action-cache entry format (``kiln-ac/1``), served modes
+ownership.py       whose a cache directory is (``.kiln/format``)
+cache_dir.py       every open, write, rename, delete and scan in the cache directory
+local.py           the cache directory's contents: action cache, CAS, eviction, build log
+remote.py          the Bazel HTTP cache protocol client
+http_transport.py  its requests: a total deadline each, bounded replies
+deadlines.py       the thread that cuts a request past its deadline
+build_cache.py     what one build does with them: restore, save, report
+config.py          where the cache lives and how big it may grow
 """
 
 from __future__ import annotations

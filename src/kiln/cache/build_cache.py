@@ -20,11 +20,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln.cache.entry import INLINE_MAX, CachedOutput, CacheEntry, is_digest
-from kiln.cache.local import LocalCache, copy_verified
+from kiln.cache.entry import (
+    INLINE_MAX,
+    MAX_ENTRY_SIZE,
+    CachedOutput,
+    CacheEntry,
+    is_digest,
+    served_mode,
+)
+from kiln.cache.local import LocalCache
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.outputs import atomic_output, read_regular
+from kiln.outputs import atomic_output, process_umask, read_regular
 from kiln.state import StatKey, stat_key
 
 if TYPE_CHECKING:  # imported only by a build that has a remote cache
@@ -97,6 +104,19 @@ class BuildCache:
             self._reported.add(topic)
         self._warn(text)
 
+    def failed(self, error: BaseException) -> None:
+        """Something unforeseen went wrong in the cache: say so once and build the
+        rest without it (``kiln.cache_step`` turns every cache step's exception into
+        this and a miss)."""
+        self.broken = True
+        if self.remote is not None:
+            self.remote.disabled = True
+        self._report_once(
+            "failed",
+            f"warning: the cache failed ({type(error).__name__}: {error}); "
+            "building without it for the rest of this build",
+        )
+
     def _local_failed(self, error: OSError) -> None:
         self.broken = True
         self._report_once(
@@ -145,7 +165,7 @@ class BuildCache:
             return None
         for _, out in plan:
             if out.data is None and not self.local.has_blob(out.sha256):
-                if remote_cache is None or not remote_cache.fetch_blob(out.sha256, self.local):
+                if not self._fetch(out, remote_cache):
                     return None
                 remote = True
         try:
@@ -171,9 +191,9 @@ class BuildCache:
         entry = CacheEntry.decode(key, data) if data is not None else None
         if data is not None and entry is None:
             self._report_once(
-                f"ac/{key}",
+                "unreadable entry",
                 f"warning: remote cache {remote.shown} has "
-                f"an unreadable entry ac/{key}; ignored it",
+                f"an unreadable entry ac/{key}; ignored it (and any more)",
             )
         return entry, entry is not None
 
@@ -188,15 +208,25 @@ class BuildCache:
                     if out.data is not None:
                         self._write_inline(out, tmp)
                     else:
-                        blob = self.local.blob_path(out.sha256)
-                        if copy_verified(blob, tmp) != out.sha256:
-                            self._corrupt(blob, out.sha256)
+                        copied = self.local.copy_blob(out.sha256, tmp)
+                        if copied is None:
+                            raise _Miss  # evicted meanwhile, or skipped (reported)
+                        if copied != out.sha256:
+                            self._corrupt(self.local.blob_path(out.sha256), out.sha256)
                         self.local.touch_blob(out.sha256)
-                    if out.mode >= 0:
-                        os.chmod(tmp, out.mode)
+                    # kiln's modes, never the entry's: not setuid, not world-writable.
+                    os.chmod(tmp, served_mode(max(out.mode, 0), process_umask()))
             return {f: (stat_key(os.lstat(f.fs_str)), out.sha256) for f, out in plan}
         except (OSError, NotRegularFile):  # a blob evicted meanwhile, an output path that
             raise _Miss from None  # cannot be written: the action meets it and says so
+
+    def _fetch(self, out: CachedOutput, remote: RemoteCache | None) -> bool:
+        """Whether ``remote`` put blob ``out.sha256`` into the local CAS; at most the
+        size its entry declares is read (without one, the cache's size bound)."""
+        if remote is None:
+            return False
+        size = out.size if out.size >= 0 else None
+        return remote.fetch_blob(out.sha256, self.local, size, self.max_size)
 
     def _write_inline(self, out: CachedOutput, tmp: Path) -> None:
         """Write an output kept in its entry, once its bytes are checked."""
@@ -233,9 +263,7 @@ class BuildCache:
             self._remote_has.update(digests.values())
         try:
             for _, out in plan:
-                if not self.local.has_blob(out.sha256) and (
-                    self.remote is None or not self.remote.fetch_blob(out.sha256, self.local)
-                ):
+                if not self.local.has_blob(out.sha256) and not self._fetch(out, self.remote):
                     return None
             return self._materialize(plan)
         except _Miss:
@@ -291,6 +319,8 @@ class BuildCache:
                 outputs.append(CachedOutput(f.key, digest, size, mode, data))
             entry = CacheEntry(key, desc, tuple(sorted(outputs, key=lambda o: o.path)))
             data = entry.encode()
+            if len(data) > MAX_ENTRY_SIZE:
+                return  # more outputs than an entry holds: not cached
             self.local.put_entry(key, data)
         except NotRegularFile:
             return  # replaced since it was hashed: nothing to vouch for
@@ -315,6 +345,8 @@ class BuildCache:
                 self.local.gc(self.max_size)
         except OSError as e:
             self._local_failed(e)
+        except Exception as e:  # noqa: BLE001 - the cache never fails the build
+            self.failed(e)
 
 
 def _match(

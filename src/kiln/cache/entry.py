@@ -17,7 +17,11 @@ Format ``kiln-ac/1`` (UTF-8 JSON, one object)::
 
 ``path`` is the output's file key: its namespace (``gen``, ``params``, ``bin``,
 ``platform_bin``) and its path in the build graph, so an entry names nothing of the
-machine or output directory that made it. ``mode`` is the permission bits. ``data``
+machine or output directory that made it. ``mode`` is the permission bits; of
+them, a served output takes only whether it is executable (``served_mode``):
+whatever an entry says, kiln never serves a setuid, setgid, sticky or group- or
+world-writable file. An entry is at most ``MAX_ENTRY_SIZE`` bytes: a larger one is
+not stored, and one read larger is not read further (a miss). ``data``
 (optional, for outputs of at most ``INLINE_MAX`` bytes) is the output's content in
 base64: served from the entry itself, checked against ``sha256`` like a blob, so
 that a small output costs one file in the cache, not two. A reader that ignores
@@ -39,6 +43,8 @@ from typing import Any
 FORMAT = "kiln-ac/1"
 # Outputs up to this size are kept in their entry (``data``) rather than as blobs.
 INLINE_MAX = 2048
+# The largest entry kiln writes or reads (thousands of outputs fit).
+MAX_ENTRY_SIZE = 16 << 20
 _SAFE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -53,6 +59,20 @@ def key_name(key: str) -> str:
 
 def is_digest(text: str) -> bool:
     return bool(_DIGEST.match(text))
+
+
+def is_entry_name(name: str) -> bool:
+    """Whether ``name`` is one ``key_name`` makes (what kiln names an entry file)."""
+    return bool(_SAFE_KEY.match(name)) and not name.startswith(".")
+
+
+def served_mode(recorded: int, umask: int) -> int:
+    """The mode of an output served from a cache whose entry recorded ``recorded``:
+    read and write for the owner, executable if it was, readable by others as the
+    ``umask`` allows; never setuid, setgid, sticky, group- or world-writable."""
+    if recorded & 0o111:
+        return (0o755 & ~umask) | 0o700
+    return (0o644 & ~umask) | 0o600
 
 
 @dataclass(frozen=True)

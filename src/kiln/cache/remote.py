@@ -7,17 +7,26 @@ a miss; a ``PUT`` succeeds with any 2xx. nginx's WebDAV module
 (``dav_methods PUT; create_full_put_path on;``), bazel-remote, and object stores
 behind a proxy all serve it. User and password in the URL become basic auth.
 
-A remote is never worth a failed build. Every request has a timeout; failures
-worth retrying (connection refused or reset, timeouts, 5xx, 429) are retried with
-backoff; when they persist the remote is reported once and left alone for the
-rest of the build. A refused ``PUT`` (4xx) stops uploads, reported once. A blob is
-written into the local CAS only when its bytes have the digest they were asked
-for; one that does not is a miss, reported.
+A remote is never worth a failed build, nor a hung one. Every request has a total
+deadline (the timeout, plus a second per MiB the request moves), however slowly
+the server answers, and a bound on what kiln reads: an entry at most
+``entry.MAX_ENTRY_SIZE``, a blob at most the size its entry declares, any other
+reply (an error page) at most 64 KiB (``kiln.cache.http_transport``). A reply
+that announces or sends more is a miss, reported once. Failures worth retrying
+(connection refused or reset, 5xx, 429, a server that does not speak HTTP) are
+retried with backoff; when they persist, or a request runs past its deadline,
+the remote is reported once and left alone for the rest of the build. Any other
+answer (a redirect, which kiln does not follow; 401; 403) is a miss, each status
+reported once; a refused ``PUT`` stops uploads, reported once. Any other
+exception in a request is the same: the remote is reported and left alone, never
+raised into the build. A blob is written into the local CAS only when its bytes
+have the digest they were asked for; one that does not is a miss, reported. The
+URL is checked before the build (``check_url``) and shown only redacted
+(``kiln._redact``).
 
-Round trips are kept few: connections are kept alive and reused (a pool of idle
-ones; a reused connection the server has closed meanwhile is retried once on a
-fresh one), a blob this client has put or seen in the remote is not asked about
-again during the build, and a small blob is ``PUT`` without a ``HEAD`` first (as
+Round trips are kept few: connections are kept alive and reused, a blob this
+client has put or seen in the remote is not asked about again during the build,
+and a small blob is ``PUT`` without a ``HEAD`` first (as
 Bazel's HTTP cache client does: for a CAS the ``PUT`` is idempotent).
 """
 
@@ -31,24 +40,38 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from kiln.cache.entry import key_name
+from kiln._redact import redact_url
+from kiln.cache.deadlines import Request
+from kiln.cache.entry import MAX_ENTRY_SIZE, key_name
+from kiln.cache.http_transport import (
+    MAX_TIMEOUT_S,
+    Capped,
+    Transport,
+    _Expired,
+    _Oversize,
+    _Transient,
+    check_timeout,
+    check_url,
+    skim,
+)
 from kiln.cache.local import LocalCache
 
+__all__ = ["MAX_TIMEOUT_S", "SMALL_BLOB", "RemoteCache", "check_timeout", "check_url"]
+
 _USER_AGENT = "kiln-cache/1"
-_CHUNK = 1 << 20
 # A blob up to this size is PUT at once: asking first costs as much as sending it.
 SMALL_BLOB = 64 << 10
-_IDLE_CONNECTIONS = 64
-
-
-class _Transient(Exception):
-    """A failure worth retrying."""
+_T = TypeVar("_T")
 
 
 class _Refused(Exception):
-    """The server answered, and said no."""
+    """The server answered, and said no (HTTP ``status``)."""
+
+    def __init__(self, text: str, status: int):
+        super().__init__(text)
+        self.status = status
 
 
 class RemoteCache:
@@ -56,9 +79,8 @@ class RemoteCache:
 
     Invariant: once ``disabled`` is set (after a persistent failure) no request is
     made; once ``uploads`` is False no ``PUT`` is made; ``_present`` holds only
-    digests the server said it has (or accepted); an idle connection is in
-    ``_idle`` only when its last response was read whole. Safe to call from several
-    threads (a connection is used by one at a time).
+    digests the server said it has (or accepted). Safe to call from several
+    threads.
     """
 
     def __init__(
@@ -71,43 +93,31 @@ class RemoteCache:
         backoff_s: float = 0.2,
         warn: Callable[[str], None] = lambda text: None,
     ):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
+        parts = check_url(url)
         self.url = url.rstrip("/")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
         self._prefix = parts.path.rstrip("/")
         self._headers = {"User-Agent": _USER_AGENT}
         if parts.username is not None:
             user = urllib.parse.unquote(parts.username)
             pair = f"{user}:{urllib.parse.unquote(parts.password or '')}"
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        self.shown = urllib.parse.urlunsplit(
-            (
-                parts.scheme,
-                parts.hostname + (f":{parts.port}" if parts.port else ""),
-                parts.path,
-                "",
-                "",
-            )
-        )
+        self.shown = redact_url(self.url)
         self.uploads = upload
         self.disabled = False
-        self._timeout = timeout_s
+        self._http = Transport(parts, timeout_s, self._headers)
         self._retries = retries
         self._backoff = backoff_s
         self._warn = warn
         self._lock = threading.Lock()
         self._bad: set[str] = set()  # digests it served wrong bytes for (reported)
         self._present: set[str] = set()  # blobs known to be in the remote CAS
-        self._idle: list[http.client.HTTPConnection] = []
+        self._reported: set[str] = set()
 
     # -- the protocol --------------------------------------------------------
 
     def get_entry(self, key: str) -> bytes | None:
-        found = self._call(lambda: self._get(f"ac/{key_name(key)}", None))
+        name = f"ac/{key_name(key)}"
+        found = self._call(lambda: self._get(name, None, MAX_ENTRY_SIZE))
         return found if isinstance(found, bytes) else None
 
     def has_entry(self, key: str) -> bool:
@@ -131,9 +141,12 @@ class RemoteCache:
         with self._lock:
             self._present.add(digest)
 
-    def fetch_blob(self, digest: str, local: LocalCache) -> bool:
+    def fetch_blob(
+        self, digest: str, local: LocalCache, size: int | None = None, limit: int = 10 << 30
+    ) -> bool:
         """Download blob ``digest`` into ``local``'s CAS; False when the remote lacks
-        it, fails, or serves bytes with another digest (reported)."""
+        it, fails, sends more than ``size`` bytes (what its entry declares; without
+        one, ``limit``) or bytes with another digest (reported)."""
 
         def store(read: Callable[[int], bytes]) -> bool:
             return local.put_stream(digest, read)
@@ -141,7 +154,8 @@ class RemoteCache:
         with self._lock:
             if digest in self._bad:
                 return False
-        stored = self._call(lambda: self._get(f"cas/{digest}", store))
+        cap = size if size is not None and size >= 0 else limit
+        stored = self._call(lambda: self._get(f"cas/{digest}", store, cap))
         if stored is True:
             self._note_present(digest)
         if stored is False:
@@ -159,7 +173,10 @@ class RemoteCache:
         ``HEAD`` says it is missing."""
         if self.known(digest):
             return
-        size = len(path) if isinstance(path, bytes) else path.stat().st_size
+        try:
+            size = len(path) if isinstance(path, bytes) else os.stat(path).st_size
+        except OSError:
+            return  # gone since it was hashed: nothing to put
         if size > SMALL_BLOB and self._call(lambda: self._head(f"cas/{digest}")):
             self._note_present(digest)
             return
@@ -176,7 +193,11 @@ class RemoteCache:
         if not self.uploads:
             return False
         try:
-            return bool(self._call(lambda: self._put(name, body), raise_refused=True))
+            size = len(body) if isinstance(body, bytes) else os.stat(body).st_size
+        except OSError:
+            return False  # gone since it was hashed: nothing to put
+        try:
+            return bool(self._call(lambda: self._put(name, body, size), raise_refused=True))
         except _Refused as e:
             with self._lock:
                 if not self.uploads:
@@ -189,128 +210,117 @@ class RemoteCache:
             return False
 
     def _call(self, request: Callable[[], Any], raise_refused: bool = False) -> Any:
-        """``request()`` with retries; None when the remote is (or becomes) unusable."""
+        """``request()`` with retries; None when the answer is a miss or the remote
+        is (or becomes) unusable. Never raises but ``_Refused`` when asked to."""
         if self.disabled:
             return None
         for attempt in range(self._retries + 1):
             try:
                 return request()
+            except _Expired as e:  # as slow again: left alone at once
+                last = str(e)
+                break
             except _Transient as e:
                 last = str(e)
-            except _Refused:
+            except _Refused as e:
                 if raise_refused:
                     raise
+                self._report_once(f"HTTP {e.status}", f"{e}; counted as a miss")
+                return None
+            except _Oversize as e:
+                self._report_once("oversize", f"{e}; counted as a miss")
+                return None
+            except Exception as e:  # noqa: BLE001 - a remote never fails the build
+                self._disable(f"{type(e).__name__}: {e}")
                 return None
             if attempt < self._retries:
                 time.sleep(self._backoff * 2**attempt)
         self._disable(last)
         return None
 
+    def _report_once(self, topic: str, text: str) -> None:
+        with self._lock:
+            if topic in self._reported:
+                return
+            self._reported.add(topic)
+        self._warn(f"warning: remote cache {self.shown}: {text}")
+
     def _disable(self, reason: str) -> None:
         with self._lock:
             if self.disabled:
                 return
             self.disabled = True
+        self._http.keep_alive = False
+        self._http.close()
         self._warn(
             f"warning: remote cache {self.shown} is not usable ({reason}); "
             "going on without it for the rest of this build"
         )
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle kept-alive connection (and True), else a new one."""
-        with self._lock:
-            if self._idle:
-                return self._idle.pop(), True
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=self._timeout), False
-
-    def _done(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
-        """Keep ``conn`` for the next request if its response was read whole and the
-        server keeps it open; close it otherwise."""
-        if response.isclosed() and not response.will_close:
-            with self._lock:
-                if len(self._idle) < _IDLE_CONNECTIONS and not self.disabled:
-                    self._idle.append(conn)
-                    return
-        conn.close()
-
     def close(self) -> None:
         """Close the idle connections (the client stays usable)."""
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self._http.close()
 
-    def _send(
-        self, method: str, name: str, body: bytes | Path | None = None
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        while True:
-            conn, reused = self._connection()
-            try:
-                response = self._request(conn, method, name, body)
-                break
-            except (OSError, http.client.HTTPException) as e:
-                conn.close()
-                # A kept-alive connection the server closed meanwhile: try a fresh
-                # one (every request kiln makes is idempotent).
-                if not reused:
-                    raise _Transient(_describe(e, self._timeout)) from e
-        if response.status >= 500 or response.status == 429:
-            conn.close()
-            raise _Transient(f"HTTP {response.status} {response.reason} for {method} {name}")
-        return conn, response
-
-    def _request(
-        self, conn: http.client.HTTPConnection, method: str, name: str, body: bytes | Path | None
-    ) -> http.client.HTTPResponse:
-        headers = dict(self._headers)
-        if isinstance(body, Path):
-            with open(body, "rb") as f:
-                headers["Content-Length"] = str(os.fstat(f.fileno()).st_size)
-                conn.request(method, f"{self._prefix}/{name}", body=f, headers=headers)
-                return conn.getresponse()
-        conn.request(method, f"{self._prefix}/{name}", body=body, headers=headers)
-        return conn.getresponse()
+    def _exchange(
+        self,
+        method: str,
+        name: str,
+        moves: int,
+        read: Callable[[http.client.HTTPResponse, Request], _T],
+        body: bytes | Path | None = None,
+    ) -> _T:
+        return self._http.exchange(method, f"{self._prefix}/{name}", moves, read, body)
 
     def _head(self, name: str) -> bool:
-        conn, response = self._send("HEAD", name)
-        response.read()
-        self._done(conn, response)
-        return response.status == 200
+        def read(response: http.client.HTTPResponse, _: Request) -> bool:
+            response.read()  # a HEAD has no body
+            self._not_found_or_odd(response, "HEAD", name)
+            return response.status == 200
 
-    def _get(self, name: str, sink: Callable[[Callable[[int], bytes]], bool] | None) -> Any:
-        conn, response = self._send("GET", name)
-        try:
+        return self._exchange("HEAD", name, 0, read)
+
+    def _get(
+        self, name: str, sink: Callable[[Callable[[int], bytes]], bool] | None, cap: int
+    ) -> Any:
+        """``GET`` ``name``: its body (at most ``cap`` bytes), or what ``sink`` made of
+        it; None when it is not there."""
+
+        def read(response: http.client.HTTPResponse, deadline: Request) -> Any:
             if response.status != 200:
-                response.read()
+                skim(response)
+                self._not_found_or_odd(response, "GET", name)
                 return None
+            reader = Capped(response, cap, f"GET {name}", deadline)
             if sink is None:
-                return response.read()
-            stored = sink(response.read)
-            response.read()  # the rest, if the sink stopped early
-            return stored
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise _Transient(_describe(e, self._timeout)) from e
-        finally:
-            self._done(conn, response)
+                return reader.read_all()
+            return sink(reader.read)
 
-    def _put(self, name: str, body: bytes | Path) -> bool:
-        conn, response = self._send("PUT", name, body)
-        try:
-            response.read()
-        except (OSError, http.client.HTTPException) as e:
-            conn.close()
-            raise _Transient(_describe(e, self._timeout)) from e
-        self._done(conn, response)
-        if not 200 <= response.status < 300:
-            raise _Refused(f"HTTP {response.status} {response.reason} for PUT {name}")
-        return True
+        return self._exchange("GET", name, 0, read)
 
+    def _put(self, name: str, body: bytes | Path, size: int) -> bool:
+        def read(response: http.client.HTTPResponse, _: Request) -> bool:
+            skim(response)
+            if not 200 <= response.status < 300:
+                raise _Refused(
+                    f"HTTP {response.status} {response.reason} for PUT {name}", response.status
+                )
+            return True
 
-def _describe(error: BaseException, timeout: float) -> str:
-    if isinstance(error, TimeoutError):
-        return f"no answer within {timeout:g} s"
-    if isinstance(error, ConnectionRefusedError):
-        return "connection refused"
-    return f"{type(error).__name__}: {error}".rstrip(": ")
+        return self._exchange("PUT", name, size, read, body)
+
+    def _not_found_or_odd(self, response: http.client.HTTPResponse, method: str, name: str) -> None:
+        """A 200 or 404 says whether ``name`` is there; any other answer is a miss,
+        reported once per status (a redirect is never followed)."""
+        status = response.status
+        if status in (200, 404):
+            return
+        why = ""
+        if 300 <= status < 400:
+            where = redact_url(response.getheader("Location") or "elsewhere")
+            why = (
+                f" (a redirect to {where}: kiln does not follow redirects; "
+                "give the URL it leads to)"
+            )
+        elif status in (401, 403):
+            why = " (check the credentials in the URL)"
+        raise _Refused(f"HTTP {status} {response.reason}{why} for {method} {name}", status)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+from collections.abc import Iterator
 
 from kiln.cli.executor_options import open_remote
 from kiln.cli.invocation import Invocation
@@ -28,6 +29,15 @@ def add_event_readers(inv: Invocation) -> EventLog | None:
     log = EventLog.open(ns.events)
     executor.event_readers.append(log)
     return log
+
+
+@contextlib.contextmanager
+def _closing(log: EventLog | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if log is not None:
+            log.close()
 
 
 def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
@@ -61,24 +71,21 @@ def run(inv: Invocation) -> int:
     options = options_from(inv)
     skipped: list[str] = []
     plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
-    log = add_event_readers(inv)
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
     remote = open_remote(inv.ns, executor.cache, executor.reporter.message)
-    try:
-        # The cluster first: an executor that cannot be used leaves no output directory.
-        with remote as executor.remote, lock:
-            # What actions print goes to stderr: stdout carries only the paths printed below.
-            with contextlib.redirect_stdout(inv.stderr):
-                result = executor.run(targets, options, plan)
-            if not options.dry_run:
-                from kiln.manifest import skipped_checks, write_manifest
+    # The cluster first: an executor that cannot be used leaves no output directory.
+    # Then the lock, before any file is opened: a build that waits for (or gives up
+    # on) another truncates none of that build's files, --events included.
+    with remote as executor.remote, lock, _closing(add_event_readers(inv)):
+        # What actions print goes to stderr: stdout carries only the paths printed below.
+        with contextlib.redirect_stdout(inv.stderr):
+            result = executor.run(targets, options, plan)
+        if not options.dry_run:
+            from kiln.manifest import skipped_checks, write_manifest
 
-                write_manifest(executor, result)
-                skipped = skipped_checks(executor, result)
-    finally:
-        if log is not None:
-            log.close()
+            write_manifest(executor, result)
+            skipped = skipped_checks(executor, result)
     reporter = executor.reporter
     if result.failed:
         reporter.message(format_root_causes(result, inv.ns.verbose))
@@ -97,7 +104,8 @@ def run(inv: Invocation) -> int:
     reporter.message(format_summary(result))
     if options.dry_run:
         return 0
-    given = None if inv.ns.output_dir is DEFAULT_OUTPUT_DIR else inv.ns.output_dir
+    given = getattr(inv.ns, "output_dir_given", None)
+    given = None if given is None or given is DEFAULT_OUTPUT_DIR else given
     for path in output_paths(targets, result, given):
         print(path, file=inv.stdout)
     return 0 if result.ok else 1

@@ -1,4 +1,11 @@
-"""``kiln cache stats|gc|clear``: look at and tidy the local cache."""
+"""``kiln cache stats|gc|clear``: look at and tidy the local cache.
+
+Exit status: 0 done; 2 a usage error, or a directory that is not kiln's cache
+(refused before anything is read or removed); 1 the cache could not be read or
+changed (a read-only mount, permissions), with a message. Only kiln's entries,
+blobs and temporaries are ever removed; anything else found in the cache's layout
+is named and left.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,10 @@ from pathlib import Path
 from typing import IO
 
 from kiln.cache import LocalCache, format_size
+from kiln.cache.ownership import cache_dir_state, claim_cache_dir
 from kiln.cli.cache_options import cache_dir, max_size, size_option
 from kiln.cli.options import KilnArgumentParser
+from kiln.terminal import printable
 
 _BUILDS_SHOWN = 10
 
@@ -20,7 +29,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     for name, text in (
         ("stats", "entries, size, hits and misses of the last builds"),
         ("gc", "evict least-recently-used results down to the size bound"),
-        ("clear", "remove everything in the cache"),
+        ("clear", "remove everything kiln keeps in the cache"),
     ):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument(
@@ -38,24 +47,39 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
                 help="default: $KILN_CACHE_MAX_SIZE, else 10G",
             )
     ns = parser.parse_args(argv)
-    cache = LocalCache(cache_dir(ns))
-    if ns.action == "stats":
-        _stats(cache, ns, out)
-    elif ns.action == "gc":
-        bound = max_size(ns, "max_size")
-        files, freed = cache.gc(bound)
+    root = cache_dir(ns)
+    bound = max_size(ns, "max_size") if ns.action == "gc" else 0
+    cache = LocalCache(root, lambda text: print(text, file=err))
+    try:
+        state = cache_dir_state(root)  # a directory that is not kiln's: UsageError
+        if ns.action == "stats":
+            return _stats(cache, ns, out)
+        if state in ("missing", "empty"):
+            print(f"kiln: the cache {root} holds nothing", file=err)
+            return 0
+        if state == "legacy":
+            claim_cache_dir(root)  # made by an older kiln: marked as kiln's now
+        if ns.action == "gc":
+            files, freed = cache.gc(bound)
+            print(
+                f"kiln: removed {files} file(s), {format_size(freed)}; "
+                f"{format_size(cache.usage().bytes)} left (bound {format_size(bound)})",
+                file=err,
+            )
+        else:
+            files = cache.clear()
+            print(f"kiln: cleared the cache {root} ({files} file(s) removed)", file=err)
+    except OSError as e:
+        where = printable(e.filename if isinstance(e.filename, str) else str(root))
         print(
-            f"kiln: removed {files} file(s), {format_size(freed)}; "
-            f"{format_size(cache.usage().bytes)} left (bound {format_size(bound)})",
+            f"kiln: error: cannot {ns.action} the cache {root}: {where}: {e.strerror or e}",
             file=err,
         )
-    else:
-        cache.clear()
-        print(f"kiln: cleared the cache {cache.root}", file=err)
+        return 1
     return 0
 
 
-def _stats(cache: LocalCache, ns: argparse.Namespace, out: IO[str]) -> None:
+def _stats(cache: LocalCache, ns: argparse.Namespace, out: IO[str]) -> int:
     usage = cache.usage()
     print(f"cache: {cache.root}", file=out)
     print(f"entries: {usage.entries}", file=out)
@@ -64,12 +88,15 @@ def _stats(cache: LocalCache, ns: argparse.Namespace, out: IO[str]) -> None:
     builds = cache.builds()[-_BUILDS_SHOWN:]
     if not builds:
         print("no builds recorded yet", file=out)
-        return
+        return 0
     print("last builds:", file=out)
     for b in builds:
         print(
-            f"  {b.get('time', '?')}: {b.get('hits', 0)} hits ({b.get('remote_hits', 0)} "
-            f"remote), {b.get('misses', 0)} misses, {b.get('stored', 0)} stored, "
-            f"{b.get('corrupt', 0)} corrupt",
+            printable(
+                f"  {b.get('time', '?')}: {b.get('hits', 0)} hits ({b.get('remote_hits', 0)} "
+                f"remote), {b.get('misses', 0)} misses, {b.get('stored', 0)} stored, "
+                f"{b.get('corrupt', 0)} corrupt"
+            ),
             file=out,
         )
+    return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,18 @@ def size_option(text: str) -> int:
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def seconds_option(text: str) -> float:
+    """A timeout in seconds: a finite number above 0 (and at most a day)."""
+    from kiln.cache.http_transport import check_timeout
+
+    try:
+        return check_timeout(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds above 0 and at most 86400, got {text!r}"
+        ) from None
 
 
 def add_cache_options(p: argparse.ArgumentParser) -> None:
@@ -53,15 +66,19 @@ def add_cache_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--remote-cache-timeout",
-        type=float,
+        type=seconds_option,
         default=10.0,
         metavar="SECONDS",
-        help="bound on each remote request (default: 10)",
+        help="bound on each remote request, all of it, plus a second per MiB it "
+        "moves (default: 10)",
     )
 
 
-def cache_dir(ns: argparse.Namespace) -> Path:
-    return ns.cache_dir if ns.cache_dir is not None else default_cache_dir()
+def cache_dir(ns: argparse.Namespace, base: str | None = None) -> Path:
+    """The cache directory the options name, absolute (relative to ``base``, the
+    directory kiln started in: a build module that changes directory moves nothing)."""
+    path = ns.cache_dir if ns.cache_dir is not None else default_cache_dir()
+    return Path(os.path.join(base or os.getcwd(), path))
 
 
 def max_size(ns: argparse.Namespace, name: str = "cache_max_size") -> int:
@@ -77,8 +94,20 @@ def max_size(ns: argparse.Namespace, name: str = "cache_max_size") -> int:
         raise UsageError(f"KILN_CACHE_MAX_SIZE: {e}") from None
 
 
-def open_cache(ns: argparse.Namespace, warn: Callable[[str], None]) -> BuildCache | None:
-    """The cache a ``build`` or ``explain`` with options ``ns`` uses; None when off."""
+def check_cache_dir(root: Path) -> None:
+    """UsageError unless kiln may use ``root`` as its cache (reads only); a directory
+    kiln cannot read is left for the build to report."""
+    from kiln.cache.ownership import cache_dir_state
+
+    with contextlib.suppress(OSError):
+        cache_dir_state(root)
+
+
+def open_cache(
+    ns: argparse.Namespace, warn: Callable[[str], None], base: str | None = None
+) -> BuildCache | None:
+    """The cache a ``build`` or ``explain`` with options ``ns`` uses; None when off.
+    Every option is checked here, before the build starts."""
     if not hasattr(ns, "no_cache") or ns.no_cache:
         return None
     url = ns.remote_cache if ns.remote_cache is not None else os.environ.get("KILN_REMOTE_CACHE")
@@ -86,8 +115,6 @@ def open_cache(ns: argparse.Namespace, warn: Callable[[str], None]) -> BuildCach
     if url:
         from kiln.cache.remote import RemoteCache
 
-        if ns.remote_cache_timeout <= 0:
-            raise UsageError("--remote-cache-timeout must be more than 0 seconds")
         try:
             remote = RemoteCache(
                 url,
@@ -97,5 +124,7 @@ def open_cache(ns: argparse.Namespace, warn: Callable[[str], None]) -> BuildCach
             )
         except ValueError as e:
             where = "--remote-cache" if ns.remote_cache is not None else "KILN_REMOTE_CACHE"
-            raise UsageError(f"{where}: {e}; give an http:// or https:// URL") from None
-    return BuildCache(LocalCache(cache_dir(ns)), remote, max_size=max_size(ns), warn=warn)
+            raise UsageError(f"{where}: {e}") from None
+    root = cache_dir(ns, base)
+    check_cache_dir(root)
+    return BuildCache(LocalCache(root, warn), remote, max_size=max_size(ns), warn=warn)

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from kiln.cli.cache_options import seconds_option
 from kiln.errors import UsageError
 from kiln.remote_exec.spec import parse_executor
 
@@ -26,6 +27,13 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
         help="local (default: $KILN_EXECUTOR, else local), dask://HOST:PORT (a "
         "Dask scheduler) or dask-local:N (N Dask worker processes here); "
         "remote execution needs --remote-cache (docs/cluster.md)",
+    )
+    g.add_argument(
+        "--executor-timeout",
+        type=seconds_option,
+        default=10.0,
+        metavar="SECONDS",
+        help="bound on connecting to the Dask scheduler, all of it (default: 10)",
     )
 
 
@@ -52,7 +60,9 @@ def open_remote(
     from kiln.remote_exec.dask_executor import DaskExecutor
     from kiln.remote_exec.runner import RemoteRunner
 
-    executor = DaskExecutor(spec, cache.remote.url)
+    executor = DaskExecutor(
+        spec, cache.remote.url, connect_timeout_s=getattr(ns, "executor_timeout", 10.0)
+    )
     try:
         warn(f"kiln: {executor.describe()}")
         yield RemoteRunner(executor, cache, warn)

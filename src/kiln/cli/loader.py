@@ -40,10 +40,13 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
 
 def _load(spec: str, as_module: bool) -> ModuleType:
     if as_module:
-        try:
-            found = importlib.util.find_spec(spec)
-        except ModuleNotFoundError:
-            found = None
+        if not all(part.isidentifier() for part in spec.split(".")):
+            raise UsageError(
+                f"-m {spec!r}: not a module name; give an absolute dotted name "
+                "(package.module) of a module on the Python path, or a .py file"
+            )
+        # Finding pkg.mod imports pkg: the user's code, guarded as the module is.
+        found = guarded(spec, lambda: _find_module(spec))
         if found is None:
             raise UsageError(f"build module '{spec}' not found on the Python path")
         return guarded(spec, lambda: importlib.import_module(spec))
@@ -67,6 +70,13 @@ def _load(spec: str, as_module: bool) -> ModuleType:
 
     cloudpickle.register_pickle_by_value(module)
     return module
+
+
+def _find_module(name: str) -> importlib.machinery.ModuleSpec | None:
+    try:
+        return importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ ends kiln quietly with 141, as SIGPIPE ends other command-line tools.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import importlib
@@ -16,16 +17,18 @@ import os
 import select
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from types import MappingProxyType, ModuleType
-from typing import IO, Any, cast
+from typing import IO, cast
 
 from kiln._iree_shim import activated as iree_build_shim
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import user_line
 from kiln.cli.options import parser_streams
 from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError
+from kiln.terminal import TerminalStream, printable
 
 USAGE = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
        kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]
@@ -48,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     # (``kiln graph m.py | head``).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     code = run_cli(sys.argv[1:] if argv is None else argv)
+    _leave_threads_behind(code)
     # The command is over and its status decided: a write to a closed connection
     # while the interpreter exits (a library's atexit handler, a daemon thread) fails
     # with EPIPE rather than killing kiln by SIGPIPE with another status.
@@ -58,6 +62,41 @@ def main(argv: list[str] | None = None) -> int:
     # the OS. kiln has closed its own files and pools already; atexit handlers still run.
     gc.freeze()
     return code
+
+
+def _leave_threads_behind(code: int) -> None:
+    """Exit now, with ``code``, if threads that are not daemons are still running
+    (a build module started them): Python would wait for them at exit, and kiln
+    would print its outputs and never end. Says which, then runs the exit handlers
+    itself and leaves without joining them."""
+    left = [t for t in threading.enumerate() if _holds_exit(t)]
+    if not left:
+        return
+    names = ", ".join(printable(t.name, one_line=True) for t in left[:5])
+    more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+    with contextlib.suppress(OSError, ValueError):
+        print(
+            f"kiln: warning: {len(left)} thread(s) that the build started still run "
+            f"({names}{more}); kiln exits without waiting for them",
+            file=sys.stderr,
+            flush=True,
+        )
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    os._exit(code)
+
+
+def _holds_exit(thread: threading.Thread) -> bool:
+    """Whether the interpreter would wait for ``thread`` at exit: a thread that is not
+    a daemon, but for the workers of ``concurrent.futures`` pools, which the
+    interpreter stops itself."""
+    if thread.daemon or thread is threading.main_thread() or not thread.is_alive():
+        return False
+    target = getattr(thread, "_target", None)
+    return not str(getattr(target, "__module__", "")).startswith("concurrent.futures")
 
 
 def kiln_main(
@@ -84,7 +123,8 @@ def run_cli(
     stderr: IO[str] | None = None,
 ) -> int:
     out = stdout if stdout is not None else sys.stdout
-    err = cast(IO[str], _Unbreakable(stderr if stderr is not None else sys.stderr))
+    # Every line kiln prints goes through it, escaped (``kiln.terminal``).
+    err = cast(IO[str], TerminalStream(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
     # While kiln runs, the build module's (and its libraries') ``import iree.build``
     # gives kiln's compatible API (``kiln._iree_shim``), unless turned off.
@@ -116,38 +156,6 @@ def run_cli(
     except KilnError as e:
         _say(err, f"kiln: error: {e}", e if verbose else None)
         return e.exit_code
-
-
-class _Unbreakable(io.TextIOBase):
-    """kiln's stderr, whose writes never raise once its reader has gone: a progress
-    line must not break the thread that prints it. The SIGPIPE that such a write
-    raises stops the build instead (see ``_signals_interrupt``)."""
-
-    def __init__(self, stream: IO[str]):
-        super().__init__()
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        with contextlib.suppress(OSError, ValueError):
-            self._stream.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self._stream.flush()
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-    def isatty(self) -> bool:
-        return self._stream.isatty()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self._stream, "encoding", None) or "utf-8"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
 
 
 def _say(err: IO[str], text: str, error: BaseException | None = None) -> None:

@@ -104,16 +104,21 @@ def positive_int(text: str) -> int:
 
 
 def report_file(text: str) -> Path:
-    """An ``--events`` or ``--profile`` file: checked now, so that a name kiln cannot
-    write fails before the build rather than after it."""
+    """An ``--events`` or ``--profile`` file name (``check_report_file`` checks it once
+    it is made absolute)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("expected a file name, got an empty one")
-    path = Path(text)
+    return Path(text)
+
+
+def check_report_file(option: str, path: Path, given: object) -> None:
+    """UsageError for an ``--events`` or ``--profile`` file kiln cannot write (``path``,
+    absolute; ``given``, as the user wrote it), so that it fails before the build
+    rather than after it."""
     if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory; name a file")
-    if not path.absolute().parent.is_dir():
-        raise argparse.ArgumentTypeError(f"the directory of {text} does not exist")
-    return path
+        raise UsageError(f"{option}: {given} is a directory; name a file")
+    if not path.parent.is_dir():
+        raise UsageError(f"{option}: the directory of {given} does not exist")
 
 
 def output_dir(text: str) -> Path:

@@ -9,6 +9,7 @@ import functools
 import gc
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import IO
 
@@ -17,7 +18,7 @@ from kiln.args import argument_namespace_context
 from kiln.cli.cache_options import open_cache
 from kiln.cli.invocation import Invocation
 from kiln.cli.loader import collect_entrypoints, guarded, loaded_for_command
-from kiln.cli.options import add_cl_args, command_parser, module_values
+from kiln.cli.options import add_cl_args, check_report_file, command_parser, module_values
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, UsageError
 from kiln.executor import Executor
@@ -28,13 +29,16 @@ from kiln.reporting import PlainReporter, ProgressReporter
 def open_session(
     command: str, argv: list[str], module: ModuleType | None, out: IO[str], err: IO[str]
 ) -> Iterator[Invocation]:
+    # Where kiln started: every path of the command line is taken from here, though
+    # the build module (which runs next) may change the working directory.
+    start_dir = os.getcwd()
     with contextlib.ExitStack() as stack:
         if module is None:
             with contextlib.redirect_stdout(err):  # the module's prints: not kiln's output
                 module, argv, prog = _load_from_argv(command, argv, stack)
         else:
             prog = f"{os.path.basename(getattr(module, '__file__', None) or 'build')} {command}"
-        yield from _open(command, argv, module, prog, out, err, stack)
+        yield from _open(command, argv, module, prog, out, err, stack, start_dir)
 
 
 def _open(
@@ -45,11 +49,13 @@ def _open(
     out: IO[str],
     err: IO[str],
     stack: contextlib.ExitStack,
+    start_dir: str,
 ) -> Iterator[Invocation]:
     entrypoints = collect_entrypoints(module)
     parser = command_parser(command, prog, (module.__doc__ or "").strip() or None)
     add_cl_args(parser, [d for ep in entrypoints.values() for d in ep.cl_arg_defs], command)
     ns, values = module_values(parser.parse_args(argv))
+    _resolve_paths(ns, start_dir)
     args = argparse.Namespace(**{**vars(ns), **values})
     reporter = make_reporter(ns, err)
     executor = Executor(ns.output_dir, stderr=err, reporter=reporter)
@@ -64,7 +70,7 @@ def _open(
     executor.read_only = command in ("list", "graph", "explain") or bool(
         getattr(ns, "dry_run", False)
     )
-    executor.cache = open_cache(ns, reporter.message)
+    executor.cache = open_cache(ns, reporter.message, start_dir)
     where = getattr(module, "__file__", None) or module.__name__
     with argument_namespace_context(args), contextlib.redirect_stdout(err):
         broken = _analyse(executor, where, entrypoints)
@@ -72,6 +78,19 @@ def _open(
     stack.callback(executor.close)
     stack.enter_context(_graph_frozen())
     yield Invocation(command, ns, executor, out, err, args)
+
+
+def _resolve_paths(ns: object, start_dir: str) -> None:
+    """Make the paths kiln owns absolute, from the directory kiln started in (a build
+    module that calls ``os.chdir`` at import moves none of them)."""
+    # The output directory as given: the output paths kiln prints are under it.
+    ns.output_dir_given = getattr(ns, "output_dir", None)  # type: ignore[attr-defined]
+    for name in ("output_dir", "events", "profile", "cache_dir"):
+        value = getattr(ns, name, None)
+        if value is not None:
+            setattr(ns, name, Path(os.path.join(start_dir, value)))
+            if name in ("events", "profile"):
+                check_report_file(f"--{name}", getattr(ns, name), value)
 
 
 @contextlib.contextmanager

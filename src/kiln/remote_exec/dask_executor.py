@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,13 @@ from kiln._iree_shim import active as iree_build_shim_active
 from kiln.errors import ActionFailed, UsageError
 from kiln.graph import BuildAction, BuildFile
 from kiln.remote_exec.batching import Batcher, Slot
+from kiln.remote_exec.probe import probe
 from kiln.remote_exec.spec import ExecutorSpec
 from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure, warm_template
 from kiln.sandbox import sandbox_paths
 
 RETRIES = 2
-_CONNECT_TIMEOUT_S = 10
+_CONNECT_TIMEOUT_S = 10.0
 # The LocalCluster kiln starts for ``dask-local``: Dask's per-process monitors
 # (a statistical profiler sampling every 10 ms, an event-loop tick every 20 ms, a
 # memory poll every 100 ms) cost each worker process about 3% of a core while
@@ -63,7 +65,9 @@ class DaskExecutor:
     kiln started is gone.
     """
 
-    def __init__(self, spec: ExecutorSpec, cas_url: str, *, connect_timeout_s: float = 10.0):
+    def __init__(
+        self, spec: ExecutorSpec, cas_url: str, *, connect_timeout_s: float = _CONNECT_TIMEOUT_S
+    ):
         try:
             from distributed import Client, LocalCluster
         except ImportError:
@@ -81,7 +85,7 @@ class DaskExecutor:
         if spec.kind == "dask-local":
             import dask
 
-            with dask.config.set(LOCAL_CLUSTER_CONFIG):
+            with dask.config.set(LOCAL_CLUSTER_CONFIG), _terminal_signals_held():
                 self._cluster = LocalCluster(
                     n_workers=spec.workers,
                     threads_per_worker=1,
@@ -89,18 +93,21 @@ class DaskExecutor:
                     host="127.0.0.1",
                     dashboard_address=None,
                     silence_logs=logging.CRITICAL,
+                    # Each worker process ignores the terminal's Ctrl-C (kept by the
+                    # nanny for the workers it restarts): kiln shuts the cluster down.
+                    preload=["kiln.remote_exec.local_worker"],
                 )
             address = self._cluster.scheduler_address
         else:
             address = spec.address
         self.address = address
         try:
-            self.client = Client(address, timeout=connect_timeout_s, set_as_default=False)
-        except (OSError, TimeoutError) as e:
+            if self._cluster is None:  # someone else's address: is it a scheduler at all?
+                probe(address, connect_timeout_s)
+            self.client = _connect(Client, address, connect_timeout_s)
+        except BaseException:
             self._close_cluster()
-            raise UsageError(
-                f"--executor: cannot reach the Dask scheduler at {address}: {e}"
-            ) from None
+            raise
         self.resources = self._advertised_resources()
         with contextlib.suppress(Exception):  # only a head start
             self.client.run(warm_template, wait=False)
@@ -232,6 +239,54 @@ def _declared_env(action: BuildAction) -> dict[str, str]:
     if isinstance(own, dict):
         env.update(own)
     return env
+
+
+# What a terminal sends its whole foreground process group: Ctrl-C, Ctrl-\.
+_TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGQUIT}
+
+
+@contextlib.contextmanager
+def _terminal_signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and Ctrl-\\ back while the LocalCluster starts. Its worker
+    processes (in kiln's process group, so a terminal's Ctrl-C reaches each) and the
+    threads that start them later inherit the blocked mask: the signal reaches kiln
+    alone, which shuts the cluster down, rather than every worker, each printing a
+    KeyboardInterrupt traceback (``local_worker`` then makes them ignore it). A
+    signal that comes meanwhile reaches kiln when the block ends: none is lost.
+    multiprocessing's resource tracker is started first, since starting it unblocks
+    these signals in the thread that does."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _TERMINAL_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _connect(client: Callable[..., Any], address: str, timeout_s: float) -> Any:
+    """A Dask client of ``address``, connected within ``timeout_s`` (Dask's own timeout
+    does not bound every step of the handshake); else UsageError."""
+    made: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            made["client"] = client(address, timeout=timeout_s, set_as_default=False)
+        except BaseException as e:  # noqa: BLE001 - reported by the waiting thread
+            made["error"] = e
+
+    thread = threading.Thread(target=connect, name="kiln-dask-connect", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 5.0)
+    error = made.get("error")
+    if "client" in made:
+        return made["client"]
+    why = "no answer" if error is None else _short(error)
+    raise UsageError(
+        f"--executor: cannot connect to the Dask scheduler at {address} within "
+        f"{timeout_s:g} s: {why}"
+    )
 
 
 def _connection_lost(error: BaseException) -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kiln._redact import redact_url
 from kiln.errors import UsageError
+from kiln.terminal import printable
 
 _ADDRESS = re.compile(r"^dask://(?P<host>[^:/\s]+):(?P<port>\d{1,5})/?$")
 _LOCAL = re.compile(r"^dask-local:(?P<n>\d+)$")
@@ -35,7 +37,8 @@ def parse_executor(text: str) -> ExecutorSpec:
     m = _LOCAL.match(text)
     if m is not None and int(m["n"]) > 0:
         return ExecutorSpec("dask-local", workers=int(m["n"]))
+    shown = printable(redact_url(text), one_line=True)
     raise UsageError(
-        f"--executor {text!r}: give local, dask://HOST:PORT (a running Dask scheduler) "
+        f"--executor {shown!r}: give local, dask://HOST:PORT (a running Dask scheduler) "
         "or dask-local:N (N worker processes on this machine)"
     )

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln._iree_shim import activated as iree_build_shim
 from kiln.action_env import ActionEnvironment
-from kiln.cache.local import LocalCache, copy_verified
+from kiln.cache.local import LocalCache
 from kiln.cache.remote import SMALL_BLOB, RemoteCache
 from kiln.state import hash_file
 
@@ -191,7 +191,7 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: Remo
                 f"the remote cache {remote.shown}"
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if copy_verified(cas.blob_path(digest), dest) != digest:
+        if cas.copy_blob(digest, dest) != digest:
             cas.remove_blob(digest)
             raise _SandboxFailure(
                 f"input {rel} of '{task.desc}': the worker's cached copy was damaged; removed it"

@@ -1,0 +1,438 @@
+"""The cache directory as a trust boundary (docs/reliability.md, "Trust model",
+"Every surface is a boundary"): kiln uses a directory as its cache only when it is
+kiln's, deletes only its own entries there, follows no link and opens nothing but
+regular files in it, and serves outputs with its own modes. Through the CLI, on
+real files, links, FIFOs and devices; run as root in CI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cache_build import module_text, runs, tree, write_tool
+from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
+
+Kiln = Callable[..., Any]
+
+
+@pytest.fixture
+def kiln(kiln_in_process: Kiln) -> Kiln:
+    """In this process; the tests where a hang could hide take ``kiln_subprocess``."""
+    return kiln_in_process
+
+
+@pytest.fixture
+def project(tmp_path: Path, write_module: Callable[..., Path]) -> Path:
+    """Two models (``m.bin`` of 3,000 bytes: a blob; ``m.sum`` of 64: kept inline)."""
+    tool = write_tool(tmp_path)
+    write_module(module_text(tool, tmp_path / "counter", ["m1", "m2"]))
+    return tmp_path / "counter"
+
+
+def build(kiln: Kiln, out: str, cache: str = "cache", *args: str, ok: bool = True) -> Any:
+    r = kiln("build", "build.py", "--output-dir", out, "--cache-dir", cache, *args, timeout=60)
+    if ok:
+        assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+def snapshot(root: Path) -> dict[str, object]:
+    """Every path under ``root`` (links not followed) with what it is and holds."""
+    found: dict[str, object] = {}
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(top, name)
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                found[str(path.relative_to(root))] = ("link", os.readlink(path))
+            elif stat.S_ISREG(st.st_mode):
+                found[str(path.relative_to(root))] = path.read_bytes()
+            else:
+                found[str(path.relative_to(root))] = stat.S_IFMT(st.st_mode)
+    return found
+
+
+def victim(tmp_path: Path) -> Path:
+    """A user's directory that a planted link points at; it must never change."""
+    home = tmp_path / "victim"
+    (home / "docs").mkdir(parents=True)
+    (home / "docs" / "thesis.txt").write_text("years of work\n")
+    (home / ".bashrc").write_text("export PATH=/usr/bin\n")
+    return home
+
+
+# -- ownership ----------------------------------------------------------------------
+
+
+def test_a_directory_that_is_not_a_kiln_cache_is_refused(
+    tmp_path: Path, project: Path, kiln: Kiln
+) -> None:
+    p = tmp_path / "p"
+    (p / "v1" / "api").mkdir(parents=True)
+    (p / "v1" / "api" / "s.json").write_text('{"user": "data"}')
+    digest = "ab" + "0" * 62
+    (p / "v1" / "cas" / "ab").mkdir(parents=True)
+    (p / "v1" / "cas" / "ab" / digest).write_text("a user's file with a digest's name")
+    before = snapshot(p)
+    for args in (
+        ["cache", "clear", "--cache-dir", "p"],
+        ["cache", "gc", "--max-size", "0", "--cache-dir", "p"],
+        ["cache", "stats", "--cache-dir", "p"],
+        ["build", "build.py", "--cache-dir", "p"],
+        ["explain", "build.py", "--cache-dir", "p"],
+        ["build", "build.py", "--dry-run", "--cache-dir", "p"],
+    ):
+        r = kiln(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert f"refusing to use {p} as the cache" in r.stderr, r.stderr
+        assert "--cache-dir" in r.stderr and "Traceback" not in r.stderr
+    r = kiln("build", "build.py", env={"KILN_CACHE_DIR": str(p)})
+    assert r.returncode == 2 and "KILN_CACHE_DIR" in r.stderr, r.stderr
+    assert snapshot(p) == before
+    assert not (tmp_path / "kiln-out").exists()  # refused before anything was made
+    assert runs(project) == []
+
+
+def test_the_cache_is_marked_and_an_older_kilns_cache_is_adopted(
+    tmp_path: Path, project: Path, kiln: Kiln
+) -> None:
+    build(kiln, "o1", "fresh")
+    assert (tmp_path / "fresh/.kiln/format").read_text() == "kiln-cache/1\n"
+    (tmp_path / "empty").mkdir()
+    build(kiln, "o2", "empty")
+    assert (tmp_path / "empty/.kiln/format").is_file()
+    # A cache made before the marker: v1/ with kiln's names alone.
+    shutil.rmtree(tmp_path / "fresh/.kiln")
+    r = build(kiln, "o3", "fresh")
+    assert "0 built, 4 cached" in r.stderr, r.stderr
+    assert (tmp_path / "fresh/.kiln/format").is_file()
+    # An output directory is kiln's, but not a cache; a newer format is not this kiln's.
+    r = build(kiln, "o4", "o1", ok=False)
+    assert r.returncode == 2 and "not kiln-cache" in r.stderr, r.stderr
+    (tmp_path / "fresh/.kiln/format").write_text("kiln-cache/9\n")
+    r = build(kiln, "o5", "fresh", ok=False)
+    assert r.returncode == 2 and "newer kiln" in r.stderr, r.stderr
+
+
+def test_gc_and_clear_remove_only_kilns_own_entries(
+    tmp_path: Path, project: Path, kiln: Kiln
+) -> None:
+    build(kiln, "o1")
+    cache = tmp_path / "cache"
+    cas, ac = cache / "v1" / "cas", cache / "v1" / "ac"
+    sub = next(p for p in cas.iterdir())
+    foreign = {
+        sub / ("ff" + "1" * 62): "a digest's name in the wrong directory",
+        sub / "notes.txt": "not a digest",
+        ac / "README": "a file where a directory goes",
+        cache / "v1" / "mine" / "keep.txt": "outside kiln's layout",
+        cache / "v1" / "tmp" / "user.txt": "not one of kiln's temporaries",
+        next(ac.iterdir()) / "Notes.txt": "an entry's form, the wrong directory",
+    }
+    for path, text in foreign.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    r = kiln("cache", "gc", "--max-size", "0", "--cache-dir", "cache")
+    assert r.returncode == 0 and "removed 6 file(s)" in r.stderr, r.stderr
+    for path, text in foreign.items():
+        assert path.read_text() == text
+        assert f"skipped {path}" in r.stderr or path.parent.name == "mine", r.stderr
+    build(kiln, "o2")
+    r = kiln("cache", "clear", "--cache-dir", "cache")
+    assert r.returncode == 0 and "(7 file(s) removed)" in r.stderr, r.stderr  # 6 + builds.log
+    assert all(path.read_text() == text for path, text in foreign.items())
+    assert (cache / ".kiln/format").is_file()
+    stats = kiln("cache", "stats", "--cache-dir", "cache")
+    assert "entries: 0" in stats.stdout and "blobs: 0" in stats.stdout
+
+
+# -- confinement: links -------------------------------------------------------------
+
+
+def _plant_links(cache: Path, place: str, home: Path) -> list[Path]:
+    """Replace ``place`` of the cache's layout by links into ``home``; the links."""
+    v1 = cache / "v1"
+    if place in ("v1", "v1/cas", "v1/ac", "v1/tmp"):
+        real = cache / place
+        real.rename(real.with_name(real.name + "-real"))
+        real.symlink_to(home)
+        return [real]
+    if place == "v1/builds.log":
+        (v1 / "builds.log").unlink()
+        (v1 / "builds.log").symlink_to(home / ".bashrc")
+        return [v1 / "builds.log"]
+    if place in ("v1/cas/XX", "v1/ac/XX"):
+        links = []
+        for sub in list((cache / place[:-3]).iterdir()):
+            shutil.rmtree(sub)
+            (home / sub.name).mkdir(exist_ok=True)
+            sub.symlink_to(home / sub.name)
+            links.append(sub)
+        return links
+    assert place == "blob"
+    links = []
+    for sub in (v1 / "cas").iterdir():
+        for f in sub.iterdir():
+            f.unlink()
+            f.symlink_to(home / "docs" / "thesis.txt")
+            links.append(f)
+    return links
+
+
+@pytest.mark.parametrize(
+    "place",
+    ["v1", "v1/cas", "v1/ac", "v1/tmp", "v1/builds.log", "v1/cas/XX", "v1/ac/XX", "blob"],
+)
+def test_no_write_or_delete_in_the_cache_follows_a_link(
+    place: str,
+    tmp_path: Path,
+    project: Path,
+    kiln_subprocess: Kiln,
+    write_module: Callable[..., Path],
+) -> None:
+    kiln = kiln_subprocess
+    build(kiln, "o1")
+    expected = tree(tmp_path / "o1")
+    home = victim(tmp_path)
+    links = _plant_links(tmp_path / "cache", place, home)
+    before = snapshot(home)
+    # A build that reads, stores (m3 is new) and evicts (the bound forces a gc), then
+    # every cache command.
+    write_module(module_text(tmp_path / "tool.py", project, ["m1", "m2", "m3"]))
+    r = build(kiln, "o2", "cache", "--cache-max-size", "1K")
+    built = tree(tmp_path / "o2")
+    assert {k: built[k] for k in expected} == expected
+    assert "skipped" in r.stderr and "symbolic link" in r.stderr, r.stderr
+    for args in (["stats"], ["gc", "--max-size", "0"], ["clear"]):
+        c = kiln("cache", *args, "--cache-dir", "cache", timeout=60)
+        assert c.returncode == 0 and "Traceback" not in c.stderr, c.stderr
+    assert snapshot(home) == before, place  # nothing written, nothing deleted there
+    assert all(link.is_symlink() or place == "blob" for link in links)
+
+
+# -- confinement: what is not a regular file ----------------------------------------
+
+
+def _blob_paths(cache: Path) -> list[Path]:
+    return [f for sub in (cache / "v1" / "cas").iterdir() for f in sub.iterdir()]
+
+
+def _entry_paths(cache: Path) -> list[Path]:
+    return [f for sub in (cache / "v1" / "ac").iterdir() for f in sub.iterdir()]
+
+
+def _make(kind: str, path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # /dev/null's numbers
+    elif kind == "file":
+        path.write_text("a file where kiln keeps a directory")
+    else:
+        path.mkdir()
+        (path / "inside.txt").write_text("a user's file")
+
+
+@pytest.mark.parametrize(
+    "kind, place",
+    [
+        ("fifo", "builds.log"),
+        ("fifo", "blob"),
+        ("fifo", "entry"),
+        ("device", "blob"),
+        ("device", "builds.log"),
+        ("file", "blob dir"),
+        ("dir", "blob"),
+        ("dir", "entry"),
+        ("fifo", "tmp"),
+    ],
+)
+def test_what_is_not_a_regular_file_is_skipped_never_opened(
+    kind: str, place: str, tmp_path: Path, project: Path, kiln_subprocess: Kiln
+) -> None:
+    kiln = kiln_subprocess
+    if kind == "device" and os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root: mknod must work")
+        pytest.skip("making a device node needs root")
+    cache = tmp_path / "cache"
+    build(kiln, "o1")
+    expected = tree(tmp_path / "o1")
+    targets = {
+        "builds.log": [cache / "v1" / "builds.log"],
+        "blob": _blob_paths(cache),
+        "entry": _entry_paths(cache),
+        "blob dir": list((cache / "v1" / "cas").iterdir()),
+        "tmp": [cache / "v1" / "tmp"],
+    }[place]
+    for path in targets:
+        _make(kind, path)
+    started = time.monotonic()
+    r = build(kiln, "o2", "cache", "--cache-max-size", "1K")
+    assert tree(tmp_path / "o2") == expected
+    for args in (["stats"], ["gc", "--max-size", "0"], ["clear"]):
+        c = kiln("cache", *args, "--cache-dir", "cache", timeout=60)
+        assert c.returncode == 0 and "Traceback" not in c.stderr, c.stderr
+    assert time.monotonic() - started < 50  # never a hang on a FIFO or a device
+    if kind in ("fifo", "device") and place in ("builds.log", "tmp"):
+        assert all(not p.is_file() for p in targets)  # left as they were, reported
+        assert "skipped" in r.stderr + c.stderr
+    if kind == "dir":
+        assert all((p / "inside.txt").read_text() == "a user's file" for p in targets)
+
+
+# -- while a build runs; a read-only cache ------------------------------------------
+
+SLOW = """
+import sys
+@entrypoint
+def slow():
+    code = ("import time, sys; time.sleep(0.05); "
+            "open(sys.argv[1], 'wb').write(bytes(5000) + sys.argv[2].encode())")
+    return [run_command(name=f"s{i}.bin", command=[sys.executable, "-c", code, "{out}", str(i)])
+            for i in range(64)]
+"""
+
+
+def test_cache_clear_during_a_build_ends_both_cleanly(
+    tmp_path: Path, write_module: Callable[..., Path]
+) -> None:
+    from kiln.cli.main import run_cli
+
+    write_module(SLOW)
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln", "build", "build.py", "-j", "8", "--cache-dir", "cache"],
+        cwd=tmp_path,
+        env={**os.environ, "NO_COLOR": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    clears = 0
+    while proc.poll() is None:  # as fast as it goes: into every moment of the build
+        err = io.StringIO()
+        code = run_cli(["cache", "clear", "--cache-dir", str(cache)], io.StringIO(), err)
+        assert code == 0 and "Traceback" not in err.getvalue(), err.getvalue()
+        clears += 1
+    out, err_text = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in err_text, err_text
+    assert len(out.split()) == 64 and clears > 1
+
+
+@pytest.fixture
+def read_only_cache(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs mounted at ``cache`` (root only; CI runs as root), remounted read-only
+    by the test."""
+    mnt = tmp_path / "cache"
+    mnt.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs in CI: {r.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_gc_and_clear_on_a_read_only_cache_are_messages(
+    tmp_path: Path, project: Path, kiln: Kiln, read_only_cache: Path
+) -> None:
+    build(kiln, "o1")
+    subprocess.run(["mount", "-o", "remount,ro", str(read_only_cache)], check=True)
+    before = snapshot(read_only_cache)
+    for args in (["gc", "--max-size", "0"], ["clear"]):
+        r = kiln("cache", *args, "--cache-dir", "cache")
+        assert r.returncode == 1 and "Read-only file system" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert "entries: 4" in kiln("cache", "stats", "--cache-dir", "cache").stdout
+    r = build(kiln, "o2")  # served from the read-only cache
+    assert "0 built, 4 cached" in r.stderr, r.stderr
+    assert snapshot(read_only_cache) == before
+
+
+# -- served modes -------------------------------------------------------------------
+
+MODES = """
+import os
+from kiln.executor import BuildAction
+
+class Tool(BuildAction):
+    def __init__(self, out, mode, **kw):
+        super().__init__(**kw)
+        self.out, self.mode = out, mode
+        out.deps.add(self)
+    def _invoke(self):
+        path = self.out.get_fs_path()
+        path.write_text("#!/bin/sh\\necho " + "x" * {size} + "\\n")
+        os.chmod(path, self.mode)
+
+@entrypoint
+def tools():
+    ctx = BuildContext.current()
+    outs = []
+    for name, mode in (("run.sh", 0o750), ("data.txt", 0o640)):
+        out = ctx.allocate_file(name)
+        Tool(out, mode, desc=f"Making {{name}}", executor=ctx.executor)
+        outs.append(out)
+    return outs
+"""
+
+
+def _tamper_modes(entries: list[Path], mode_of: Callable[[int], int]) -> None:
+    for path in entries:
+        data = json.loads(path.read_bytes())
+        for out in data["outputs"]:
+            out["mode"] = mode_of(out["mode"])
+        path.chmod(0o644)
+        path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("size", [10, 5000])  # kept in the entry; a blob
+def test_served_outputs_get_kilns_modes_whatever_the_entry_says(
+    size: int, tmp_path: Path, write_module: Callable[..., Path], kiln: Kiln
+) -> None:
+    write_module(MODES.format(size=size))
+    build(kiln, "o1")
+    _tamper_modes(_entry_paths(tmp_path / "cache"), lambda m: m | 0o7777 if m & 0o100 else 0o6666)
+    build(kiln, "o2")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    served = tmp_path / "o2" / "genfiles" / "tools"
+    assert stat.S_IMODE((served / "run.sh").stat().st_mode) == (0o755 & ~umask) | 0o700
+    assert stat.S_IMODE((served / "data.txt").stat().st_mode) == (0o644 & ~umask) | 0o600
+    assert (served / "run.sh").read_text().startswith("#!/bin/sh")
+
+
+def test_outputs_served_from_the_remote_get_kilns_modes(
+    tmp_path: Path, write_module: Callable[..., Path], kiln: Kiln, nginx_cache: Any
+) -> None:
+    write_module(MODES.format(size=5000))
+    build(kiln, "o1", "a", "--remote-cache", nginx_cache.url)
+    _tamper_modes(nginx_cache.files("ac"), lambda m: 0o6777)
+    r = build(kiln, "o2", "b", "--remote-cache", nginx_cache.url)
+    assert "0 built, 2 cached" in r.stderr, r.stderr
+    served = tmp_path / "o2" / "genfiles" / "tools"
+    for name in ("run.sh", "data.txt"):
+        mode = stat.S_IMODE((served / name).stat().st_mode)
+        assert not mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | 0o022), oct(mode)
+        assert mode & 0o700 == 0o700  # the entry says executable: kept, for the owner

@@ -1,0 +1,216 @@
+"""Strings from users and servers reach the report and the terminal escaped
+(docs/reliability.md, "Trust model"): no description can end the report's data
+script or open a comment, none can write a control sequence to the terminal or
+forge a line of kiln's, in the plain lines and the live display alike; and
+``kiln report`` reads a damaged record as untrusted: a message, never a
+traceback, never a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_report import run_chromium
+
+Kiln = Callable[..., Any]
+
+HOSTILE = [
+    "<!--<script>",
+    "</script><script>document.title='pwned'</script>",
+    "<!-- a comment -->",
+    "a\u2028b & c > d",
+    "clear \x1b[2J screen",
+    "retitle \x1b]0;pwned\x07 window",
+    "forged\nkiln: done: 9 built, 0 up to date, 0 failed, 0 not run in 0.01s",
+    "carriage\rreturn",
+    "csi \x9b31m c1",
+    "bidi \u202eevil",
+]
+
+MODULE = """
+from kiln.errors import ActionFailed
+
+DESCS = {descs!r}
+
+
+class Named(BuildAction):
+    def __init__(self, out, fail, **kw):
+        super().__init__(**kw)
+        self.out, self.fail = out, fail
+        out.deps.add(self)
+
+    def _invoke(self):
+        if self.fail:
+            raise ActionFailed("it failed: " + self.desc)
+        self.out.get_fs_path().write_text("ok")
+
+
+@entrypoint
+def hostile():
+    ctx = BuildContext.current()
+    outs = []
+    for i, desc in enumerate(DESCS):
+        out = ctx.allocate_file(f"o{{i}}.txt")
+        Named(out, fail=(i == 6), desc=desc, executor=ctx.executor)
+        outs.append(out)
+    return outs
+"""
+
+
+@pytest.fixture
+def hostile_module(write_module: Callable[..., Path]) -> Path:
+    return write_module(MODULE.format(descs=HOSTILE))
+
+
+# -- the report -----------------------------------------------------------------------
+
+
+def test_no_description_can_break_the_reports_script(
+    hostile_module: Path, kiln_in_process: Kiln, tmp_path: Path
+) -> None:
+    r = kiln_in_process("build", "build.py", "-j", "2")
+    assert r.returncode == 1, r.stderr
+    r = kiln_in_process("report", "-o", "report.html")
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "report.html").read_text()
+    blob = re.search(r"id='kiln-data'>(.*?)</script>", page, re.S).group(1)
+    assert "<" not in blob and ">" not in blob and "&" not in blob
+    data = json.loads(blob)
+    assert {run["desc"] for run in data["runs"]} == set(HOSTILE)  # read back as written
+    dom = run_chromium(
+        ["--window-size=1280,1000", "--dump-dom", (tmp_path / "report.html").as_uri()], tmp_path
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    rendered = re.search(r'id="timeline"[^>]*data-rendered="(\d+)"', html)
+    assert rendered and rendered.group(1) == str(len(HOSTILE)), html[:3000]
+    assert "<title>pwned" not in html and html.count("<script") == 2
+
+
+def _damage(events: Path, how: str) -> None:
+    lines = events.read_bytes().splitlines()
+    records = [json.loads(line) for line in lines]
+    if how == "mistyped fields":
+        for rec in records[1:]:
+            rec.update(time="soon", duration="long", deps=5, outputs="x", lane=[1], desc={"a": 1})
+        records[-1]["counts"] = {"built": "many", "failed": None}
+        records[0]["targets"] = "all"
+        records[0]["jobs"] = "two"
+    lines = [json.dumps(rec).encode() for rec in records]
+    if how == "a list line":
+        lines.insert(1, b"[1, 2, 3]")
+        lines.insert(2, b'"a string"')
+        lines.insert(3, b"null")
+    elif how == "invalid UTF-8":
+        lines.insert(1, b'{"event": "started", "action": "x\xff\xfe", "time": 1}')
+        lines.append(b"\xc3\x28\xa0\xa1")
+    elif how == "a bad first line":
+        lines[0] = b'{"event": "build_started", "time": "yesterday"}'
+    events.write_bytes(b"\n".join(lines) + b"\n")
+
+
+@pytest.mark.parametrize(
+    "how", ["mistyped fields", "a list line", "invalid UTF-8", "a bad first line"]
+)
+def test_a_damaged_record_is_read_as_untrusted(
+    how: str, hostile_module: Path, kiln_in_process: Kiln, tmp_path: Path
+) -> None:
+    kiln_in_process("build", "build.py")
+    _damage(tmp_path / "kiln-out/.kiln/last-events.jsonl", how)
+    r = kiln_in_process("report", "-o", "report.html")
+    assert "Traceback" not in r.stderr
+    if how == "a bad first line":
+        assert r.returncode == 2 and "does not hold a kiln build's events" in r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "report.html").read_text().endswith("</html>\n")
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        {"entrypoints": []},
+        {"entrypoints": {"e": []}},
+        {"entrypoints": {"e": {"outputs": [1, {"path": 5, "sha256": 7, "verification": "x"}]}}},
+        {"entrypoints": {"e": {"outputs": [{"size": "big", "verification": [1, {"passed": 2}]}]}}},
+        [1, 2],
+    ],
+)
+def test_a_damaged_manifest_is_read_as_untrusted(
+    manifest: object, hostile_module: Path, kiln_in_process: Kiln, tmp_path: Path
+) -> None:
+    kiln_in_process("build", "build.py")
+    (tmp_path / "kiln-out/manifest.json").write_text(json.dumps(manifest))
+    r = kiln_in_process("report", "-o", "report.html")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_fifos_in_the_record_never_hang_the_report(
+    hostile_module: Path, kiln_in_process: Kiln, kiln_subprocess: Kiln, tmp_path: Path
+) -> None:
+    kiln_in_process("build", "build.py")
+    events = tmp_path / "kiln-out/.kiln/last-events.jsonl"
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    fifo = tmp_path / "a.fifo"
+    os.mkfifo(fifo)
+    for rec in records:
+        if rec.get("event") == "failed":
+            rec["log"] = str(fifo)  # a log tail read from a FIFO would block
+    events.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+    r = kiln_subprocess("report", "-o", "report.html", timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    events.unlink()
+    os.mkfifo(events)
+    r = kiln_subprocess("report", "-o", "report.html", timeout=60)
+    assert r.returncode == 2 and "a FIFO" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# -- the terminal ---------------------------------------------------------------------
+
+# What a terminal would obey in kiln's output, were a user's string printed raw.
+RAW = ["\x1b[2J", "\x1b]0;", "\x07", "\r", "\x9b", "\u202e"]
+
+
+def _assert_escaped(text: str) -> None:
+    for seq in RAW:
+        assert seq not in text, (seq, text)
+    assert "\\x1b[2J" in text and "\\x1b]0;pwned\\x07" in text and "\\x9b31m" in text
+    assert "\\u202eevil" in text and "carriage\\rreturn" in text
+    done = [line for line in text.splitlines() if line.startswith(("kiln: done", "kiln: FAILED"))]
+    assert done == [done[-1]] and done[0].startswith("kiln: FAILED"), done  # none forged
+
+
+@pytest.mark.parametrize("console", ["plain", "live"])
+def test_user_strings_reach_the_terminal_escaped(
+    console: str, hostile_module: Path, kiln_subprocess: Kiln
+) -> None:
+    r = kiln_subprocess("build", "build.py", "-j", "1", "--console", console)
+    assert r.returncode == 1, r.stderr
+    _assert_escaped(r.stderr)
+    assert "forged\\nkiln: done: 9 built" in r.stderr  # the description, on one line
+    verbose = kiln_subprocess(
+        "build",
+        "build.py",
+        "-j",
+        "1",
+        "--console",
+        console,
+        "-v",
+        "--output-dir",
+        "v",
+        "--no-cache",
+    )
+    _assert_escaped(verbose.stderr)
+
+
+def test_listing_shows_descriptions_escaped(hostile_module: Path, kiln_in_process: Kiln) -> None:
+    r = kiln_in_process("list", "build.py", "--all")
+    assert r.returncode == 0, r.stderr
+    for seq in RAW:
+        assert seq not in r.stdout
+    assert "forged\\nkiln: done" in r.stdout
