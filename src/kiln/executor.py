@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kiln._gc import gc_paused
-from kiln._reaper import BuildReaper
 from kiln.actionkey import KeyMaker
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
@@ -39,6 +38,7 @@ from kiln.lock import OutputLock
 from kiln.output_tree import OutputTree
 from kiln.outputs import claim_output_dir, output_dir_state
 from kiln.plan import Plan, make_plan
+from kiln.process.reaper import BuildReaper
 from kiln.reporting import ProgressReporter
 from kiln.result import BuildResult, SchedulerOptions
 from kiln.run_context import RunContext

@@ -374,9 +374,28 @@ def atomic_write(path: Path | str, mode: str = "wb") -> Iterator[IO[Any]]:
     ``"w"``, UTF-8)."""
     with atomic_output(path, create=False) as tmp:
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o666)
+        with written(fd, mode, commit=lambda: True, discard=lambda: None) as f:
+            yield f
+
+
+@contextlib.contextmanager
+def written(
+    fd: int, mode: str, commit: Callable[[], bool], discard: Callable[[], object]
+) -> Iterator[IO[Any]]:
+    """The shape of every temporary-then-rename write: ``fd`` is a new temporary,
+    open for writing, which the body writes through the file yielded (``"wb"``, or
+    ``"w"`` for UTF-8 text); once the body succeeded and the file is closed,
+    ``commit()`` gives it its place by rename and says whether it did; a temporary
+    not committed is removed (``discard()``), whatever went wrong."""
+    committed = False
+    try:
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
+        committed = commit()
+    finally:
+        if not committed:
+            discard()
 
 
 @functools.cache

@@ -36,9 +36,9 @@ from kiln.errors import KilnError
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
 from kiln.outputs import open_regular
 from kiln.plan import Plan
+from kiln.process.pool import ProcessPool
 from kiln.result import BuildResult
 from kiln.run_context import RunContext
-from kiln.runners import ProcessPool
 from kiln.sandbox import sandbox_paths
 
 CHECK_DIR = "check"  # under .kiln/

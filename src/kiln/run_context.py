@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kiln._spawn import CommandRunner
 from kiln.action_env import ActionEnvironment
 from kiln.command_logs import LogSpools
 from kiln.layout import OutputLayout
+from kiln.process.commands import CommandRunner
+from kiln.process.groups import kill_group
 from kiln.reporting import ProgressReporter
-from kiln.runners import kill_group
 
 if TYPE_CHECKING:
     from kiln.graph import BuildFile, BuildFileMetadata

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kiln import events as ev
-from kiln._spawn import Finish, SpawnsCommand
 from kiln.action_outputs import ActionOutputs, Produced
 from kiln.action_record import ActionRecord
 from kiln.actionkey import KeyMaker
@@ -50,10 +49,12 @@ from kiln.output_tree import OutputTree
 from kiln.outputs import sync_filesystem
 from kiln.plan import Plan, node_name
 from kiln.priority import remaining_paths
+from kiln.process.commands import Finish, SpawnsCommand
+from kiln.process.pool import ProcessPool
 from kiln.reporting import ProgressReporter
 from kiln.result import BuildResult, NodeRun, SchedulerOptions
-from kiln.runners import ProcessPool, ThreadWorkers, run_with_deadline
 from kiln.state import StateStore, StatKey
+from kiln.threads import ThreadWorkers, run_with_deadline
 
 __all__ = ["MAX_JOBS", "BuildResult", "Scheduler", "SchedulerOptions"]
 
@@ -419,7 +420,7 @@ class Scheduler:
             self._tiny.observe(action, *spent, inline)
         self._done.put((action, decision, error, produced))
 
-    # -- commands: started without a thread, finished by the reaper (kiln._spawn) ----
+    # -- commands: started without a thread, finished by the reaper (kiln.process.commands) ----
 
     def _spawns(self, action: BuildAction) -> bool:
         """Whether ``action`` is a command started here and reaped by the runner."""

@@ -51,7 +51,6 @@ described above) is a damaged record: its action runs again.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -70,8 +69,9 @@ from kiln._statecheck import (
     os_reason,
 )
 from kiln.action_record import ActionRecord
+from kiln.digests import hash_file
 from kiln.errors import NotRegularFile, StateError
-from kiln.outputs import check_own_file, claim_output_dir, file_kind, open_regular
+from kiln.outputs import check_own_file, claim_output_dir, file_kind
 
 SCHEMA_VERSION = "1"
 _SCHEMA = """
@@ -102,16 +102,6 @@ StatKey = tuple[int, int, int, int]
 
 def stat_key(st: os.stat_result) -> StatKey:
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
-
-
-def hash_file(path: Path | str, follow: bool = True) -> str:
-    """SHA-256 of a regular file's content (NotRegularFile for anything else; without
-    ``follow``, a final symlink is not followed)."""
-    h = hashlib.sha256()
-    with os.fdopen(open_regular(path, follow=follow), "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # The rows of the digest cache whose every field has its type.

@@ -9,10 +9,10 @@ import os
 import tempfile
 from typing import Any
 
-from kiln._template import template_modules
 from kiln.actions._files import atomic_write
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.errors import ToolError
+from kiln.process.template import template_modules
 
 
 def _opset(model: Any) -> int:

@@ -15,7 +15,6 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from kiln._redact import redact_urls
-from kiln._spawn import Ended, Finish, Finished, SpawnsCommand
 from kiln.action_env import check_variables
 from kiln.actions._files import atomic_output
 from kiln.actions._logs import read_tail
@@ -30,6 +29,7 @@ from kiln.graph import (
     join_namespace,
 )
 from kiln.outputs import temporary_for
+from kiln.process.commands import Ended, Finish, Finished, SpawnsCommand
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
@@ -71,7 +71,7 @@ class CommandAction(BuildAction, SpawnsCommand):
     failure shows a tail of the log bounded in bytes. Its ``timeout`` kills the
     command and everything it started.
 
-    The command is started by the build's ``CommandRunner`` (``kiln._spawn``):
+    The command is started by the build's ``CommandRunner`` (``kiln.process.commands``):
     no thread waits for it; the runner's reaper thread calls back when it ended.
     """
 

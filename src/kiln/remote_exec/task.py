@@ -9,7 +9,7 @@ remote CAS and returns their digests (a small output's bytes too, so that kiln
 need not fetch it back). The sandbox is removed afterwards.
 
 A command runs as a child process. A thunk runs in a worker forked from kiln's
-clean, pre-imported template (``kiln.runners.ProcessPool``), as it would on
+clean, pre-imported template (``kiln.process.pool.ProcessPool``), as it would on
 kiln's machine, instead of a fresh interpreter importing kiln's tools each time.
 What a Dask worker process keeps between tasks (``_WorkerState``): its CAS
 client with its kept-alive connections, one per build.
@@ -26,7 +26,6 @@ import multiprocessing
 import os
 import select
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
@@ -41,10 +40,11 @@ from kiln._iree_shim import activated as iree_build_shim
 from kiln.action_env import ActionEnvironment
 from kiln.cache.local import LocalCache
 from kiln.cache.remote import SMALL_BLOB, RemoteCache
-from kiln.state import hash_file
+from kiln.digests import hash_file
+from kiln.process.groups import kill_group, pidfd
 
 if TYPE_CHECKING:  # imported when a thunk first runs
-    from kiln.runners import ProcessPool
+    from kiln.process.pool import ProcessPool
 
 _TAIL_BYTES = 4000
 _POLL_S = 0.1
@@ -116,7 +116,7 @@ class _WorkerState:
         """This worker process's pool of fresh processes for the declared variables
         ``env``, forked from one template that lives as long as the Dask worker
         (each thunk still gets a new process, in its own sandbox directory)."""
-        from kiln.runners import ProcessPool
+        from kiln.process.pool import ProcessPool
 
         with self.lock:
             pool = self._pools.get(env)
@@ -237,12 +237,12 @@ def _wait(
     task is cancelled (the build was interrupted), and say which. The wait sleeps
     on a pidfd, so that the end of the command is seen at once."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pidfd = _pidfd(proc.pid)
+    fd = pidfd(proc.pid)
     try:
         while True:
             left = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
-            if pidfd is not None:
-                select.select([pidfd], [], [], max(0.0, left))
+            if fd is not None:
+                select.select([fd], [], [], max(0.0, left))
                 ended = proc.poll() is not None
             else:
                 try:
@@ -254,22 +254,14 @@ def _wait(
                 return None
             late = deadline is not None and time.monotonic() > deadline
             if late or cancelled():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                kill_group(proc.pid)
                 proc.wait()
                 if late:
                     return f"ran past its timeout of {timeout:g} s and was killed"
                 return "cancelled: the build stopped"
     finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfds here: poll instead
-        return None
+        if fd is not None:
+            os.close(fd)
 
 
 def _run_thunk(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:

@@ -216,7 +216,7 @@ def _tagged_children(entry: bytes, skip: Collection[int]) -> list[int]:
 def _own_helpers() -> set[int]:
     """kiln's own long-lived helper processes: multiprocessing's resource tracker,
     and its fork server, the clean template kiln's process workers fork from
-    (``kiln._template``), which lives as long as kiln's process."""
+    (``kiln.process.template``), which lives as long as kiln's process."""
     tracker = sys.modules.get("multiprocessing.resource_tracker")
     server = sys.modules.get("multiprocessing.forkserver")
     pids = (
