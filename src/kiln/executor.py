@@ -45,6 +45,7 @@ from kiln.run_context import RunContext
 from kiln.scheduler import Scheduler
 from kiln.state import StateStore
 from kiln.trace import LastBuild
+from kiln.unrequested import judge as judge_unrequested
 
 if TYPE_CHECKING:
     from kiln.cache import BuildCache
@@ -316,6 +317,9 @@ class Executor:
                     result = scheduler.run()
                     if options.check_reproducible and not result.interrupted:
                         self._check_reproducible(plan, result, scheduler, options.jobs)
+                result.unrequested = judge_unrequested(
+                    self.entrypoints, self.graph.files(), plan, keys, result.digests, store
+                )
         finally:
             self.failed_deps.update(
                 n for n, run in scheduler.result.runs.items() if run.failure is not None

@@ -56,20 +56,15 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from kiln.actionkey import KeyMaker
-from kiln.errors import BuildDefinitionError, NotRegularFile, StateError
+from kiln.errors import NotRegularFile, StateError
 from kiln.graph import BuildAction, BuildFile, BuildMeta
-from kiln.incremental import UpToDateChecker
 from kiln.outputs import TemporarySweeper, atomic_write, clear_for_own_file, read_regular
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
     from kiln.result import BuildResult
-    from kiln.state import StateStore
 
 FORMAT = "kiln-manifest/2"
-# Stands for the digest of an output whose copy is stale, so its consumers are too.
-_STALE = "<stale>"
 
 
 class ManifestMeta(BuildMeta):
@@ -86,27 +81,14 @@ class ManifestMeta(BuildMeta):
         self.benchmarks: list[tuple[BuildAction, BuildFile]] = []
 
 
-class _StatCacheOnly:
-    """The state store as the up-to-date check reads it, but answering a digest
-    only from the stat cache: a changed file counts as changed, unread."""
-
-    def __init__(self, store: StateStore):
-        self._store = store
-
-    def digest(self, path: str, output: bool = False) -> str | None:
-        return self._store.cached_digest(path, output)
-
-    def records(self) -> dict[str, Any]:
-        return self._store.records()
-
-
 class Statuses:
-    """Each action's status for the manifest: from ``result`` for the actions of
-    this build, from the state's records for the others."""
+    """Each action's status for the manifest, from ``result``: the build's own
+    actions by what happened to them, the others as the build judged them
+    (``BuildResult.unrequested``, ``kiln.unrequested``)."""
 
-    def __init__(self, executor: Executor, result: BuildResult, unrequested: bool = True):
+    def __init__(self, result: BuildResult):
         self.result = result
-        self.of: dict[BuildAction, str] = {}
+        self.of: dict[BuildAction, str] = dict(result.unrequested)
         for status, actions in (
             ("built", result.built),
             ("built", result.skipped),
@@ -116,45 +98,6 @@ class Statuses:
         ):
             self.of.update((a, status) for a in actions)
         self.digests = dict(result.digests)
-        if unrequested:
-            self._judge_unrequested(executor)
-
-    def _judge_unrequested(self, executor: Executor) -> None:
-        judged = self.of
-        if all(
-            d in judged
-            for node in executor.all.values()
-            if isinstance(node, BuildFile)
-            for d in node.deps
-            if isinstance(d, BuildAction)
-        ):
-            return  # the build covered every action (the usual no-op): no second plan
-        plan = executor.plan(executor.entrypoints)
-        keys = KeyMaker(executor.run_context.environment)
-        for action in plan.actions:
-            if action not in self.of:
-                try:
-                    keys.params_of[action] = keys.params(action)
-                except BuildDefinitionError:  # cannot be keyed: never judged up to date
-                    keys.params_of[action] = None
-        checker = UpToDateChecker(
-            plan,
-            _StatCacheOnly(executor.store()),  # type: ignore[arg-type]
-            keys,
-        )
-        checker.digests.update(self.digests)
-        for action in plan.actions:
-            if action in self.of:
-                continue
-            outputs = plan.outputs[action]
-            decision = checker.decide(action)
-            exists = all(os.path.lexists(f.fs_str) for f in outputs)
-            if decision.up_to_date or decision.reason == "never built" or not exists:
-                self.of[action] = "not built"
-            else:
-                self.of[action] = "stale"
-            if not decision.up_to_date:
-                checker.digests.update((f, _STALE) for f in outputs)
 
     def action(self, action: BuildAction) -> str:
         return self.of.get(action, "not built")
@@ -231,7 +174,7 @@ def _benchmark(statuses: Statuses, action: BuildAction, result: BuildFile) -> di
 def skipped_checks(executor: Executor, result: BuildResult) -> list[str]:
     """One line per check or benchmark of an entrypoint's output that was skipped
     (its device is not on this machine), for the build's summary."""
-    statuses = Statuses(executor, result, unrequested=False)
+    statuses = Statuses(result)
     lines = []
     for ep in executor.entrypoints:
         for f in ep.outputs:
@@ -264,7 +207,8 @@ def describe_output(
             digest = executor.store().digest(f.fs_str)
             status = "built" if digest is not None else "not built"
     entry.update(status=status, built=digest is not None)
-    worker = getattr(producers[0], "remote_worker", None) if producers else None
+    run = statuses.result.runs.get(producers[0]) if producers else None
+    worker = run.worker if run is not None else None
     if worker is not None and status == "built":  # it ran on a cluster in this build
         entry["worker"] = worker
     if digest is not None:
@@ -281,7 +225,7 @@ def describe_output(
 
 def write_manifest(executor: Executor, result: BuildResult) -> None:
     """Rewrite the manifest for every entrypoint of the graph, from ``result``."""
-    statuses = Statuses(executor, result)
+    statuses = Statuses(result)
     cached = _cached_outputs(executor, result)
     outputs = {
         ep.path: [describe_output(executor, statuses, f, cached) for f in ep.outputs]

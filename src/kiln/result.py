@@ -41,6 +41,7 @@ class NodeRun:
     invoke_time: float | None = None
     finish_time: float | None = None
     failure: BaseException | None = None
+    worker: str | None = None  # the Dask worker it ran on, when it ran on a cluster
 
 
 @dataclass
@@ -66,6 +67,9 @@ class BuildResult:
     keys: dict[BuildAction, str] = field(default_factory=dict)
     # What ``--check-reproducible`` found not reproduced (``kiln.reproducible``).
     not_reproducible: list[Any] = field(default_factory=list)
+    # The actions of the graph this build did not plan: "stale" or "not built"
+    # (``kiln.unrequested``), for the manifest.
+    unrequested: dict[BuildAction, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -496,6 +496,7 @@ class Scheduler:
         assert self.remote is not None
         inputs = {f: self.checker.digests[f] or "" for f in self.plan.inputs[action]}
         produced, worker = self.remote.run(action, inputs, self.plan.outputs[action])
+        self._runs[action].worker = worker  # in the build's record, never on the node
         self.events.set_lane(action, f"dask {worker}")
         return produced
 

@@ -71,8 +71,6 @@ class RemoteRunner:
                 f"'{action.desc}' ran on Dask worker {result.worker}, but its "
                 "outputs cannot be fetched from the remote cache"
             )
-        # For the manifest: which worker made these outputs (``kiln.manifest``).
-        action.remote_worker = result.worker  # type: ignore[attr-defined]
         return produced, result.worker
 
     def _keep_inline(
