@@ -105,7 +105,7 @@ class ActionOutputs:
         the programs of actions find them (``BuildFile.action_path``)."""
         for f in inputs:
             if f.source is not None:
-                f.layout.link_source(f)
+                f.layout.link_source(f.action_path, str(f.source))
 
     @staticmethod
     def hash(action: BuildAction, outputs: Iterable[BuildFile]) -> Produced:

@@ -32,14 +32,14 @@ from kiln.graph import (
     as_namespace,
     join_namespace,
 )
-from kiln.graph_registry import Checkpoint, GraphRegistry
+from kiln.graph.registry import Checkpoint, GraphRegistry
 from kiln.layout import OutputLayout
 from kiln.lock import OutputLock
 from kiln.output_tree import OutputTree
 from kiln.outputs import claim_output_dir, output_dir_state
 from kiln.plan import Plan, make_plan
 from kiln.process.reaper import BuildReaper
-from kiln.reporting import ProgressReporter
+from kiln.progress import ProgressReporter
 from kiln.result import BuildResult, SchedulerOptions
 from kiln.run_context import RunContext
 from kiln.scheduler import Scheduler
@@ -307,6 +307,7 @@ class Executor:
             cache=self.cache,
             remote=self.remote,
             environment=lambda: (self.run_context.process_env(), self.run_context.work_dir),
+            commands=lambda: self.run_context.commands,
         )
         self.graph.runs.begin(scheduler.result.runs)
         try:

@@ -1,11 +1,8 @@
 """Reporters: readers of the build's event stream, and the plain-line printer.
 
 The scheduler emits ``kiln.events.BuildEvent``s; every reporter reads them
-through ``handle``. ``ProgressReporter.handle`` turns events into the seed's
-methods (``start_graph``, ``start_dep``, ``skip_dep``, ``finish_dep``,
-``report_failure``, ``end_graph``), so a user's subclass that overrides those
-keeps working. ``explain``, ``progress`` and ``message`` are display requests,
-not build facts, and are called directly. ``PlainReporter`` prints one line per
+through ``handle`` (``kiln.progress.ProgressReporter``, the interface a user's
+reporter subclasses, re-exported here). ``PlainReporter`` prints one line per
 started action, with no control characters, for CI logs and pipes. The live
 terminal display is in ``kiln.reporting_rich`` so that rich is imported only
 when it is used. Both print events through ``displayed`` and text through
@@ -16,17 +13,28 @@ escaped (``kiln.terminal``).
 from __future__ import annotations
 
 import threading
-import traceback
 from collections.abc import Set
 from typing import IO, TYPE_CHECKING
 
 from kiln import events as ev
+from kiln.errors import error_text
 from kiln.graph import BuildAction, BuildDependency
+from kiln.progress import ProgressReporter, display_requests
 from kiln.terminal import printable
 
 if TYPE_CHECKING:
     from kiln.result import BuildResult
 
+__all__ = [
+    "PlainReporter",
+    "ProgressReporter",
+    "displayed",
+    "error_text",
+    "format_root_causes",
+    "format_success",
+    "format_summary",
+    "remote_worker",
+]
 
 # The fields of an event that a reporter prints as (part of) one line.
 _ONE_LINE_FIELDS = ("desc", "lane", "target", "log")
@@ -57,61 +65,6 @@ def remote_worker(event: ev.BuildEvent) -> str | None:
     return lane.removeprefix("dask ") if lane.startswith("dask ") else None
 
 
-class ProgressReporter:
-    """Receives build events; every method may be called from any thread.
-
-    ``handle`` is the one entry point of build facts; the default hands each event
-    to the method of the seed's interface that stands for it.
-    """
-
-    def handle(self, event: ev.BuildEvent) -> None:
-        """Read one event of the stream (the adapter to the methods below)."""
-        kind = event.kind
-        if kind == ev.STARTED:
-            self.start_dep(event.subject)
-        elif kind in (ev.UP_TO_DATE, ev.CACHED):
-            self.skip_dep(event.subject)
-        elif kind == ev.FINISHED:
-            self.finish_dep(event.subject)
-        elif kind == ev.FAILED:
-            self.report_failure(event.subject)
-            self.finish_dep(event.subject)
-        elif kind == ev.BUILD_STARTED:
-            self.start_graph(event.subject)
-        elif kind == ev.BUILD_FINISHED:
-            self.end_graph()
-
-    def reset_display(self) -> None:
-        """Clear any live display so that plain text can be printed."""
-
-    def start_graph(self, all_deps: Set[BuildDependency]) -> None:
-        """A build of these nodes begins."""
-
-    def start_dep(self, dep: BuildDependency) -> None:
-        """An action starts running."""
-
-    def skip_dep(self, dep: BuildDependency) -> None:
-        """An action is up to date and will not run."""
-
-    def finish_dep(self, dep: BuildDependency) -> None:
-        """An action finished (``dep.failure`` says whether it failed)."""
-
-    def report_failure(self, dep: BuildDependency) -> None:
-        """An action failed."""
-
-    def explain(self, dep: BuildDependency, reason: str) -> None:
-        """Why an action runs (``--explain``, ``--dry-run``)."""
-
-    def progress(self, dep: BuildDependency, done: int, total: int | None) -> None:
-        """Byte progress of a running action (a download)."""
-
-    def message(self, text: str) -> None:
-        """A line for the user, printed above any live display."""
-
-    def end_graph(self) -> None:
-        """The build is over."""
-
-
 def count_actions(deps: Set[BuildDependency]) -> int:
     return sum(1 for d in deps if isinstance(d, BuildAction))
 
@@ -137,6 +90,7 @@ class PlainReporter(ProgressReporter):
 
     def handle(self, event: ev.BuildEvent) -> None:
         kind = event.kind
+        display_requests(self, event)
         if kind == ev.UP_TO_DATE and not self.verbose:  # the bulk of a no-op build
             self.done += 1
             return
@@ -182,24 +136,6 @@ def failure_text(event: ev.BuildEvent, verbose: int) -> str:
     if verbose and event.traceback:
         return event.traceback
     return event.error or ""
-
-
-def error_text(error: BaseException | None, verbose: int = 0) -> str:
-    """How a failure reads: kiln's own errors by message, others with a traceback."""
-    if error is None:
-        return ""
-    from kiln.errors import KilnError
-
-    remote = getattr(error, "remote_traceback", None)
-    if remote is not None:  # raised in a worker process: the exception, or its traceback
-        if verbose:
-            return str(remote).rstrip()
-        if isinstance(error, KilnError):
-            return str(error)
-        return f"{type(error).__name__}: {error}"
-    if isinstance(error, KilnError) and not verbose:
-        return str(error)
-    return "".join(traceback.format_exception(error)).rstrip()
 
 
 def indent(text: str, prefix: str = "  ") -> str:

@@ -24,8 +24,8 @@ from rich.text import Text
 
 from kiln import events as ev
 from kiln.graph import BuildDependency
+from kiln.progress import ProgressReporter, display_requests
 from kiln.reporting import (
-    ProgressReporter,
     displayed,
     failure_heading,
     failure_text,
@@ -160,6 +160,7 @@ class RichReporter(ProgressReporter):
 
     def handle(self, event: ev.BuildEvent) -> None:
         kind = event.kind
+        display_requests(self, event)
         if kind == ev.UP_TO_DATE:  # the bulk of a no-op build: nothing to print
             self._progress.advance(self._task)
             return

@@ -7,7 +7,6 @@ happened to a node in a build is its ``NodeRun`` in the result.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,26 +83,3 @@ class BuildResult:
         """Why ``node`` failed or did not run in this build; None if it did not fail."""
         run = self.runs.get(node)
         return run.failure if run is not None else None
-
-
-class RunLog:
-    """The latest run of each node of one graph, across its builds: the read-only
-    view behind ``dep.failure``, ``dep.start_time``, ... that reporters written for
-    iree.build read.
-
-    Invariant: a node of the current build is looked up in its runs only, so a
-    failure of an earlier build never shows on a node the current one planned.
-    """
-
-    def __init__(self) -> None:
-        self._current: Mapping[BuildDependency, NodeRun] = {}
-        self._past: dict[BuildDependency, NodeRun] = {}
-
-    def begin(self, runs: Mapping[BuildDependency, NodeRun]) -> None:
-        """A build starts that writes into ``runs`` (holding every node it plans)."""
-        self._past.update(self._current)
-        self._current = runs
-
-    def get(self, node: BuildDependency) -> NodeRun | None:
-        run = self._current.get(node)
-        return run if run is not None else self._past.get(node)

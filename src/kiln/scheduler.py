@@ -42,16 +42,23 @@ from kiln.errors import (
     KilnError,
     StateError,
 )
-from kiln.graph import ActionConcurrency, BuildAction, BuildDependency, BuildFile
+from kiln.graph import (
+    ActionConcurrency,
+    BuildAction,
+    BuildDependency,
+    BuildFile,
+    Finish,
+    SpawnsCommand,
+)
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.limits import MAX_JOBS, ResourcePools, TinyActions, cap_jobs
 from kiln.output_tree import OutputTree
 from kiln.outputs import sync_filesystem
 from kiln.plan import Plan, node_name
 from kiln.priority import remaining_paths
-from kiln.process.commands import Finish, SpawnsCommand
+from kiln.process.commands import CommandRunner
 from kiln.process.pool import ProcessPool
-from kiln.reporting import ProgressReporter
+from kiln.progress import ProgressReporter
 from kiln.result import BuildResult, NodeRun, SchedulerOptions
 from kiln.state import StateStore, StatKey
 from kiln.threads import ThreadWorkers, run_with_deadline
@@ -108,13 +115,17 @@ class Scheduler:
         cache: BuildCache | None = None,
         remote: RemoteRunner | None = None,
         environment: Callable[[], tuple[dict[str, str], str]] | None = None,
+        commands: Callable[[], CommandRunner] | None = None,
     ):
         self.plan = plan
         self.store = store
         self.reporter = reporter
         self.result = BuildResult(runs={n: NodeRun() for n in plan.order})
         self.events = BuildEmitter(
-            ev.EventStream([reporter, *(readers or [])]), plan, self.result.runs
+            ev.EventStream([reporter, *(readers or [])]),
+            plan,
+            self.result.runs,
+            explain=options.explain,
         )
         self.opts = options
         self.checker = UpToDateChecker(plan, store, keys)
@@ -149,6 +160,8 @@ class Scheduler:
         # What every PROCESS action starts with, whatever ran before it: the build's
         # controlled environment and directory (``kiln.action_env``), made on first use.
         self._environment = environment or (lambda: (dict(os.environ), os.getcwd()))
+        # The build's command runner, which this thread drives while it waits.
+        self._commands = commands
         self._pool_lock = threading.Lock()
         # The shared cache as this build uses it; ``--check-reproducible`` defers its
         # saves until the second runs agreed (the executor flushes them).
@@ -171,9 +184,9 @@ class Scheduler:
     def run(self) -> BuildResult:
         start = time.monotonic()
         self._ident = threading.get_ident()
-        if self._cap_note is not None:
-            self.reporter.message(self._cap_note)
         self.events.build_started(self.opts.jobs)
+        if self._cap_note is not None:
+            self.events.note(self._cap_note)
         try:
             self._loop()
         except KeyboardInterrupt:
@@ -198,7 +211,7 @@ class Scheduler:
             if self._tree is not None and (self.result.built or self.result.cached):
                 failed = sync_filesystem(self._tree.root)  # on disk before it says done
                 if failed is not None:
-                    self.reporter.message(
+                    self.events.note(
                         f"warning: the outputs may not all be on disk ({self._tree.root}): {failed}"
                     )
             self.events.build_finished(self.result)
@@ -337,11 +350,9 @@ class Scheduler:
             )
             run = self._runs[action]
             run.start_time = run.finish_time = time.time()
-            self.reporter.start_dep(action)
+            self.events.started(action, decision)
             self._done.put((action, decision, error, {}))
             return
-        if self.opts.explain:
-            self.reporter.explain(action, decision.reason or "")
         if self._runs_inline(action) or (
             self._spawns(action) and not self._cache.applies(action, decision)
         ):  # a command starts here, at once (a cache lookup is left to a worker)
@@ -443,8 +454,8 @@ class Scheduler:
             else:
                 rest()
 
-        if threading.get_ident() == self._ident:
-            self._done.drive(action.run_context.commands)
+        if threading.get_ident() == self._ident and self._commands is not None:
+            self._done.drive(self._commands())
 
         try:
             action._spawn(finished)
@@ -600,8 +611,6 @@ class Scheduler:
             )
         self.result.would_run.append((action, decision.reason or ""))
         self.events.would_run(action, decision)
-        if self.opts.explain:
-            self.reporter.explain(action, decision.reason or "")
         for f in self.plan.outputs[action]:
             self.checker.digests[f] = f"{REBUILT_DIGEST}{action.desc}>"
         self._succeed(action)

@@ -62,7 +62,6 @@ from pathlib import Path
 from typing import Any
 
 from kiln._statecheck import (
-    Untrusted,
     check_kiln_database,
     is_corruption,
     metadata_dict,
@@ -70,7 +69,7 @@ from kiln._statecheck import (
 )
 from kiln.action_record import ActionRecord
 from kiln.digests import hash_file
-from kiln.errors import NotRegularFile, StateError
+from kiln.errors import NotRegularFile, StateError, Untrusted
 from kiln.outputs import check_own_file, claim_output_dir, file_kind
 
 SCHEMA_VERSION = "1"

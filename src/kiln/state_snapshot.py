@@ -15,8 +15,8 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from kiln._statecheck import Untrusted, check_kiln_database, is_corruption
-from kiln.errors import NotRegularFile, StateError
+from kiln._statecheck import check_kiln_database, is_corruption
+from kiln.errors import NotRegularFile, StateError, Untrusted
 from kiln.outputs import KILN_DIR, check_own_file, open_regular, output_dir_state
 from kiln.state import _META, _NONREPRODUCIBLE, _SCHEMA, _WRITTEN, SCHEMA_VERSION, StateStore
 

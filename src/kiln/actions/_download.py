@@ -260,7 +260,7 @@ def _fetch_http(
                 total = _content_length(response)
 
                 def read(size: int) -> bytes:
-                    chunk = response.read1(size)
+                    chunk: bytes = response.read1(size)
                     watchdog.note(len(chunk))
                     return chunk
 

@@ -191,7 +191,8 @@ def _numpy_dtype(name: str) -> np.dtype[Any]:
     except TypeError:
         import ml_dtypes
 
-        return np.dtype(getattr(ml_dtypes, name))
+        found: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
+        return found
 
 
 # --- comparing

@@ -56,7 +56,6 @@ class FetchHttpAction(BuildAction):
         return {self.output_file: self.sha256.strip().lower()} if self.sha256 else None
 
     def _invoke(self) -> None:
-        reporter = self.run_context.reporter
         path = self.output_file.get_fs_path()
         # iree.build's line, which scripts look for; only when a download happens.
         self.run_context.write_status(f"Fetching URL: {self.url} -> {path}")
@@ -67,7 +66,7 @@ class FetchHttpAction(BuildAction):
             timeout=self.timeout_s,
             stall_timeout=self.stall_timeout_s,
             retries=self.retries,
-            progress=lambda done, total: reporter.progress(self, done, total),
+            progress=lambda done, total: self.run_context.progress(self, done, total),
         )
 
 

@@ -26,10 +26,13 @@ from kiln.graph import (
     BuildFile,
     DefinitionSite,
     FileNamespace,
+    Finish,
+    Finished,
+    SpawnsCommand,
     join_namespace,
 )
 from kiln.outputs import temporary_for
-from kiln.process.commands import Ended, Finish, Finished, SpawnsCommand
+from kiln.process.commands import Ended
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:

@@ -206,11 +206,13 @@ def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[
         return 2
     commands = importlib.import_module(f"kiln.cli.{command}_cmd")
     if command in ("clean", "report", "cache"):  # no build module needed
-        return commands.run(rest, out, err)
+        code: int = commands.run(rest, out, err)
+        return code
     from kiln.cli.session import open_session
 
     with open_session(command, rest, module, out, err) as inv, argument_namespace_context(inv.args):
-        return commands.run(inv)
+        status: int = commands.run(inv)
+        return status
 
 
 def _split_command(argv: list[str], in_module: bool) -> tuple[str | None, list[str]]:

@@ -22,7 +22,8 @@ from kiln.cli.options import add_cl_args, check_report_file, command_parser, mod
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, UsageError
 from kiln.executor import Executor
-from kiln.reporting import PlainReporter, ProgressReporter
+from kiln.progress import ProgressReporter
+from kiln.reporting import PlainReporter
 
 
 @contextlib.contextmanager

@@ -384,21 +384,3 @@ def _waitpid(pid: int, pidfd: int = -1) -> int:
     except ChildProcessError:
         return -signal.SIGKILL
     return os.waitstatus_to_exitcode(status)
-
-
-# What a command action hands back when its command ended: the rest of its work
-# (the checks, committing its output), which raises the action's failure.
-Finish = Callable[[], None]
-# Called once when the command ended, with that rest and the bytes the command
-# wrote (a hint: a large output is better committed and hashed off the reaper).
-Finished = Callable[[Finish, int], None]
-
-
-class SpawnsCommand:
-    """An action whose work is one command run by a ``CommandRunner``: ``_spawn``
-    starts it and returns at once; its ``finished`` is called once, on the runner's
-    reaper thread, when the command ended. ``_spawn`` raises (``ActionFailed``) when
-    the command cannot start, and then never calls ``finished``."""
-
-    def _spawn(self, finished: Finished) -> None:
-        raise NotImplementedError

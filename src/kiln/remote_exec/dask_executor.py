@@ -292,7 +292,7 @@ def _connect(client: Callable[..., Any], address: str, timeout_s: float) -> Any:
 def _connection_lost(error: BaseException) -> bool:
     """Whether ``error`` says the client lost its scheduler (kiln cancels futures
     only when the build stops, and then no longer waits for them)."""
-    from distributed.utils import CancelledError
+    from concurrent.futures import CancelledError  # what distributed.utils raises
 
     return isinstance(error, CancelledError | OSError | TimeoutError)
 
