@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class SchedulerOptions:
+    """What a build is asked to do."""
+
     jobs: int = os.cpu_count() or 1
     pools: dict[str, int] = field(default_factory=dict)
     fail_fast: bool = False
