@@ -10,14 +10,13 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from kiln.action_record import ActionRecord
 from kiln.digests import hash_file
 from kiln.errors import ActionFailed, NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_tree import OutputTree
 from kiln.outputs import TemporarySweeper, file_kind, read_regular, remove_partial
 from kiln.prefilled import USER_FILES
-from kiln.state import StateStore, StatKey, stat_key
+from kiln.state import ActionRecord, StateStore, StatKey, stat_key
 
 # What an action wrote: each output's stat key and digest.
 Produced = dict[BuildFile, tuple[StatKey, str]]

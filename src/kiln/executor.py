@@ -349,7 +349,7 @@ class Executor:
         """The build state: a snapshot (in memory) when ``read_only``, else the database."""
         if self._store is None:
             if self.read_only:
-                from kiln.state_snapshot import StateSnapshot
+                from kiln.state.snapshot import StateSnapshot
 
                 self._store = StateSnapshot(self.output_dir, warn=self.reporter.message)
             else:

@@ -14,16 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.action_record import ActionRecord
 from kiln.actionkey import CODE_PARAM, ENV_PARAM, THUNK_PARAM, KeyMaker, complete_params
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.outputs import file_kind
 from kiln.plan import Plan
-from kiln.state import StateStore
+from kiln.state import ActionRecord, DigestStore
 from kiln.tree_digest import tree_digest
 
 _MAX_CHANGES_SHOWN = 3
@@ -65,7 +65,7 @@ class UpToDateChecker:
     known this build (source files lazily, outputs as their producers finish);
     ``keys`` holds every action's keyed parameters, made when the build was planned."""
 
-    def __init__(self, plan: Plan, store: StateStore, keys: KeyMaker | None = None):
+    def __init__(self, plan: Plan, store: DigestStore, keys: KeyMaker | None = None):
         self.plan = plan
         self.store = store
         if keys is None:  # not keyed when the build was planned: key it now
@@ -75,7 +75,7 @@ class UpToDateChecker:
         self.digests: dict[BuildFile, str | None] = {}
         # Inputs whose digest does not cover what an action may read through them.
         self.unkeyable_inputs: dict[BuildFile, str] = {}
-        self._records: dict[str, ActionRecord] | None = None  # the store's, read once
+        self._records: Mapping[str, ActionRecord] | None = None  # the store's, read once
 
     def file_digest(self, f: BuildFile) -> str | None:
         if f in self.digests:
@@ -145,9 +145,9 @@ class UpToDateChecker:
         return Decision(aid, key, params, inputs, reason)
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
-        # The stat cache's digest, no Path, no hashing (a store that has no such
-        # lookup, such as the manifest's stat-cache view, answers through ``digest``).
-        cached = getattr(self.store, "cached_output_digest", None) or self._output_digest
+        # The stat cache's digest, no hashing: a file it does not know is looked at
+        # by ``_output_change``.
+        cached = self.store.cached_digest
         found = []
         for f in outputs:
             path = f.fs_str
@@ -157,7 +157,7 @@ class UpToDateChecker:
             problem = None if f.source else f._layout.tree.dir_problem(path[: path.rindex("/")])
             if problem is not None:
                 return f"output {f.path} was modified: {problem}"
-            digest = cached(path)
+            digest = cached(path, True)
             if digest is None or not record.has_output(f._key, digest):
                 recorded = record.outputs  # a damaged record has none
                 why = self._output_change(f, recorded)
@@ -167,12 +167,6 @@ class UpToDateChecker:
             found.append((f, digest))
         self.digests.update(found)
         return None
-
-    def _output_digest(self, path: str) -> str | None:
-        try:
-            return self.store.digest(path, output=True)
-        except NotRegularFile:
-            return None
 
     def _output_change(self, f: BuildFile, recorded: dict[str, str]) -> str | None:
         """Why output ``f`` no longer matches its record (the stat cache missed)."""

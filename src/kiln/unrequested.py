@@ -12,15 +12,15 @@ installed, say) is ``not built``, never an error: nothing of it was asked for.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from kiln.actionkey import KeyMaker
 from kiln.errors import KilnError
 from kiln.graph import BuildAction, BuildDependency, BuildFile
 from kiln.incremental import UpToDateChecker
 from kiln.plan import Plan, make_plan
-from kiln.state import StateStore
+from kiln.state import ActionRecord, StateStore
 
 # Stands for the digest of an output whose copy is stale, so its consumers are too.
 _STALE = "<stale>"
@@ -33,10 +33,13 @@ class _StatCacheOnly:
     def __init__(self, store: StateStore):
         self._store = store
 
-    def digest(self, path: str, output: bool = False) -> str | None:
+    def digest(self, path: Path | str, output: bool = False) -> str | None:
         return self._store.cached_digest(path, output)
 
-    def records(self) -> dict[str, Any]:
+    def cached_digest(self, path: Path | str, output: bool = False) -> str | None:
+        return self._store.cached_digest(path, output)
+
+    def records(self) -> Mapping[str, ActionRecord]:
         return self._store.records()
 
 
@@ -59,7 +62,7 @@ def judge(
                 keys.params_of[action] = keys.params(action)
             except KilnError:  # cannot be keyed here: never judged up to date
                 keys.params_of[action] = None
-    checker = UpToDateChecker(rest, _StatCacheOnly(store), keys)  # type: ignore[arg-type]
+    checker = UpToDateChecker(rest, _StatCacheOnly(store), keys)
     checker.digests.update(digests)
     judged: dict[BuildAction, str] = {}
     for action in rest.actions:

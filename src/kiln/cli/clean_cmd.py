@@ -21,7 +21,7 @@ from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST, output_rel_path
 from kiln.lock import OutputLock
 from kiln.outputs import KILN_DIR, MARKER, is_temporary, output_dir_state, remove_quietly
 from kiln.prefilled import USER_FILES
-from kiln.state_snapshot import StateSnapshot
+from kiln.state.snapshot import StateSnapshot
 
 _SHOWN = 5
 

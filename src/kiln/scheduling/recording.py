@@ -13,11 +13,10 @@ import math
 import time
 
 from kiln.action_outputs import Produced
-from kiln.action_record import ActionRecord
 from kiln.graph import BuildAction, BuildFile
 from kiln.incremental import Decision
 from kiln.result import NodeRun
-from kiln.state import StateStore
+from kiln.state import ActionRecord, StateStore
 
 GROUP_COMMIT_S = 0.05
 
@@ -59,4 +58,4 @@ class Recorder:
     def write(self) -> None:
         """Write the records waiting, in one transaction."""
         if self.unrecorded:
-            self.store.record_many(self.take())
+            self.store.commit_round(self.take(), [], [])

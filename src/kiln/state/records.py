@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any, cast
 
-from kiln._statecheck import BAD, decode_field
+from kiln.state.integrity import BAD, decode_field
 
 # A JSON string literal as ``json.dumps`` writes it (ASCII only).
 _JSON_STR: Callable[[str], str] = json.encoder.encode_basestring_ascii
