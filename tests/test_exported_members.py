@@ -242,7 +242,7 @@ def _star(module: str, shim: bool = False) -> dict[str, str]:
     iree.build shim is active."""
     body = f"from {module} import *"
     if shim:
-        body = f"from kiln._iree_shim import activated\nwith activated(True):\n    {body}"
+        body = f"from kiln.iree_shim import activated\nwith activated(True):\n    {body}"
     code = (
         f"{body}\n"
         "print('\\n'.join(sorted(f'{k} {type(v).__name__}' for k, v in dict(globals()).items()"

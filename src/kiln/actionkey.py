@@ -33,12 +33,12 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from kiln._gc import gc_paused
 from kiln._version import __version__
 from kiln.action_env import ActionEnvironment
 from kiln.canonical import canonical, file_ref_for, qualname
 from kiln.codekey import CodeDigests, package_version
 from kiln.errors import BuildDefinitionError, Unkeyable
+from kiln.gc_pause import gc_paused
 from kiln.graph import KEYING_ONLY, ActionConcurrency, BuildAction, SpawnsCommand
 
 _ESCAPED = ("!", "=", "\\")

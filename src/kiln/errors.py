@@ -186,6 +186,16 @@ class Untrusted(Exception):
     """The state database failed kiln's integrity check; it is moved aside."""
 
 
+class TemplateGone(Exception):
+    """The template process is not there to fork a worker (``kiln.process.pool``
+    starts another)."""
+
+
+class SandboxFailure(Exception):
+    """A Dask worker could not prepare an action's sandbox or store its outputs
+    (``kiln.remote_exec.task``; Dask retries it on another worker)."""
+
+
 def error_text(error: BaseException | None, verbose: int = 0) -> str:
     """How a failure reads: kiln's own errors by message, others with a traceback."""
     if error is None:

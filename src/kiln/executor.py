@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from kiln._gc import gc_paused
 from kiln.actionkey import KeyMaker
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
 from kiln.events import EventReader
+from kiln.gc_pause import gc_paused
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,

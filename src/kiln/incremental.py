@@ -48,9 +48,9 @@ class Decision:
 
 def action_id(action: BuildAction, outputs: list[BuildFile]) -> str:
     if len(outputs) == 1:
-        return outputs[0]._key
+        return outputs[0].key
     if outputs:
-        return "|".join(f._key for f in outputs)
+        return "|".join(f.key for f in outputs)
     return f"{action.action_type}:{action.desc}"
 
 
@@ -104,7 +104,7 @@ class UpToDateChecker:
             digest = digests.get(f, _UNKNOWN)
             if digest is _UNKNOWN:
                 digest = self.file_digest(f)
-            inputs[f._key] = digest or "missing"
+            inputs[f.key] = digest or "missing"
         unkeyed = self.keys.unkeyed.get(action) if params is None else None
         if params is not None and action in self.keys.deferred:
             params, unkeyed = complete_params(self.keys, action, params)
@@ -154,16 +154,16 @@ class UpToDateChecker:
             # Read only a regular file reached through real directories: anything else
             # there counts as modified, and is never followed or opened. (A file outside
             # the output directory, an action's own, is only read, never followed.)
-            problem = None if f.source else f._layout.tree.dir_problem(path[: path.rindex("/")])
+            problem = None if f.source else f.layout.tree.dir_problem(path[: path.rindex("/")])
             if problem is not None:
                 return f"output {f.path} was modified: {problem}"
             digest = cached(path, True)
-            if digest is None or not record.has_output(f._key, digest):
+            if digest is None or not record.has_output(f.key, digest):
                 recorded = record.outputs  # a damaged record has none
                 why = self._output_change(f, recorded)
                 if why is not None:
                     return why
-                digest = recorded[f._key]
+                digest = recorded[f.key]
             found.append((f, digest))
         self.digests.update(found)
         return None
@@ -177,7 +177,7 @@ class UpToDateChecker:
             return f"output {f.path} was modified: it is {kind}, not a regular file"
         if digest is None:
             return f"output {f.path} is missing"
-        if recorded.get(f._key) != digest:
+        if recorded.get(f.key) != digest:
             return f"output {f.path} was modified"
         return None
 

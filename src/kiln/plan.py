@@ -10,8 +10,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from kiln._gc import gc_paused
 from kiln.errors import BuildDefinitionError
+from kiln.gc_pause import gc_paused
 from kiln.graph import BuildAction, BuildContext, BuildDependency, BuildFile
 
 

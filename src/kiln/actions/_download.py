@@ -21,10 +21,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO
 
-from kiln._redact import redact_url
 from kiln.actions._http import Watchdog, make_request, opener
 from kiln.errors import ToolError
 from kiln.outputs import atomic_write
+from kiln.redact import redact_url
 
 __all__ = ["download"]
 

@@ -173,7 +173,7 @@ class CompileAction(BuildAction):
             save_host_answers(self.run_context.layout.kiln_dir)
         return self._thunk(lambda f: f.action_path, self.log_path)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` in a remote sandbox; its
         warnings log stays there (the failure carries the diagnostics)."""
         return self._thunk(path, path(self.output_file) + ".log")

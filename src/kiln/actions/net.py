@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln._redact import redact_url, url_digest
 from kiln.actions._download import download
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, FileNamespace
+from kiln.redact import redact_url, url_digest
 
-__all__ = ["FetchHttpAction", "fetch_http", "redact_url"]  # redact_url: kiln._redact's
+__all__ = ["FetchHttpAction", "fetch_http", "redact_url"]  # redact_url: kiln.redact's
 
 
 class FetchHttpAction(BuildAction):

@@ -14,7 +14,6 @@ from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kiln._redact import redact_urls
 from kiln.action_env import check_variables
 from kiln.actions._files import atomic_output
 from kiln.actions._logs import read_tail
@@ -33,6 +32,7 @@ from kiln.graph import (
 )
 from kiln.outputs import temporary_for
 from kiln.process.commands import Ended
+from kiln.redact import redact_urls
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
@@ -107,7 +107,7 @@ class CommandAction(BuildAction, SpawnsCommand):
         return self._log
 
     def _invoke(self) -> None:
-        """Run the command and wait for it (the scheduler does not wait: ``_spawn``)."""
+        """Run the command and wait for it (the scheduler does not wait: ``spawn``)."""
         ended = threading.Event()
         rest: list[Finish] = []
 
@@ -115,11 +115,11 @@ class CommandAction(BuildAction, SpawnsCommand):
             rest.append(finish)
             ended.set()
 
-        self._spawn(finished)
+        self.spawn(finished)
         ended.wait()
         rest[0]()
 
-    def _spawn(self, finished: Finished) -> None:
+    def spawn(self, finished: Finished) -> None:
         final = self.output.get_fs_path()
         commit = atomic_output(final, create=False, unique=False)
         tmp = commit.__enter__()
@@ -214,7 +214,7 @@ class CommandAction(BuildAction, SpawnsCommand):
             [f.action_path for f in self.tools],
         )
 
-    def _sandbox_command(self) -> tuple[list[str], dict[BuildFile, str]]:
+    def sandbox_command(self) -> tuple[list[str], dict[BuildFile, str]]:
         """The command line as a Dask worker runs it, in a sandbox laid out as the
         output directory (``kiln.remote_exec``), and where it writes its output."""
         return self.command_line(), {self.output: self.out_path()}

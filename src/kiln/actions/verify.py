@@ -50,9 +50,9 @@ class ReferenceAction(BuildAction):
         output_file.deps.add(self)
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return self._sandbox_thunk(lambda f: f.action_path)
+        return self.sandbox_thunk(lambda f: f.action_path)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
         return functools.partial(
             write_reference,
@@ -175,7 +175,7 @@ class VerifyAction(BuildAction):
     def _remotable_thunk(self) -> Callable[[], None]:
         return functools.partial(run_check, self.check)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The check with every path of its files replaced by ``path(file)``."""
         where = {f.action_path: path(f) for f in [*self.files, self.output_file]}
         c = self.check

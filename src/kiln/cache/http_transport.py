@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from kiln._redact import redact_url
 from kiln.cache.deadlines import Deadlines, Request
 from kiln.errors import NotRegularFile
 from kiln.outputs import open_regular
+from kiln.redact import redact_url
 
 _IDLE_CONNECTIONS = 64
 _CHUNK = 1 << 20

@@ -23,11 +23,11 @@ from collections.abc import Iterator
 from types import MappingProxyType, ModuleType
 from typing import IO, cast
 
-from kiln._iree_shim import activated as iree_build_shim
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import user_line
 from kiln.cli.options import parser_streams
 from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError
+from kiln.iree_shim import activated as iree_build_shim
 from kiln.terminal import TerminalStream, printable
 
 USAGE = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
@@ -127,7 +127,7 @@ def run_cli(
     err = cast(IO[str], TerminalStream(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
     # While kiln runs, the build module's (and its libraries') ``import iree.build``
-    # gives kiln's compatible API (``kiln._iree_shim``), unless turned off.
+    # gives kiln's compatible API (``kiln.iree_shim``), unless turned off.
     shim = False if "--no-iree-build-shim" in argv else None
     try:
         with _signals_interrupt(out, err), parser_streams(out, err), iree_build_shim(shim):

@@ -21,11 +21,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any
 
-from kiln._iree_shim import NO_SHIM_ENV
 from kiln.args import ClArg, check_cl_args
 from kiln.cli.cache_options import add_cache_options
 from kiln.cli.executor_options import add_executor_options
 from kiln.errors import BuildDefinitionError, HelpShown, UsageError
+from kiln.iree_shim import NO_SHIM_ENV
 from kiln.targets import target_name
 
 COMMANDS = ("build", "list", "explain", "clean", "graph", "report", "cache")

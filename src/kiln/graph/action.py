@@ -178,10 +178,10 @@ Finished = Callable[[Finish, int], None]
 
 class SpawnsCommand:
     """An action whose work is one command run by the build's ``CommandStarter``
-    (``kiln.process.CommandRunner``): ``_spawn`` starts it and returns at once; its
+    (``kiln.process.CommandRunner``): ``spawn`` starts it and returns at once; its
     ``finished`` is called once, on the runner's reaper thread, when the command
-    ended. ``_spawn`` raises (``ActionFailed``) when the command cannot start, and
+    ended. ``spawn`` raises (``ActionFailed``) when the command cannot start, and
     then never calls ``finished``."""
 
-    def _spawn(self, finished: Finished) -> None:
+    def spawn(self, finished: Finished) -> None:
         raise NotImplementedError

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kiln._iree_shim import active as iree_build_shim_active
-from kiln.errors import ActionFailed, ActionTimeout, RemoteError, WorkerCrashed
-from kiln.process.template import Template, _TemplateGone, modules_for
+from kiln.errors import ActionFailed, ActionTimeout, RemoteError, TemplateGone, WorkerCrashed
+from kiln.iree_shim import active as iree_build_shim_active
+from kiln.process.template import Template, modules_for
 from kiln.process.worker import CHUNK, PAYLOAD, REPLY, Frames, send_framed
 
 _GONE_WAIT_S = 5.0  # for the template to report a killed worker gone
@@ -104,7 +104,7 @@ class ProcessPool:
                 template = self._template
             try:
                 return (template, *template.fork(modules))
-            except _TemplateGone:
+            except TemplateGone:
                 continue
         raise ActionFailed("kiln's worker template process keeps dying")
 

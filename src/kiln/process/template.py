@@ -42,6 +42,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
+import kiln
+from kiln.errors import TemplateGone
 from kiln.process.groups import kill_group
 
 # Imported once, in the template, at its start: what every worker needs. Never a
@@ -83,7 +85,7 @@ def bootstrap_code(fd: int) -> str:
     with kiln's module search path. kiln itself is imported from where this kiln
     lives, first: a build module's directory (first on that path) may hold a
     ``kiln.py`` of its own, which must not stand in for kiln."""
-    home = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    home = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
     return (
         f"import sys; sys.path[:] = {[home, *sys.path]!r}; import kiln.process.template; "
         f"sys.path[:] = {sys.path!r}; kiln.process.template.serve({fd})"
@@ -273,10 +275,6 @@ def _notify(sock: socket.socket, exitcode: int | None, note: str) -> None:
         pass
 
 
-class _TemplateGone(Exception):
-    """The template process is not there to fork a worker (start another)."""
-
-
 class Template:
     """kiln's end of one template process.
 
@@ -341,7 +339,7 @@ class Template:
             self._control.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         except OSError as e:
             mine.close()
-            raise _TemplateGone(str(e)) from e
+            raise TemplateGone(str(e)) from e
         finally:
             theirs.close()
         return ident, mine

@@ -7,7 +7,7 @@ group (and session) of its own, so that the template can kill it together with
 every subprocess it started, and the kernel kills it when the template dies
 (``PR_SET_PDEATHSIG``). It reads one pickled ``(sys.path, cwd, shim, cloudpickled
 thunk)`` from its socket (``shim``: whether ``iree.build`` imports resolve to kiln,
-as in the kiln that sent it: ``kiln._iree_shim``), runs the thunk, answers with a
+as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk, answers with a
 pickled tuple, ``("ok",)`` or
 ``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
 exits: nothing an action does to its process reaches another action.
@@ -114,7 +114,7 @@ def run_one(sock: socket.socket) -> None:
         if cwd is not None:
             os.chdir(cwd)
         if shim:
-            from kiln._iree_shim import install
+            from kiln.iree_shim import install
 
             install()
         import cloudpickle

@@ -45,7 +45,7 @@ class RemoteRunner:
             self._note(
                 kind,
                 f"kiln: {kind} actions run on this machine, not on the cluster: "
-                "they define no _sandbox_thunk(path) to say where their files are "
+                "they define no sandbox_thunk(path) to say where their files are "
                 "in a remote sandbox",
             )
         return False

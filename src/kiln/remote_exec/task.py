@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from kiln._iree_shim import activated as iree_build_shim
 from kiln.action_env import ActionEnvironment
 from kiln.cache.local import LocalCache
 from kiln.cache.remote import SMALL_BLOB, RemoteCache
 from kiln.digests import hash_file
+from kiln.errors import SandboxFailure
+from kiln.iree_shim import activated as iree_build_shim
 from kiln.process.groups import kill_group, pidfd
 
 if TYPE_CHECKING:  # imported when a thunk first runs
@@ -48,10 +49,6 @@ if TYPE_CHECKING:  # imported when a thunk first runs
 
 _TAIL_BYTES = 4000
 _POLL_S = 0.1
-
-
-class _SandboxFailure(Exception):
-    """The sandbox could not be prepared or the outputs not stored (Dask retries it)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ class RemoteTask:
     timeout: float | None = None
     env: tuple[tuple[str, str], ...] = ()  # the declared variables (``kiln.action_env``)
     executable: tuple[str, ...] = ()  # the inputs that are programs: made executable
-    # Whether the thunk's ``iree.build`` imports resolve to kiln (``kiln._iree_shim``),
+    # Whether the thunk's ``iree.build`` imports resolve to kiln (``kiln.iree_shim``),
     # as in the kiln that sent it.
     iree_build_shim: bool = False
 
@@ -94,7 +91,7 @@ def inside(root: Path, rel: str) -> Path:
     """``rel`` under ``root``; a path that would leave it is refused."""
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or not p.parts:
-        raise _SandboxFailure(f"refusing sandbox path {rel!r}")
+        raise SandboxFailure(f"refusing sandbox path {rel!r}")
     return root.joinpath(*p.parts)
 
 
@@ -174,7 +171,7 @@ def run_task(task: RemoteTask) -> RemoteResult:
             return RemoteResult(worker.address, str(sandbox), error=str(e))
         if remote.disabled or not remote.uploads:
             why = "; ".join(state.warnings) or "uploads refused"
-            raise _SandboxFailure(
+            raise SandboxFailure(
                 f"cannot store the outputs of '{task.desc}' in the remote cache: {why}"
             )
         return RemoteResult(worker.address, str(sandbox), outputs=outputs, inline=inline)
@@ -186,14 +183,14 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: Remo
     for rel, digest in task.inputs:
         dest = inside(sandbox, rel)
         if not cas.has_blob(digest) and not remote.fetch_blob(digest, cas):
-            raise _SandboxFailure(
+            raise SandboxFailure(
                 f"input {rel} of '{task.desc}' (sha256 {digest}) is not in "
                 f"the remote cache {remote.shown}"
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
         if cas.copy_blob(digest, dest) != digest:
             cas.remove_blob(digest)
-            raise _SandboxFailure(
+            raise SandboxFailure(
                 f"input {rel} of '{task.desc}': the worker's cached copy was damaged; removed it"
             )
         os.chmod(dest, 0o755 if rel in task.executable else 0o644)
@@ -366,5 +363,5 @@ def _store_outputs(
     return outputs, inline
 
 
-class _Missing(_SandboxFailure):
+class _Missing(SandboxFailure):
     """The action ran but its output is not there."""

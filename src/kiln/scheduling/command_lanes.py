@@ -78,7 +78,7 @@ class CommandLanes:
         if shared.on_scheduler_thread() and self._commands is not None:
             shared.done.drive(self._commands())
         try:
-            action._spawn(finished)
+            action.spawn(finished)
         except KeyboardInterrupt:  # Ctrl-C on the scheduler's thread: stop the build
             shared.running.discard(action)
             raise
