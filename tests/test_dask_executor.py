@@ -493,7 +493,7 @@ def test_an_action_run_on_a_worker_keeps_its_key_in_the_next_build(
     from kiln.cache.remote import RemoteCache
     from kiln.executor import BuildContext, Executor, SchedulerOptions
     from kiln.remote_exec.dask_executor import DaskExecutor
-    from kiln.remote_exec.runner import RemoteRunner
+    from kiln.remote_exec.offload import ClusterOffload
     from kiln.remote_exec.spec import parse_executor
 
     executor = Executor(tmp_path / "out")
@@ -514,7 +514,7 @@ def test_an_action_run_on_a_worker_keeps_its_key_in_the_next_build(
     (target,) = [f for f in executor.graph.files() if f.path.endswith("x.txt")]
     cluster = DaskExecutor(parse_executor(dask_cluster.url), nginx_cache.url)
     try:
-        executor.remote = RemoteRunner(cluster, executor.cache, print)
+        executor.remote = ClusterOffload(cluster, executor.cache, print)
         first = executor.run([target], SchedulerOptions(jobs=1))
         assert first.ok and len(first.built) == 1
         (action,) = first.built

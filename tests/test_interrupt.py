@@ -31,7 +31,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kiln.actions._files import atomic_output
+from kiln.output_dir.writing import atomic_output
 
 MARKS = Path(__file__).parent / "marks"
 # Commands run in the output directory: marks/ is ../marks there.

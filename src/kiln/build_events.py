@@ -11,16 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from kiln import events as ev
 from kiln.errors import error_text
-from kiln.graph import BuildAction, BuildDependency, BuildFile
+from kiln.graph import BuildAction, BuildDependency
 from kiln.incremental import action_id
 from kiln.plan import Plan, node_name
 
 if TYPE_CHECKING:
     from kiln.incremental import Decision
     from kiln.result import BuildResult, NodeRun
-    from kiln.state import StatKey
-
-    Produced = dict[BuildFile, tuple[StatKey, str]]
+    from kiln.state import Produced
 
 
 class BuildEmitter:

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from kiln.outputs import open_regular
+from kiln.output_dir.ownership import open_regular
 
 CHUNK = 1 << 20
 

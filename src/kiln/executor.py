@@ -35,8 +35,8 @@ from kiln.graph import (
 from kiln.graph.registry import Checkpoint, GraphRegistry
 from kiln.layout import OutputLayout
 from kiln.lock import OutputLock
-from kiln.output_tree import OutputTree
-from kiln.outputs import claim_output_dir, output_dir_state
+from kiln.output_dir.ownership import claim_output_dir, output_dir_state
+from kiln.output_dir.tree import OutputTree
 from kiln.plan import Plan, make_plan
 from kiln.process.reaper import BuildReaper
 from kiln.progress import ProgressReporter
@@ -49,7 +49,7 @@ from kiln.unrequested import judge as judge_unrequested
 
 if TYPE_CHECKING:
     from kiln.cache import BuildCache
-    from kiln.remote_exec.runner import RemoteRunner
+    from kiln.remote_exec.offload import ClusterOffload
 
 __all__ = [
     "ActionConcurrency",
@@ -107,7 +107,7 @@ class Executor:
         # The shared cache builds read and fill (the command line sets it; None: off).
         self.cache: BuildCache | None = None
         # Where remotable actions run (``--executor dask...``); None: on this machine.
-        self.remote: RemoteRunner | None = None
+        self.remote: ClusterOffload | None = None
         # True: an action kiln cannot key stops the build (``--strict-keys``);
         # False: it runs on every build, never cached, and kiln says so.
         self.strict_keys = False

@@ -21,7 +21,7 @@ from typing import Any
 from kiln.actionkey import CODE_PARAM, ENV_PARAM, THUNK_PARAM, KeyMaker, complete_params
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.outputs import file_kind
+from kiln.output_dir.writing import file_kind
 from kiln.plan import Plan
 from kiln.state import ActionRecord, DigestStore
 from kiln.tree_digest import tree_digest

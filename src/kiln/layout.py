@@ -22,8 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from kiln.output_tree import OutputTree
-from kiln.outputs import KILN_DIR, NAME_MAX, remove_quietly
+from kiln.output_dir.ownership import KILN_DIR, NAME_MAX
+from kiln.output_dir.tree import OutputTree
+from kiln.output_dir.writing import remove_quietly
 
 
 class LaidOut(Protocol):

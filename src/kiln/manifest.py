@@ -42,8 +42,9 @@ happens to lie on disk):
 
 A check or benchmark reports what its result file says only when this build
 built it (or found it up to date); otherwise its status is the action's.
-Format 1 called an output ``built`` (with its digest) whenever a file was there,
-even when a build that did not request it left it stale. A built output also
+A file that happens to lie at an output's path is never ``built`` on that
+account: an earlier build's copy that this one did not request is ``stale`` or
+``not built``. A built output also
 has ``"cached"``: true when the file was served from the shared cache rather than
 made by running its action (in this build, or in the build that last made it,
 while its digest is unchanged). The file is replaced atomically after each build.
@@ -58,7 +59,8 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.errors import NotRegularFile, StateError
 from kiln.graph import BuildAction, BuildFile, BuildMeta
-from kiln.outputs import TemporarySweeper, atomic_write, clear_for_own_file, read_regular
+from kiln.output_dir.ownership import clear_for_own_file, read_regular
+from kiln.output_dir.writing import TemporarySweeper, atomic_write
 
 if TYPE_CHECKING:
     from kiln.executor import Executor

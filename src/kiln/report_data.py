@@ -17,7 +17,7 @@ from typing import Any
 from kiln import events as ev
 from kiln.errors import NotRegularFile, StateError
 from kiln.layout import MANIFEST
-from kiln.outputs import open_regular, read_regular
+from kiln.output_dir.ownership import open_regular, read_regular
 from kiln.trace import LAST_EVENTS
 
 _LOG_TAIL_LINES = 40

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kiln.errors import KilnError
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
-from kiln.outputs import open_regular
+from kiln.output_dir.ownership import open_regular
 from kiln.plan import Plan
 from kiln.process.pool import ProcessPool
 from kiln.result import BuildResult

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kiln import events as ev
-from kiln.action_outputs import ActionOutputs
 from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
 from kiln.cache import BuildCache
@@ -29,13 +28,14 @@ from kiln.errors import ConfinementError, DependenceException, KilnError, StateE
 from kiln.graph import BuildAction, BuildDependency
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.limits import MAX_JOBS, ResourcePools, cap_jobs
-from kiln.output_tree import OutputTree
-from kiln.outputs import sync_filesystem
+from kiln.output_dir.tree import OutputTree
+from kiln.output_dir.writing import sync_filesystem
 from kiln.plan import Plan, node_name
 from kiln.priority import remaining_paths
 from kiln.process.commands import CommandRunner
 from kiln.progress import ProgressReporter
 from kiln.result import BuildResult, NodeRun, SchedulerOptions
+from kiln.scheduling.action_outputs import ActionOutputs
 from kiln.scheduling.dispatch import Dispatcher
 from kiln.scheduling.interruption import interrupt
 from kiln.scheduling.ready import ReadyQueue, Waiting
@@ -46,7 +46,7 @@ from kiln.state import StateStore
 __all__ = ["MAX_JOBS", "BuildResult", "Scheduler", "SchedulerOptions"]
 
 if TYPE_CHECKING:  # imported only by a build with a remote executor
-    from kiln.remote_exec.runner import RemoteRunner
+    from kiln.remote_exec.offload import ClusterOffload
 
 # The most in-line actions run in a row before the scheduler takes completions.
 _INLINE_BATCH = 64
@@ -71,7 +71,7 @@ class Scheduler:
         outputs: OutputTree | None = None,
         readers: list[ev.EventReader] | None = None,
         cache: BuildCache | None = None,
-        remote: RemoteRunner | None = None,
+        remote: ClusterOffload | None = None,
         environment: Callable[[], tuple[dict[str, str], str]] | None = None,
         commands: Callable[[], CommandRunner] | None = None,
     ):

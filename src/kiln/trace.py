@@ -24,7 +24,8 @@ from typing import IO, Any
 
 from kiln import events as ev
 from kiln.errors import NotRegularFile, StateError, UsageError
-from kiln.outputs import atomic_output, file_kind, open_own_file
+from kiln.output_dir.ownership import open_own_file
+from kiln.output_dir.writing import atomic_output, file_kind
 
 LAST_EVENTS = "last-events.jsonl"
 LAST_TRACE = "last-trace.json"

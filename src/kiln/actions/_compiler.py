@@ -9,9 +9,9 @@ import importlib.metadata
 import os
 import subprocess
 
-from kiln.actions._files import atomic_output
 from kiln.actions._logs import open_log, read_tail, short_diagnostic, shown_path
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_output
 from kiln.process.template import template_modules
 from kiln.redact import redact_urls
 

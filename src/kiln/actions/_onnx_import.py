@@ -9,9 +9,9 @@ import os
 import tempfile
 from typing import Any
 
-from kiln.actions._files import atomic_write
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_write
 from kiln.process.template import template_modules
 
 

@@ -15,7 +15,6 @@ import importlib.metadata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kiln.actions._files import atomic_output
 from kiln.actions._logs import shown_path
 from kiln.actions._tensors import (
     InputSpec,
@@ -26,6 +25,7 @@ from kiln.actions._tensors import (
     save_bundle,
 )
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_output
 
 if TYPE_CHECKING:
     import numpy as np

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.actions._devices import absent_device_reason
-from kiln.actions._files import atomic_output
 from kiln.actions._reference import check_inputs, output_names, read_reference
 from kiln.actions._runtime import run_module
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import VerificationFailed
+from kiln.output_dir.writing import atomic_output
 
 
 @dataclass

@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.actions import _devices
-from kiln.actions._files import atomic_output
 from kiln.actions._logs import read_tail, shown_path
+from kiln.actions._module_run import ModuleRunAction, declare_run
 from kiln.errors import BuildDefinitionError, ToolError
-from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
+from kiln.graph import BuildFile
 from kiln.manifest import ManifestMeta
+from kiln.output_dir.writing import atomic_output
 
 _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MAX_RESULTS = 64 << 20  # bytes of JSON results read back; more is not results
@@ -148,49 +149,32 @@ def run_benchmark(bench: Bench) -> None:
     )
 
 
-class BenchmarkAction(BuildAction):
+class BenchmarkAction(ModuleRunAction):
     """Times a compiled module in a worker, alone in the machine pool. Its key holds
     the module's digest, the device (driver and, for GPUs, the devices present),
     the flags, the repetitions and the machine (CPU model, count, architecture)."""
 
-    pool = _devices.MACHINE_POOL
     exclusive = True
     reproducible = False  # it times this machine: never shared with another
+    SPEC = "bench"
 
-    def __init__(
-        self,
-        *,
-        bench: Bench,
-        files: list[BuildFile],
-        output_file: BuildFile,
-        device: dict[str, Any],
-        **kwargs: Any,
-    ):
-        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+    def __init__(self, *, bench: Bench, **kwargs: Any):
         self.bench = bench
-        self.files = files
-        self.output_file = output_file
-        self.device = device
         self.machine = _devices.machine()
-        self.runtime = _devices.runtime_version()
-        self.deps.update(files)
-        output_file.deps.add(self)
+        super().__init__(**kwargs)
 
-    def params(self) -> dict[str, Any] | None:
-        out = super().params()
-        if out is not None:
-            b = self.bench
-            out["bench"] = {
-                "target": b.target,
-                "driver": b.driver,
-                "function": b.function,
-                "shapes": b.shapes,
-                "repetitions": b.repetitions,
-                "min_time_s": b.min_time_s,
-                "flags": b.flags,
-                "inputs": len(b.inputs),
-            }
-        return out
+    def keyed_spec(self) -> dict[str, Any]:
+        b = self.bench
+        return {
+            "target": b.target,
+            "driver": b.driver,
+            "function": b.function,
+            "shapes": b.shapes,
+            "repetitions": b.repetitions,
+            "min_time_s": b.min_time_s,
+            "flags": b.flags,
+            "inputs": len(b.inputs),
+        }
 
     def _remotable_thunk(self) -> Callable[[], None]:
         return functools.partial(run_benchmark, self.bench)
@@ -216,12 +200,9 @@ def benchmark(
     function for at least ``min_time_s``; ``flags`` go to iree-benchmark-module.
     """
     from kiln.actions._tensors import normalize_shapes
-    from kiln.actions.verify import module_target, source_model
 
-    context = BuildContext.current()
-    module_file = context.file(module)
-    model_file = context.file(model) if model is not None else source_model(module_file)
-    input_files = context.files(list(inputs)) if inputs else []
+    run = declare_run(module, inputs, model, driver)
+    module_file, model_file, input_files = run.module, run.model, run.inputs
     if repetitions < 1 or min_time_s <= 0:
         raise BuildDefinitionError(
             f"benchmark of {module_file.path}: repetitions must be >= 1 and min_time_s > 0"
@@ -231,16 +212,15 @@ def benchmark(
             f"benchmark of {module_file.path}: generating inputs needs the ONNX model: pass "
             "inputs=[...] or model=..., or compile a module imported with onnx_import"
         )
-    target, default_driver = module_target(module_file)
-    driver = driver or default_driver
-    output = context.allocate_file(name)
+    output = run.context.allocate_file(name)
+    generated = model_file is not None and not input_files
     bench = Bench(
         result_path=output.action_path,
         module=module_file.action_path,
-        target=target or "its own target",
-        driver=driver,
+        target=run.target,
+        driver=run.driver,
         function=function,
-        model=model_file.action_path if model_file is not None and not input_files else None,
+        model=model_file.action_path if generated and model_file is not None else None,
         inputs=[f.action_path for f in input_files],
         input_names=[f.path for f in input_files],
         shapes=normalize_shapes(shapes),
@@ -249,15 +229,15 @@ def benchmark(
         flags=list(flags),
     )
     files = [module_file, *input_files]
-    if model_file is not None and not input_files:
+    if generated and model_file is not None:
         files.append(model_file)
     action = BenchmarkAction(
         bench=bench,
         files=files,
         output_file=output,
-        device=_devices.device_key(driver, context.registry.get_context("")),
+        device=run.device_key(),
         desc=f"Benchmarking {module_file.path}",
-        executor=context.executor,
+        executor=run.context.executor,
     )
     ManifestMeta.get(module_file).benchmarks.append((action, output))
     return output

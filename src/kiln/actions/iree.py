@@ -11,10 +11,11 @@ from typing import Any
 
 from kiln.actions._compiler import compile_module, compiler_version
 from kiln.actions._devices import MACHINE_POOL, driver_for_flags
+from kiln.actions._gpu_probe import check_target
 from kiln.actions._host import depends_on_host, explicit_flags, resolve
 from kiln.actions._host import save as save_host_answers
-from kiln.actions._targets import check_target
 from kiln.args import current_args_namespace
+from kiln.compile_targets import target_flags, target_name
 from kiln.errors import BuildDefinitionError, ToolError, UsageError
 from kiln.graph import (
     ActionConcurrency,
@@ -25,7 +26,6 @@ from kiln.graph import (
     FileNamespace,
 )
 from kiln.manifest import ManifestMeta
-from kiln.targets import target_flags, target_name
 
 
 class CompileSourceMeta(BuildMeta):

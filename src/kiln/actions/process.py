@@ -15,7 +15,6 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from kiln.action_env import check_variables
-from kiln.actions._files import atomic_output
 from kiln.actions._logs import read_tail
 from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError, UsageError
 from kiln.graph import (
@@ -30,7 +29,7 @@ from kiln.graph import (
     SpawnsCommand,
     join_namespace,
 )
-from kiln.outputs import temporary_for
+from kiln.output_dir.writing import atomic_output, temporary_for
 from kiln.process.commands import Ended
 from kiln.redact import redact_urls
 

@@ -13,11 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kiln.actions import _devices
+from kiln.actions._module_run import ModuleRunAction, declare_run, importer
 from kiln.actions._reference import onnxruntime_version, write_reference
 from kiln.actions._tensors import TOLERANCE_DTYPES, normalize_shapes
 from kiln.actions._verifying import Check, run_check
-from kiln.actions.iree import CompileAction
-from kiln.actions.onnx import ImportOnnxAction
 from kiln.errors import BuildDefinitionError
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
 from kiln.manifest import ManifestMeta
@@ -91,8 +90,8 @@ def _reference_file(
         while f"{base}.onnxruntime{n or ''}.npz" in context.registry.all:
             n += 1
         output = context.allocate_file(f"{stem}.onnxruntime{n or ''}.npz")
-        importer = _importer(module)
-        opset = importer.opset_version if importer is not None else None
+        found = importer(module)
+        opset = found.opset_version if found is not None else None
         ReferenceAction(
             model=model,
             inputs=inputs,
@@ -106,71 +105,31 @@ def _reference_file(
     return memo[key]
 
 
-def _importer(module: BuildFile) -> ImportOnnxAction | None:
-    compiles = [d for d in module.deps if isinstance(d, CompileAction)]
-    if not compiles:
-        return None
-    imports = [d for d in compiles[0].input_file.deps if isinstance(d, ImportOnnxAction)]
-    return imports[0] if imports else None
-
-
-def source_model(module: BuildFile) -> BuildFile | None:
-    """The ONNX model that ``module`` was compiled from (via onnx_import), if any."""
-    importer = _importer(module)
-    return importer.input_file if importer is not None else None
-
-
-def module_target(module: BuildFile) -> tuple[str, str]:
-    """(target name, runtime driver) of a module compiled in this build, else
-    ("", "local-task")."""
-    compiles = [d for d in module.deps if isinstance(d, CompileAction)]
-    if not compiles:
-        return "", "local-task"
-    return compiles[0].target.name, compiles[0].target.driver
-
-
-class VerifyAction(BuildAction):
+class VerifyAction(ModuleRunAction):
     """Runs a compiled module on inputs and compares with its references, in a
     worker. Its key holds every file it reads, the tolerances, the runtime's
     version and, for GPU drivers, the devices present."""
 
     # 3: dtypes of different kinds fail; NaN and inf are counted in the result.
     VERSION = 3
-    pool = _devices.MACHINE_POOL
+    SPEC = "check"
 
-    def __init__(
-        self,
-        *,
-        check: Check,
-        files: list[BuildFile],
-        output_file: BuildFile,
-        device: dict[str, Any],
-        **kwargs: Any,
-    ):
-        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+    def __init__(self, *, check: Check, **kwargs: Any):
         self.check = check
-        self.files = files
-        self.output_file = output_file
-        self.device = device
-        self.runtime = _devices.runtime_version()
-        self.deps.update(files)
-        output_file.deps.add(self)
+        super().__init__(**kwargs)
 
-    def params(self) -> dict[str, Any] | None:
-        out = super().params()
-        if out is not None:
-            c = self.check
-            out["check"] = {
-                "target": c.target,
-                "driver": c.driver,
-                "function": c.function,
-                "shapes": c.shapes,
-                "tolerances": c.tolerances,
-                "reference": bool(c.reference),
-                "inputs": [f.key for f in self.files[1 : 1 + len(c.inputs)]],
-                "expected": len(c.expected),
-            }
-        return out
+    def keyed_spec(self) -> dict[str, Any]:
+        c = self.check
+        return {
+            "target": c.target,
+            "driver": c.driver,
+            "function": c.function,
+            "shapes": c.shapes,
+            "tolerances": c.tolerances,
+            "reference": bool(c.reference),
+            "inputs": [f.key for f in self.files[1 : 1 + len(c.inputs)]],
+            "expected": len(c.expected),
+        }
 
     def _remotable_thunk(self) -> Callable[[], None]:
         return functools.partial(run_check, self.check)
@@ -256,10 +215,8 @@ def verify(
     every dtype; ``tolerances`` per dtype name, e.g. ``{"float16": (1e-2, 1e-3)}``;
     otherwise each dtype's default (`kiln.actions._tensors.DEFAULT_TOLERANCES`).
     """
-    context = BuildContext.current()
-    module_file = context.file(module)
-    model_file = context.file(model) if model is not None else source_model(module_file)
-    input_files = context.files(list(inputs)) if inputs else []
+    run = declare_run(module, inputs, model, driver)
+    context, module_file, model_file, input_files = run.context, run.module, run.model, run.inputs
     expected_files = context.files(list(expected)) if expected else []
     shape_map = normalize_shapes(shapes)
     _check_arguments(module_file, model_file, reference, input_files, expected_files)
@@ -268,16 +225,13 @@ def verify(
         if reference and model_file is not None
         else None
     )
-    target, default_driver = module_target(module_file)
-    driver = driver or default_driver
     output = context.allocate_file(name)
-    label = model_file.path if model_file is not None else module_file.path
     check = Check(
         result_path=output.action_path,
         module=module_file.action_path,
-        label=label,
-        target=target or "its own target",
-        driver=driver,
+        label=model_file.path if model_file is not None else module_file.path,
+        target=run.target,
+        driver=run.driver,
         function=function,
         model=model_file.action_path if model_file is not None else None,
         inputs=[f.action_path for f in input_files],
@@ -293,7 +247,7 @@ def verify(
         check=check,
         files=files,
         output_file=output,
-        device=_devices.device_key(driver, context.registry.get_context("")),
+        device=run.device_key(),
         desc=f"Verifying {module_file.path}",
         executor=context.executor,
     )

@@ -36,7 +36,8 @@ from kiln.cache.cache_dir import FORMAT_DIR, CacheDir
 from kiln.cache.entry import MAX_ENTRY_SIZE, key_name
 from kiln.digests import hash_fd, hash_stream
 from kiln.errors import ConfinementError
-from kiln.outputs import open_regular, written
+from kiln.output_dir.ownership import open_regular
+from kiln.output_dir.writing import written
 
 __all__ = ["FORMAT_DIR", "CacheUsage", "LocalCache", "copy_verified"]
 

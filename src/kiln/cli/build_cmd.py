@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from kiln.cli.executor_options import open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
-from kiln.cli.targets import output_paths, resolve_targets
+from kiln.cli.requested import output_paths, resolve_targets
 from kiln.errors import UsageError
 from kiln.reporting import format_root_causes, format_success, format_summary
 from kiln.result import SchedulerOptions

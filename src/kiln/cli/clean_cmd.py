@@ -19,8 +19,9 @@ from typing import IO
 from kiln.cli.options import KilnArgumentParser, output_dir
 from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST, output_rel_path
 from kiln.lock import OutputLock
-from kiln.outputs import KILN_DIR, MARKER, is_temporary, output_dir_state, remove_quietly
-from kiln.prefilled import USER_FILES
+from kiln.output_dir.ownership import KILN_DIR, MARKER, output_dir_state
+from kiln.output_dir.prefilled import USER_FILES
+from kiln.output_dir.writing import is_temporary, remove_quietly
 from kiln.state.snapshot import StateSnapshot
 
 _SHOWN = 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kiln.cli.build_cmd import options_from
 from kiln.cli.invocation import Invocation
-from kiln.cli.targets import resolve_targets
+from kiln.cli.requested import resolve_targets
 
 
 def run(inv: Invocation) -> int:

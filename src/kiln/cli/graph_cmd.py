@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from kiln.cli.invocation import Invocation
-from kiln.cli.targets import resolve_targets
+from kiln.cli.requested import resolve_targets
 from kiln.graph import BuildAction
 from kiln.plan import node_name
 

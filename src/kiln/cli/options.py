@@ -24,9 +24,9 @@ from typing import IO, Any
 from kiln.args import ClArg, check_cl_args
 from kiln.cli.cache_options import add_cache_options
 from kiln.cli.executor_options import add_executor_options
+from kiln.compile_targets import target_name
 from kiln.errors import BuildDefinitionError, HelpShown, UsageError
 from kiln.iree_shim import NO_SHIM_ENV
-from kiln.targets import target_name
 
 COMMANDS = ("build", "list", "explain", "clean", "graph", "report", "cache")
 # The options iree.build's command line has itself: a build module cannot declare

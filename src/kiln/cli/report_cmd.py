@@ -11,7 +11,7 @@ from typing import IO
 
 from kiln.cli.options import KilnArgumentParser
 from kiln.errors import UsageError
-from kiln.outputs import atomic_output
+from kiln.output_dir.writing import atomic_output
 from kiln.report_data import load_report
 from kiln.report_html import render
 

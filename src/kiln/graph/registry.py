@@ -17,7 +17,7 @@ from kiln.graph.context import BuildContext, BuildEntrypoint
 from kiln.graph.host import RunRecord
 from kiln.graph.nodes import BuildDependency, BuildFile
 from kiln.layout import OutputLayout
-from kiln.output_names import OutputNames
+from kiln.output_dir.names import OutputNames
 
 # A mark to roll back to: (nodes, entrypoints, output names).
 Checkpoint = tuple[int, int, int]

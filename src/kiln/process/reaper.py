@@ -161,17 +161,6 @@ def kill_and_reap(pids: Iterable[int]) -> None:
             time.sleep(0.01)
 
 
-def reap_group(pgid: int) -> None:
-    """Reap this process's zombie children in process group ``pgid``, except its
-    leader: a group kiln started (a worker's) whose members kiln adopted."""
-    me = os.getpid()
-    for pid in descendants(me):
-        st = _stat(pid)
-        if st is not None and pid != pgid and st[1] == me and st[2] == pgid and st[0] in "ZX":
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-
-
 def kill_leftovers(env_entry: str, skip: Collection[int] = ()) -> list[str]:
     """Kill the descendants of kiln that carry ``env_entry`` (``NAME=VALUE``) in their
     environment: what a command left running. Returns how each live one reads (pid

@@ -42,7 +42,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-import kiln
 from kiln.errors import TemplateGone
 from kiln.process.groups import kill_group
 
@@ -85,7 +84,8 @@ def bootstrap_code(fd: int) -> str:
     with kiln's module search path. kiln itself is imported from where this kiln
     lives, first: a build module's directory (first on that path) may hold a
     ``kiln.py`` of its own, which must not stand in for kiln."""
-    home = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))
+    package = sys.modules["kiln"].__file__ or ""  # imported before any of its modules
+    home = os.path.dirname(os.path.dirname(os.path.abspath(package)))
     return (
         f"import sys; sys.path[:] = {[home, *sys.path]!r}; import kiln.process.template; "
         f"sys.path[:] = {sys.path!r}; kiln.process.template.serve({fd})"

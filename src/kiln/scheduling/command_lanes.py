@@ -18,11 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from kiln.action_outputs import ActionOutputs, Produced
 from kiln.graph import BuildAction, Finish, SpawnsCommand
 from kiln.incremental import Decision
 from kiln.process.commands import CommandRunner
+from kiln.scheduling.action_outputs import ActionOutputs
 from kiln.scheduling.shared import ENDED, Shared
+from kiln.state import Produced
 from kiln.threads import ThreadWorkers
 
 # A command whose output is at most this large is finished on the reaper thread.

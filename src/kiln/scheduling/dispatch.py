@@ -15,20 +15,21 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kiln.action_outputs import ActionOutputs, Produced
 from kiln.graph import ActionConcurrency, BuildAction, SpawnsCommand
 from kiln.incremental import Decision
 from kiln.limits import TinyActions
 from kiln.process.commands import CommandRunner
 from kiln.process.pool import ProcessPool
+from kiln.scheduling.action_outputs import ActionOutputs
 from kiln.scheduling.command_lanes import CommandLanes
 from kiln.scheduling.ready import Waiting
 from kiln.scheduling.shared import CANCELLED, Shared
+from kiln.state import Produced
 from kiln.threads import ThreadWorkers, run_with_deadline
 
 if TYPE_CHECKING:  # imported only by a build with a remote executor
     from kiln.graph import BuildFile
-    from kiln.remote_exec.runner import RemoteRunner
+    from kiln.remote_exec.offload import ClusterOffload
 
 
 class Dispatcher:
@@ -43,7 +44,7 @@ class Dispatcher:
         self,
         shared: Shared,
         jobs: int,
-        remote: RemoteRunner | None,
+        remote: ClusterOffload | None,
         digests: dict[BuildFile, str | None],
         environment: Callable[[], tuple[dict[str, str], str]],
         commands: Callable[[], CommandRunner] | None,

@@ -9,8 +9,8 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from kiln.action_outputs import ActionOutputs
 from kiln.result import BuildResult
+from kiln.scheduling.action_outputs import ActionOutputs
 from kiln.scheduling.dispatch import Dispatcher
 from kiln.scheduling.shared import ENDED, Done, Shared
 

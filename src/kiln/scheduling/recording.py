@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 import time
 
-from kiln.action_outputs import Produced
 from kiln.graph import BuildAction, BuildFile
 from kiln.incremental import Decision
 from kiln.result import NodeRun
-from kiln.state import ActionRecord, StateStore
+from kiln.state import ActionRecord, Produced, StateStore
 
 GROUP_COMMIT_S = 0.05
 

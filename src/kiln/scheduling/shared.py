@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from kiln.action_outputs import Produced
 from kiln.build_events import BuildEmitter
 from kiln.cache_step import CacheStep
 from kiln.completions import Completions
@@ -16,6 +15,7 @@ from kiln.graph import BuildAction, BuildDependency
 from kiln.incremental import Decision
 from kiln.plan import Plan
 from kiln.result import NodeRun
+from kiln.state import Produced
 
 # One completion: the action, its decision, its error (None: it succeeded) and
 # what it wrote.

@@ -60,7 +60,7 @@ empty, when opened, and an older kiln ignores them.
 """
 
 from kiln.digests import hash_file
-from kiln.state.file_digests import DigestStore, StatKey, stat_key
+from kiln.state.file_digests import DigestStore, Produced, StatKey, stat_key
 from kiln.state.records import ActionRecord
 from kiln.state.schema import SCHEMA_VERSION
 from kiln.state.store import StateStore
@@ -69,6 +69,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ActionRecord",
     "DigestStore",
+    "Produced",
     "StatKey",
     "StateStore",
     "hash_file",

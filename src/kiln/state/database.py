@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.errors import StateError, Untrusted
-from kiln.outputs import check_own_file, claim_output_dir
+from kiln.output_dir.ownership import check_own_file, claim_output_dir
 from kiln.state.integrity import check_kiln_database, is_corruption, os_reason
 from kiln.state.schema import LATER_TABLES, META, SCHEMA_VERSION, TABLES
 

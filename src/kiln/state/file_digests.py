@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kiln.digests import hash_file
 from kiln.errors import NotRegularFile
-from kiln.outputs import file_kind
+from kiln.output_dir.writing import file_kind
 
 if TYPE_CHECKING:
+    from kiln.graph import BuildFile
     from kiln.state.records import ActionRecord
 
 StatKey = tuple[int, int, int, int]
+# What an action wrote: each output file, its stat key and its digest.
+Produced = dict["BuildFile", tuple[StatKey, str]]
 
 
 def stat_key(st: os.stat_result) -> StatKey:

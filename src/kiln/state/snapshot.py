@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from kiln.errors import NotRegularFile, StateError, Untrusted
-from kiln.outputs import KILN_DIR, check_own_file, open_regular, output_dir_state
+from kiln.output_dir.ownership import KILN_DIR, check_own_file, open_regular, output_dir_state
 from kiln.state.database import StateDatabase, add_later_tables
 from kiln.state.integrity import check_kiln_database, is_corruption
 from kiln.state.schema import META, SCHEMA_VERSION, TABLES

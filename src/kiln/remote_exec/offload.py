@@ -16,12 +16,10 @@ from kiln.graph import ActionConcurrency, BuildAction, BuildFile
 from kiln.remote_exec.dask_executor import DaskExecutor
 from kiln.remote_exec.task import RemoteResult
 from kiln.sandbox import remotable, sandbox_paths
-from kiln.state import StatKey
-
-Produced = dict[BuildFile, tuple[StatKey, str]]
+from kiln.state import Produced
 
 
-class RemoteRunner:
+class ClusterOffload:
     """Runs remotable actions on ``executor`` and materializes their outputs through
     ``cache`` (which has a remote). Invariant: each action type that stays local is
     reported once."""
