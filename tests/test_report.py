@@ -165,6 +165,24 @@ def test_clean_forgets_the_last_build(built: Path, kiln) -> None:
     assert r.returncode == 2 and "no build recorded" in r.stderr
 
 
+def test_clean_removes_the_report_kiln_wrote_and_keeps_one_written_elsewhere(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    write_module(MODULE)
+    assert kiln("build", "build.py", "chain").returncode == 0
+    inside = kiln("report")
+    outside = kiln("report", "-o", "mine.html")
+    assert inside.returncode == 0 and outside.returncode == 0, inside.stderr + outside.stderr
+    assert (tmp_path / "kiln-out" / "report.html").is_file()
+
+    r = kiln("clean")
+
+    assert r.returncode == 0, r.stderr
+    assert "kept what kiln did not write" not in r.stderr
+    assert list((tmp_path / "kiln-out").iterdir()) == []  # the report was kiln's
+    assert (tmp_path / "mine.html").is_file()
+
+
 def test_report_of_a_killed_build(write_module, kiln, tmp_path: Path) -> None:
     write_module(MODULE)
     assert kiln("build", "build.py", "chain").returncode == 0
