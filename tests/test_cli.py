@@ -398,3 +398,21 @@ def test_console_script(module, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [gen(tmp_path, "alpha", "alpha.txt")]
+
+
+# -- graph -------------------------------------------------------------------------
+
+
+def test_graph_is_dot_text_and_says_when_dot_is_missing(module, kiln, tmp_path: Path) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    without = kiln("graph", "build.py", "alpha", env={"PATH": str(bare)})
+    assert without.returncode == 0, without.stderr
+    assert without.stdout.startswith("digraph kiln {")
+    assert "Graphviz's dot" in without.stderr and "apt-get install graphviz" in without.stderr
+
+    (bare / "dot").write_text("#!/bin/sh\ncat\n")
+    (bare / "dot").chmod(0o755)
+    with_dot = kiln("graph", "build.py", "alpha", env={"PATH": str(bare)})
+    assert with_dot.returncode == 0 and with_dot.stdout == without.stdout
+    assert "Graphviz" not in with_dot.stderr
