@@ -246,3 +246,39 @@ def test_a_shipped_model_on_generated_inputs_against_onnxruntime(
     result = json.loads((tmp_path / "kiln-out/genfiles/softmax/v.json").read_text())
     assert result["passed"] and result["inputs"]["source"] == "generated"
     assert result["references"]["onnxruntime"]["outputs"][0]["max_abs_err"] < 1e-5
+
+
+STRNORM = """
+@entrypoint
+def strnorm():
+    return verify(name="v.json", module=source_file("fake.vmfb"), model=source_file("s.onnx"),
+                  inputs=[source_file("words.pb")], reference="onnxruntime")
+"""
+
+
+def test_onnxruntime_own_log_lines_stay_off_the_console(
+    tmp_path: Path, write_module, kiln_subprocess
+) -> None:
+    # A locale no machine has: onnxruntime fails to make the kernel, and logs the
+    # failure in red on the process's stderr besides raising it.
+    node = helper.make_node(
+        "StringNormalizer", ["x"], ["y"], case_change_action="UPPER", locale="xx_XX.UTF-8"
+    )
+    graph = helper.make_graph(
+        [node],
+        "strnorm",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "s.onnx")
+    words = helper.make_tensor("x", TensorProto.STRING, [2], [b"monday", b"tuesday"])
+    (tmp_path / "words.pb").write_bytes(words.SerializeToString())
+    (tmp_path / "fake.vmfb").write_bytes(b"not a module")
+    write_module(STRNORM)
+
+    r = kiln_subprocess("build", "build.py")
+
+    assert r.returncode == 1
+    assert "Failed to construct locale" in r.stderr  # in kiln's own failure message
+    assert "\x1b" not in r.stderr and "[E:onnxruntime" not in r.stderr
