@@ -198,6 +198,13 @@ def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: 
         "reason": "no cuda device here",
     }
     assert module["benchmark"][0]["status"] == "skipped"
+    # The results' own entries (the entrypoint returns them) say so too, not "built".
+    manifest = json.loads((out / "manifest.json").read_text())
+    own = {Path(o["path"]).name: o for o in manifest["entrypoints"]["add"]["outputs"]}
+    assert own["both_80.json"]["status"] == "skipped"
+    assert own["both_80.json"]["verification"] == module["verification"][0]
+    assert own["bench_80.json"]["status"] == "skipped"
+    assert own["bench_80.json"]["benchmark"]["reason"] == "no cuda device here"
     assert "2 check(s) skipped:" in r.stderr
     assert "Benchmarking add/add_cuda-sm_80.vmfb: skipped: no cuda device here" in r.stderr
 

@@ -38,7 +38,12 @@ happens to lie on disk):
   longer matches that build's record (its inputs, parameters or content changed,
   or may have: decided from the stat cache, reading no file);
 - ``not built``: not requested this time, and no copy is known to be stale (none
-  was built, or it was removed, or it still matches its record).
+  was built, or it was removed, or it still matches its record);
+- ``skipped``: the result file of a check or benchmark that did not run its
+  module (no such device here): built, with its digest, but no verdict.
+
+The result file of a check or benchmark carries that check's entry as well
+(``"verification"`` or ``"benchmark"``: one object, as in its module's list).
 
 A check or benchmark reports what its result file says only when this build
 built it (or found it up to date); otherwise its status is the action's.
@@ -84,6 +89,9 @@ class ManifestMeta(BuildMeta):
         self.verifications: list[tuple[BuildAction, BuildFile]] = []
         # (benchmark action, its JSON result file) for each benchmark of this file.
         self.benchmarks: list[tuple[BuildAction, BuildFile]] = []
+        # On a check's or benchmark's own result file: ("verification" or
+        # "benchmark", the action), so that its entry carries the verdict.
+        self.result_of: tuple[str, BuildAction] | None = None
 
 
 class _StatCacheOnly:
@@ -276,6 +284,12 @@ def describe_output(
         entry["verification"] = [_verification(statuses, a, r) for a, r in meta.verifications]
     if meta.benchmarks:
         entry["benchmark"] = [_benchmark(statuses, a, r) for a, r in meta.benchmarks]
+    if meta.result_of is not None:  # a check's own result: its verdict, as the module's
+        kind, action = meta.result_of
+        judge = _verification if kind == "verification" else _benchmark
+        entry[kind] = verdict = judge(statuses, action, f)
+        if verdict.get("status") == "skipped":
+            entry["status"] = "skipped"
     return entry
 
 

@@ -260,4 +260,5 @@ def benchmark(
         executor=context.executor,
     )
     ManifestMeta.get(module_file).benchmarks.append((action, output))
+    ManifestMeta.get(output).result_of = ("benchmark", action)
     return output
