@@ -167,6 +167,17 @@ def target_spec(text: str) -> str:
     return text
 
 
+def seconds_or_off(text: str) -> float:
+    """A number of seconds, 0 for off."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive number, got {text}")
+    return value
+
+
 def pool_limit(text: str) -> tuple[str, int]:
     name, sep, count = text.partition("=")
     if not sep or not name:
@@ -246,6 +257,14 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             "outputs byte for byte; what differs is listed, exits 1 and is never shared",
         )
         p.add_argument("--explain", action="store_true", help="say why each action runs")
+        p.add_argument(
+            "--heartbeat",
+            type=seconds_or_off,
+            default=30.0,
+            metavar="SECONDS",
+            help="plain output: a line for each action still running, every SECONDS of "
+            "its run (default: 30; 0: none)",
+        )
         p.add_argument(
             "--no-wait",
             action="store_true",

@@ -213,4 +213,4 @@ def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
 
         threshold = getattr(ns, "test_long_display_time_threshold", 5.0)
         return RichReporter(err, verbose=verbose, long_threshold_s=threshold, force_terminal=True)
-    return PlainReporter(err, verbose=verbose)
+    return PlainReporter(err, verbose=verbose, heartbeat_s=getattr(ns, "heartbeat", 30.0))
