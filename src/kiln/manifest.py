@@ -226,6 +226,8 @@ _BENCH_FIELDS = (
     "max",
     "time_unit",
     "repetitions",
+    "repetitions_run",
+    "over_budget",
     "machine",
     "devices",
 )
@@ -236,19 +238,35 @@ def _benchmark(statuses: Statuses, action: BuildAction, result: BuildFile) -> di
     return {k: data[k] for k in _BENCH_FIELDS if k in data}
 
 
-def skipped_checks(executor: Executor, result: BuildResult) -> list[str]:
-    """One line per check or benchmark of an entrypoint's output that was skipped
-    (its device is not on this machine), for the build's summary."""
+def skipped_checks(executor: Executor, result: BuildResult) -> tuple[list[str], list[str]]:
+    """For the build's summary, one line per check or benchmark of an entrypoint's
+    output that was skipped (its device is not on this machine), and one per
+    benchmark of this build whose single call took longer than its time budget."""
     statuses = Statuses(executor, result, unrequested=False)
-    lines = []
+    skipped = []
     for ep in executor.entrypoints:
         for f in ep.outputs:
             meta = ManifestMeta.get(f)
             for action, res in [*meta.verifications, *meta.benchmarks]:
                 data = _read_result(statuses, action, res)
                 if data.get("status") == "skipped":
-                    lines.append(f"{action.desc}: skipped: {data.get('reason')}")
-    return lines
+                    skipped.append(f"{action.desc}: skipped: {data.get('reason')}")
+    over = []
+    ran = set(result.built)
+    for node in executor.all.values():
+        if not isinstance(node, BuildFile):
+            continue
+        found = node._metadata.get(ManifestMeta.KEY)  # not made where there is none
+        of = found.result_of if isinstance(found, ManifestMeta) else None
+        if of is None or of[0] != "benchmark" or of[1] not in ran:
+            continue
+        data = _read_result(statuses, of[1], node)
+        if data.get("over_budget") is True:
+            over.append(
+                f"{of[1].desc}: one call took {data.get('single_call_s', 0):.3g}s, "
+                f"over its time budget of {data.get('time_budget_s')}s: measured once"
+            )
+    return skipped, over
 
 
 def describe_output(
