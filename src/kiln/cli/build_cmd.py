@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from kiln.cli.executor_options import open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
-from kiln.cli.targets import output_paths, resolve_targets
+from kiln.cli.targets import check_compile_targets, output_paths, resolve_targets
 from kiln.errors import UsageError
 from kiln.reporting import format_root_causes, format_success, format_summary
 from kiln.result import SchedulerOptions
@@ -72,6 +72,7 @@ def run(inv: Invocation) -> int:
     skipped: list[str] = []
     over_budget: list[str] = []
     plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
+    check_compile_targets(executor, plan.actions)
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
     remote = open_remote(inv.ns, executor.cache, executor.reporter.message)
