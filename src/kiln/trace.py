@@ -44,11 +44,15 @@ def is_kept_events(name: str) -> bool:
 
 def _keep_previous(state_dir: Path) -> None:
     """Shift the kept builds' events one place back, the oldest dropped, so that a
-    new build's events can start. Each is renamed within ``.kiln/`` (a link there is
-    moved as a link, never followed; the report reads only regular files)."""
+    new build's events can start. Only regular files move, each renamed within
+    ``.kiln/`` (nothing is followed; anything else planted there stays where it is,
+    and opening the new events file over it fails with a warning); one that cannot
+    move is left for the next build to drop."""
     for n in range(KEPT_BUILDS - 1, 0, -1):
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(state_dir / kept_events(n - 1), state_dir / kept_events(n))
+        source = state_dir / kept_events(n - 1)
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(source).st_mode):
+                os.replace(source, state_dir / kept_events(n))
 
 
 _RSS_EVERY_S = 0.02  # at most 50 memory samples a second
