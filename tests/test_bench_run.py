@@ -53,7 +53,5 @@ def test_results_go_to_the_kept_folder_only_when_recorded() -> None:
     assert run.results_dir(run._parse(["--quick"])) == kept / "local"
     assert run.results_dir(run._parse(["--record"])) == kept
     assert run.results_dir(run._parse(["--readme"])) == kept
-    ignored = subprocess.run(
-        ["git", "check-ignore", "-q", "benchmarks/results/local/latest.md"], cwd=ROOT
-    )
-    assert ignored.returncode == 0  # git status stays clean after a run
+    # git status stays clean after a run.
+    assert "benchmarks/results/local/" in (ROOT / ".gitignore").read_text().splitlines()
