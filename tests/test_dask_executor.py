@@ -19,7 +19,6 @@ import pytest
 from dask_cluster import DaskCluster, require_dask
 from dask_cluster import dask_cluster as dask_cluster  # noqa: F401 - the fixture
 from nginx import NginxCache, free_port
-from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 _THUNK_ACTIONS = """
 import functools, os

@@ -47,6 +47,7 @@ KILN_ALL = [
     "net_actions",
     "onnx_actions",
     "onnx_import",
+    "requested_targets",
     "run_command",
     "source_file",
     "target_machine",
@@ -68,7 +69,14 @@ MODULES = {
 }
 
 # Imported on first use; their modules may be missing in a partial install.
-LAZY = {"benchmark", "compile", "fetch_http", "onnx_import", "verify"} | MODULES
+LAZY = {
+    "benchmark",
+    "compile",
+    "fetch_http",
+    "onnx_import",
+    "requested_targets",
+    "verify",
+} | MODULES
 
 EXECUTOR_ALL = [
     "ActionConcurrency",

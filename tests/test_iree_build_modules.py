@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 from dask_cluster import dask_cluster as dask_cluster  # noqa: F401 - the fixture
-from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 pytest.importorskip("iree.build", reason="needs iree-base-compiler's iree.build to compare with")
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from nginx import NginxCache
-from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 onnx = pytest.importorskip("onnx")
 np = pytest.importorskip("numpy")

@@ -69,6 +69,7 @@ __all__ = [
     "net_actions",
     "onnx_actions",
     "onnx_import",
+    "requested_targets",
     "run_command",
     "source_file",
     "target_machine",
@@ -84,6 +85,7 @@ _LAZY = {
     "fetch_http": "kiln.actions.net",
     "onnx_import": "kiln.actions.onnx",
     "compile": "kiln.actions.iree",
+    "requested_targets": "kiln.actions.iree",
     "verify": "kiln.actions.verify",
     "benchmark": "kiln.actions.bench",
 }

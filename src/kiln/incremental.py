@@ -236,7 +236,8 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
             if a != b
             for change in _param_changes(f"{name}[{i}]", a, b)
         ]
-    return [f"parameter {name} changed from {_short(old)} to {_short(new)}"]
+    before, after = _around_difference(_text(old), _text(new))
+    return [f"parameter {name} changed from {before} to {after}"]
 
 
 class _Pairs(dict[str, Any]):
@@ -287,11 +288,34 @@ def _file_name(key: str) -> str:
     return key[4:]
 
 
-def _short(value: Any) -> str:
+def _text(value: Any) -> str:
+    """A parameter value as a reason spells it: tagged values as Python would, the
+    rest as JSON."""
     text = _spelled(value) if isinstance(value, dict) else None
-    if text is None:
-        text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return json.dumps(value, sort_keys=True) if text is None else text
+
+
+_SHOWN_CHARS = 60  # of each side of a changed value
+
+
+def _around_difference(old: str, new: str) -> tuple[str, str]:
+    """``old`` and ``new`` cut to a window of ``_SHOWN_CHARS`` around their first
+    difference, each side the same window, so that the changed part shows even in
+    two long values that share a long beginning (an argv that differs in its last
+    flag); ``...`` marks what was left out."""
+    if len(old) <= _SHOWN_CHARS and len(new) <= _SHOWN_CHARS:
+        return old, new
+    first = next(
+        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
+        min(len(old), len(new)),
+    )
+    start = max(0, min(first - _SHOWN_CHARS // 4, max(len(old), len(new)) - _SHOWN_CHARS))
+    return _window(old, start), _window(new, start)
+
+
+def _window(text: str, start: int) -> str:
+    end = start + _SHOWN_CHARS
+    return ("..." if start > 0 else "") + text[start:end] + ("..." if end < len(text) else "")
 
 
 def _spelled(value: dict[str, Any]) -> str | None:

@@ -38,7 +38,12 @@ happens to lie on disk):
   longer matches that build's record (its inputs, parameters or content changed,
   or may have: decided from the stat cache, reading no file);
 - ``not built``: not requested this time, and no copy is known to be stale (none
-  was built, or it was removed, or it still matches its record).
+  was built, or it was removed, or it still matches its record);
+- ``skipped``: the result file of a check or benchmark that did not run its
+  module (no such device here): built, with its digest, but no verdict.
+
+The result file of a check or benchmark carries that check's entry as well
+(``"verification"`` or ``"benchmark"``: one object, as in its module's list).
 
 A check or benchmark reports what its result file says only when this build
 built it (or found it up to date); otherwise its status is the action's.
@@ -81,6 +86,9 @@ class ManifestMeta(BuildMeta):
         self.verifications: list[tuple[BuildAction, BuildFile]] = []
         # (benchmark action, its JSON result file) for each benchmark of this file.
         self.benchmarks: list[tuple[BuildAction, BuildFile]] = []
+        # On a check's or benchmark's own result file: ("verification" or
+        # "benchmark", the action), so that its entry carries the verdict.
+        self.result_of: tuple[str, BuildAction] | None = None
 
 
 class Statuses:
@@ -163,6 +171,8 @@ _BENCH_FIELDS = (
     "max",
     "time_unit",
     "repetitions",
+    "repetitions_run",
+    "over_budget",
     "machine",
     "devices",
 )
@@ -173,19 +183,35 @@ def _benchmark(statuses: Statuses, action: BuildAction, result: BuildFile) -> di
     return {k: data[k] for k in _BENCH_FIELDS if k in data}
 
 
-def skipped_checks(executor: Executor, result: BuildResult) -> list[str]:
-    """One line per check or benchmark of an entrypoint's output that was skipped
-    (its device is not on this machine), for the build's summary."""
+def skipped_checks(executor: Executor, result: BuildResult) -> tuple[list[str], list[str]]:
+    """For the build's summary, one line per check or benchmark of an entrypoint's
+    output that was skipped (its device is not on this machine), and one per
+    benchmark of this build whose single call took longer than its time budget."""
     statuses = Statuses(result)
-    lines = []
+    skipped = []
     for ep in executor.entrypoints:
         for f in ep.outputs:
             meta = ManifestMeta.get(f)
             for action, res in [*meta.verifications, *meta.benchmarks]:
                 data = _read_result(statuses, action, res)
                 if data.get("status") == "skipped":
-                    lines.append(f"{action.desc}: skipped: {data.get('reason')}")
-    return lines
+                    skipped.append(f"{action.desc}: skipped: {data.get('reason')}")
+    over = []
+    ran = set(result.built)
+    for node in executor.all.values():
+        if not isinstance(node, BuildFile):
+            continue
+        found = node._metadata.get(ManifestMeta.KEY)  # not made where there is none
+        of = found.result_of if isinstance(found, ManifestMeta) else None
+        if of is None or of[0] != "benchmark" or of[1] not in ran:
+            continue
+        data = _read_result(statuses, of[1], node)
+        if data.get("over_budget") is True:
+            over.append(
+                f"{of[1].desc}: one call took {data.get('single_call_s', 0):.3g}s, "
+                f"over its time budget of {data.get('time_budget_s')}s: measured once"
+            )
+    return skipped, over
 
 
 def describe_output(
@@ -222,6 +248,12 @@ def describe_output(
         entry["verification"] = [_verification(statuses, a, r) for a, r in meta.verifications]
     if meta.benchmarks:
         entry["benchmark"] = [_benchmark(statuses, a, r) for a, r in meta.benchmarks]
+    if meta.result_of is not None:  # a check's own result: its verdict, as the module's
+        kind, action = meta.result_of
+        judge = _verification if kind == "verification" else _benchmark
+        entry[kind] = verdict = judge(statuses, action, f)
+        if verdict.get("status") == "skipped":
+            entry["status"] = "skipped"
     return entry
 
 

@@ -13,7 +13,8 @@ escaped (``kiln.terminal``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Set
+import time
+from collections.abc import Callable, Set
 from typing import IO, TYPE_CHECKING
 
 from kiln import events as ev
@@ -72,16 +73,19 @@ def count_actions(deps: Set[BuildDependency]) -> int:
 class PlainReporter(ProgressReporter):
     """``[3/12] Compiling foo`` lines on a stream; failures with their error.
 
-    A reader of the event stream: every line comes from an event's fields.
+    A reader of the event stream: every line comes from an event's fields. While a
+    build runs, a ``Heartbeat`` prints a line for each action that has been running
+    for another ``heartbeat_s`` seconds (0: never), so a long action shows life.
     """
 
-    def __init__(self, stream: IO[str], verbose: int = 0):
+    def __init__(self, stream: IO[str], verbose: int = 0, heartbeat_s: float = 30.0):
         self.stream = stream
         self.verbose = verbose
         self.total = 0
         self.done = 0
         self.started = 0
         self._lock = threading.Lock()
+        self._heartbeat = Heartbeat(heartbeat_s, self._write) if heartbeat_s > 0 else None
 
     def _write(self, line: str) -> None:
         with self._lock:
@@ -95,6 +99,8 @@ class PlainReporter(ProgressReporter):
             self.done += 1
             return
         event = displayed(event)
+        if self._heartbeat is not None:
+            self._heartbeat.handle(event)
         if kind == ev.STARTED:
             self.started += 1
             self._write(f"[{min(self.done + self.started, self.total)}/{self.total}] {event.desc}")
@@ -123,6 +129,69 @@ class PlainReporter(ProgressReporter):
 
     def message(self, text: str) -> None:
         self._write(text)
+
+
+class Heartbeat:
+    """Prints ``still running (1m30s): DESC`` for each action every ``interval_s``
+    seconds of its run, from a thread of its own that lives from ``build_started``
+    to ``build_finished``; driven by the events alone.
+
+    Invariant: ``_running`` holds the actions started and not yet ended, each with
+    the monotonic time it started and the next time its line is due.
+    """
+
+    def __init__(self, interval_s: float, write: Callable[[str], None]):
+        self.interval_s = interval_s
+        self._write = write
+        self._running: dict[object, tuple[str, float, float]] = {}
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def handle(self, event: ev.BuildEvent) -> None:
+        kind = event.kind
+        key = event.action or id(event.subject)
+        with self._changed:
+            if kind == ev.STARTED:
+                now = time.monotonic()
+                self._running[key] = (event.desc or "", now, now + self.interval_s)
+                self._changed.notify()
+            elif kind in ev.ENDINGS:
+                self._running.pop(key, None)
+            elif kind == ev.BUILD_STARTED and self._thread is None:
+                self._stopped = False
+                self._thread = threading.Thread(target=self._beat, name="kiln-heartbeat")
+                self._thread.daemon = True
+                self._thread.start()
+            elif kind == ev.BUILD_FINISHED:
+                self._stopped = True
+                self._running.clear()
+                self._changed.notify()
+        if kind == ev.BUILD_FINISHED and self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _beat(self) -> None:
+        with self._changed:
+            while not self._stopped:
+                now = time.monotonic()
+                due = sorted((v[2], v[1], k) for k, v in self._running.items() if v[2] <= now)
+                for _, started, key in due:
+                    desc, _, next_due = self._running[key]
+                    self._running[key] = (desc, started, next_due + self.interval_s)
+                    self._write(f"still running ({elapsed(now - started)}): {desc}")
+                wake = min((v[2] for v in self._running.values()), default=None)
+                self._changed.wait(None if wake is None else max(0.0, wake - time.monotonic()))
+
+
+def elapsed(seconds: float) -> str:
+    """A duration as a person reads it at a glance: ``42s``, ``5m03s``, ``2h07m``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 def failure_heading(dep: BuildDependency | str) -> str:

@@ -5,10 +5,17 @@ The action is in the ``machine`` pool and takes it exclusively (``exclusive``):
 it starts only when no import, compile, reference run, verify or other benchmark
 is running, and none of them starts while it runs, so timings stay clean.
 
+Time is bounded by ``time_budget_s``: one call is timed first; the repetitions that
+follow are as many as fit in what is left of the budget (each takes about the
+longer of one call and ``min_time_s``), at most ``repetitions``, at least one. A
+single call longer than the whole budget is measured once, from that call, and
+the result says so (``over_budget``).
+
 Result JSON::
 
     {"status": "measured" | "skipped", "reason": (when skipped), "module", "target",
-     "device" (driver), "function", "repetitions", "min_time_s", "flags",
+     "device" (driver), "function", "repetitions" (at most), "repetitions_run",
+     "min_time_s", "time_budget_s", "single_call_s", "over_budget", "flags",
      "inputs": {...as verify's}, "machine": {"cpu", "cpus", "arch"},
      "devices": [runtime device URIs], "time_unit": "us", "median", "mean",
      "stddev", "min", "max", "samples": [per-repetition mean latency],
@@ -54,6 +61,7 @@ class Bench:
     repetitions: int
     min_time_s: float
     flags: list[str]
+    time_budget_s: float = 5.0
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
 
 
@@ -68,17 +76,20 @@ def _function(module: str, driver: str, function: str | None) -> str:
     return function or bind_function(module, driver, None)[1]
 
 
-def _measure(bench: Bench, function: str, input_dir: str, count: int) -> list[dict[str, Any]]:
-    """Run iree-benchmark-module; return its per-repetition records."""
+def _measure(
+    bench: Bench, function: str, input_dir: str, count: int, repetitions: int, min_time: str
+) -> list[dict[str, Any]]:
+    """Run iree-benchmark-module (``min_time``: ``0.1s``, or ``1x`` for one call per
+    repetition); return its per-repetition records."""
     cmd = [
         _devices.runtime_tool("iree-benchmark-module"),
         f"--module={bench.module}",
         f"--device={bench.driver}",
         f"--function={function}",
         *(f"--input=@{os.path.join(input_dir, f'{i}.npy')}" for i in range(count)),
-        f"--benchmark_repetitions={bench.repetitions}",
+        f"--benchmark_repetitions={repetitions}",
         "--benchmark_format=json",
-        f"--benchmark_min_time={bench.min_time_s:g}s",
+        f"--benchmark_min_time={min_time}",
         *bench.flags,
     ]
     # Both streams go to files, not memory: the module may print without bound.
@@ -114,6 +125,7 @@ def run_benchmark(bench: Bench) -> None:
         "runtime_version": _devices.runtime_version(),
         "repetitions": bench.repetitions,
         "min_time_s": bench.min_time_s,
+        "time_budget_s": bench.time_budget_s,
         "flags": bench.flags,
     }
     reason = _devices.absent_device_reason(bench.driver)
@@ -125,14 +137,21 @@ def run_benchmark(bench: Bench) -> None:
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         for i, array in enumerate(args):
             np.save(os.path.join(tmp, f"{i}.npy"), array)
-        runs = _measure(bench, function, tmp, len(args))
-    if not runs:
-        raise ToolError(f"iree-benchmark-module reported no runs for {shown_path(bench.module)}")
-    samples = [float(r["real_time"]) * _TO_US[r.get("time_unit", "ns")] for r in runs]
+        probe = _samples(bench, _measure(bench, function, tmp, len(args), 1, "1x"))
+        single_s = probe[0] / 1e6
+        repetitions = _repetitions(bench, single_s)
+        if repetitions:
+            runs = _measure(bench, function, tmp, len(args), repetitions, f"{bench.min_time_s:g}s")
+        else:  # one call is over the whole budget: that call is the measurement
+            runs = [{"real_time": probe[0], "time_unit": "us", "iterations": 1}]
+    samples = _samples(bench, runs)
     _write(
         bench.result_path,
         {
             **head,
+            "repetitions_run": len(samples),
+            "single_call_s": single_s,
+            "over_budget": not repetitions,
             "status": "measured",
             "function": function,
             "inputs": how,
@@ -147,6 +166,24 @@ def run_benchmark(bench: Bench) -> None:
             "iterations": [int(r.get("iterations", 0)) for r in runs],
         },
     )
+
+
+def _samples(bench: Bench, runs: list[dict[str, Any]]) -> list[float]:
+    """Each repetition's mean latency in microseconds."""
+    if not runs:
+        raise ToolError(f"iree-benchmark-module reported no runs for {shown_path(bench.module)}")
+    return [float(r["real_time"]) * _TO_US[r.get("time_unit", "ns")] for r in runs]
+
+
+def _repetitions(bench: Bench, single_s: float) -> int:
+    """How many repetitions fit in the budget after one call took ``single_s``: each
+    runs for about the longer of a call and ``min_time_s``. At least one, at most
+    ``repetitions``; 0 when that one call alone took the whole budget."""
+    if single_s >= bench.time_budget_s:
+        return 0
+    each = max(single_s, bench.min_time_s)
+    fit = int((bench.time_budget_s - single_s) // each) if each > 0 else bench.repetitions
+    return max(1, min(bench.repetitions, fit))
 
 
 class BenchmarkAction(ModuleRunAction):
@@ -172,6 +209,7 @@ class BenchmarkAction(ModuleRunAction):
             "shapes": b.shapes,
             "repetitions": b.repetitions,
             "min_time_s": b.min_time_s,
+            "time_budget_s": b.time_budget_s,
             "flags": b.flags,
             "inputs": len(b.inputs),
         }
@@ -192,20 +230,24 @@ def benchmark(
     flags: Sequence[str] = (),
     driver: str | None = None,
     function: str | None = None,
+    time_budget_s: float = 5.0,
 ) -> BuildFile:
     """Declare a benchmark of compiled ``module``; its JSON result goes to ``name``.
 
     ``inputs=None`` generates inputs from the ONNX ``model`` (default: the model the
-    module was imported from), as ``verify`` does. Each of ``repetitions`` runs the
-    function for at least ``min_time_s``; ``flags`` go to iree-benchmark-module.
+    module was imported from), as ``verify`` does. Each repetition runs the function
+    for at least ``min_time_s``; there are as many as fit in ``time_budget_s`` of
+    measuring, at most ``repetitions`` and at least one (one call longer than the
+    budget is the measurement). ``flags`` go to iree-benchmark-module.
     """
     from kiln.actions._tensors import normalize_shapes
 
     run = declare_run(module, inputs, model, driver)
     module_file, model_file, input_files = run.module, run.model, run.inputs
-    if repetitions < 1 or min_time_s <= 0:
+    if repetitions < 1 or not min_time_s > 0 or not 0 < time_budget_s < float("inf"):
         raise BuildDefinitionError(
-            f"benchmark of {module_file.path}: repetitions must be >= 1 and min_time_s > 0"
+            f"benchmark of {module_file.path}: repetitions must be >= 1, min_time_s > 0 "
+            "and time_budget_s a positive number of seconds"
         )
     if not input_files and model_file is None:
         raise BuildDefinitionError(
@@ -227,6 +269,7 @@ def benchmark(
         repetitions=repetitions,
         min_time_s=min_time_s,
         flags=list(flags),
+        time_budget_s=float(time_budget_s),
     )
     files = [module_file, *input_files]
     if generated and model_file is not None:
@@ -240,4 +283,5 @@ def benchmark(
         executor=run.context.executor,
     )
     ManifestMeta.get(module_file).benchmarks.append((action, output))
+    ManifestMeta.get(output).result_of = ("benchmark", action)
     return output

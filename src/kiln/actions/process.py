@@ -37,7 +37,8 @@ from kiln.redact import redact_urls
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
     """A file or directory of the source tree (relative to the calling build module's
     directory), tracked by content (a directory by its tree: names, executable bits,
-    contents). ``name`` is its graph name (default: ``path``)."""
+    contents). ``name`` is its graph name (default: ``path``; for an absolute
+    ``path``, its base name: the machine's directories are no name in the graph)."""
     context = BuildContext.current()
     site = DefinitionSite.capture()
     fs_path = (Path(site.filename).parent / path).resolve()
@@ -47,7 +48,9 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
             f"source file {fs_path} does not exist (source_file({str(path)!r}) in "
             f"entrypoint '{where}', at {site})"
         )
-    return _source(context, fs_path, name or Path(path).as_posix().lstrip("/"))
+    if name is None:
+        name = Path(path).name if Path(path).is_absolute() else Path(path).as_posix()
+    return _source(context, fs_path, name)
 
 
 def _source(context: BuildContext, fs_path: Path, name: str) -> BuildFile:

@@ -252,6 +252,7 @@ def verify(
         executor=context.executor,
     )
     ManifestMeta.get(module_file).verifications.append((action, output))
+    ManifestMeta.get(output).result_of = ("verification", action)
     return output
 
 

@@ -23,6 +23,7 @@ from kiln.output_dir.ownership import KILN_DIR, MARKER, output_dir_state
 from kiln.output_dir.prefilled import USER_FILES
 from kiln.output_dir.writing import is_temporary, remove_quietly
 from kiln.state.snapshot import StateSnapshot
+from kiln.trace import is_kept_events
 
 _SHOWN = 5
 
@@ -144,6 +145,7 @@ class _Remover:
             ours = (
                 name.startswith("state.db")
                 or name in _LAST_BUILD
+                or is_kept_events(name)
                 or (name in (MARKER, "lock", USER_FILES) and not keep_marker)
             )
             if ours and not entry.is_dir(follow_symlinks=False):
