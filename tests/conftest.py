@@ -148,3 +148,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _EXIT_STATUS = pytest.StashKey[int]()
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker per CPU this process may use, and at least two, since
+    most tests spend their time waiting on the processes they start."""
+    return max(2, len(os.sched_getaffinity(0)))
