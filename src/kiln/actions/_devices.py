@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import ToolError
+from kiln.errors import ToolMissing
 from kiln.graph import BuildDependency, BuildMeta
 
 MACHINE_POOL = "machine"
@@ -39,10 +39,10 @@ def runtime_tool(name: str) -> str:
     """The path of an iree-base-runtime executable (``iree-benchmark-module``, ...)."""
     spec = importlib.util.find_spec("iree._runtime_libs")
     if spec is None or spec.origin is None:
-        raise ToolError("iree-base-runtime is not installed (pip install 'kiln[iree]')")
+        raise ToolMissing("iree-base-runtime is not installed (pip install 'kiln[iree]')")
     exe = Path(spec.origin).parent / name
     if not exe.is_file():
-        raise ToolError(f"iree-base-runtime has no {name} at {exe}")
+        raise ToolMissing(f"iree-base-runtime has no {name} at {exe}")
     return str(exe)
 
 
@@ -50,7 +50,7 @@ def runtime_version() -> str:
     try:
         return importlib.metadata.version("iree-base-runtime")
     except importlib.metadata.PackageNotFoundError:
-        raise ToolError("iree-base-runtime is not installed (pip install 'kiln[iree]')") from None
+        raise ToolMissing("iree-base-runtime is not installed (pip install 'kiln[iree]')") from None
 
 
 def list_devices(driver: str) -> list[str]:

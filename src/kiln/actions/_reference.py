@@ -24,7 +24,7 @@ from kiln.actions._tensors import (
     load_tensor,
     save_bundle,
 )
-from kiln.errors import ToolError
+from kiln.errors import ToolError, ToolMissing
 from kiln.output_dir.writing import atomic_output
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def onnxruntime_version() -> str:
     try:
         return importlib.metadata.version("onnxruntime")
     except importlib.metadata.PackageNotFoundError:
-        raise ToolError("onnxruntime is not installed (pip install 'kiln[iree]')") from None
+        raise ToolMissing("onnxruntime is not installed (pip install 'kiln[iree]')") from None
 
 
 def _load_model(path: str) -> Any:
