@@ -40,6 +40,8 @@ class ProgressReporter:
         elif kind == ev.FINISHED:
             self.finish_dep(event.subject)
         elif kind == ev.FAILED:
+            if event.unchanged:  # not run again: to the seed's interface, a failed start
+                self.start_dep(event.subject)
             self.report_failure(event.subject)
             self.finish_dep(event.subject)
         elif kind == ev.BUILD_STARTED:

@@ -50,6 +50,7 @@ def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
         # A dry run of ``build`` lists what would run; ``explain`` prints it itself.
         explain=getattr(ns, "explain", False) or getattr(ns, "dry_run", False),
         check_reproducible=getattr(ns, "check_reproducible", False),
+        retry_failed=getattr(ns, "retry_failed", False),
     )
 
 
