@@ -168,6 +168,12 @@ def test_explain_says_why_it_would_not_run(commands, kiln, tmp_path: Path) -> No
     )
     assert f"(its log is {log}); --retry-failed runs it" in r.stdout
     assert "Running demo/after.txt: would not run: it needs demo/bad.txt, which failed" in r.stdout
+    line = "Running demo/bad.txt: not run: it failed with this same key in an earlier build; "
+    dry = kiln("build", "build.py", "--dry-run")
+    assert dry.returncode == 0 and f"{line}--retry-failed runs it" in dry.stderr
+    assert "ERROR" not in dry.stderr and "1 failed (unchanged)" in dry.stderr
+    explained = kiln("build", "build.py", "--explain")
+    assert explained.returncode == 1 and f"{line}--retry-failed runs it" in explained.stderr
     retry = kiln("explain", "build.py", "--retry-failed")
     assert "Running demo/bad.txt: it failed with this same key in an earlier build" in retry.stdout
     assert "Running demo/after.txt: never built" in retry.stdout

@@ -90,7 +90,7 @@ def run(inv: Invocation) -> int:
             write_manifest(executor, result)
             skipped, over_budget = skipped_checks(executor, result)
     reporter = executor.reporter
-    if result.failed:
+    if result.failed and not options.dry_run:  # a dry run explained each already
         reporter.message(format_root_causes(result, inv.ns.verbose))
     if result.not_reproducible:
         reporter.message(
