@@ -9,6 +9,7 @@ share it (``--pool machine=N`` bounds them to N at once).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -46,7 +47,10 @@ def runtime_tool(name: str) -> str:
     return str(exe)
 
 
+@functools.cache
 def runtime_version() -> str:
+    """The installed iree-base-runtime's version (part of verify and benchmark keys),
+    read once per process, as ``compiler_version``: every such action asks."""
     try:
         return importlib.metadata.version("iree-base-runtime")
     except importlib.metadata.PackageNotFoundError:
@@ -76,8 +80,10 @@ def absent_device_reason(driver: str) -> str | None:
     return None if list_devices(driver) else f"no {driver} device here"
 
 
+@functools.cache
 def cpu_model() -> str:
-    """The machine's CPU model name, as /proc/cpuinfo says (else platform's guess)."""
+    """The machine's CPU model name, as /proc/cpuinfo says (else platform's guess);
+    read once per process: every benchmark's key asks."""
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
