@@ -87,8 +87,8 @@ def run(inv: Invocation) -> int:
         if not options.dry_run:
             from kiln.manifest import skipped_checks, write_manifest
 
-            write_manifest(executor, result)
-            skipped, over_budget = skipped_checks(executor, result)
+            statuses = write_manifest(executor, result)
+            skipped, over_budget = skipped_checks(executor, result, statuses)
     reporter = executor.reporter
     if result.failed and not options.dry_run:  # a dry run explained each already
         reporter.message(format_root_causes(result, inv.ns.verbose))
