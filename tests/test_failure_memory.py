@@ -522,3 +522,15 @@ def _action(tmp_path: Path, cls: type[_Failing]) -> _Failing:
     executor = Executor(tmp_path / "out")
     with executor.get_context(""):
         return cls(tmp_path / "counter", desc="x", executor=BuildContext.current().executor)
+
+
+def test_the_line_of_an_error_that_names_it() -> None:
+    from kiln.reporting import error_line
+
+    assert error_line("outputs do not match:\n  against shipped: 1 != 3\nmore") == (
+        "outputs do not match: against shipped: 1 != 3"
+    )
+    traceback = 'Traceback (most recent call last):\n  File "b.py"\nValueError: bad\n'
+    assert error_line(traceback) == "ValueError: bad"
+    assert error_line("one\x1b[31m line") == "one\\x1b[31m line"  # escaped for a terminal
+    assert len(error_line("x" * 1000)) == 240 and error_line("") == ""

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # The most characters of an error shown on an unchanged failure's one line.
-_ERROR_LINE_CHARS = 160
+_ERROR_LINE_CHARS = 240
 # The fields of an event that a reporter prints as (part of) one line.
 _ONE_LINE_FIELDS = ("desc", "lane", "target", "log")
 
@@ -268,9 +268,8 @@ def format_root_causes(result: BuildResult, verbose: int) -> str:
         lines.append(f"  * {unchanged_line(str(action), log, str(error))}")
     if unchanged:
         lines.append(
-            f"{len(unchanged)} of them failed with the same key in an earlier build and did "
-            "not run again (their errors are in their logs); kiln build --retry-failed "
-            "runs them"
+            f"{len(unchanged)} of them failed with the same key in an earlier build and were "
+            "not run again; kiln build --retry-failed runs them"
         )
     return "\n".join(lines)
 
@@ -286,11 +285,13 @@ def unchanged_line(desc: str | None, log: str | None, error: str | None) -> str:
 
 def error_line(error: str) -> str:
     """The line of an error's text that names it, shortened: a traceback's last line
-    (the exception), else the first."""
-    lines = [line for line in error.splitlines() if line.strip()]
+    (the exception), else the first (with the next, when it ends in a colon)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
     if not lines:
         return ""
     said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    if said is lines[0] and said.endswith(":") and len(lines) > 1:
+        said = f"{said} {lines[1]}"
     if len(said) > _ERROR_LINE_CHARS:
         said = said[: _ERROR_LINE_CHARS - 3] + "..."
     return printable(said, one_line=True)
