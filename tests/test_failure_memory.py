@@ -534,3 +534,14 @@ def test_the_line_of_an_error_that_names_it() -> None:
     assert error_line(traceback) == "ValueError: bad"
     assert error_line("one\x1b[31m line") == "one\\x1b[31m line"  # escaped for a terminal
     assert len(error_line("x" * 1000)) == 240 and error_line("") == ""
+
+
+def test_a_change_to_the_actions_code_runs_it_again(write_module, kiln, tmp_path: Path) -> None:
+    module = write_module(USER_ACTIONS)
+    env = {"KIND": "value", "WHERE": "THREAD"}
+    kiln("build", "build.py", env=env)
+    assert kiln("build", "build.py", env=env).returncode == 1 and runs(tmp_path) == 1
+    module.write_text(module.read_text().replace("bad value {kind}", "still a bad value {kind}"))
+    r = kiln("build", "build.py", env=env)
+    assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
+    assert "ValueError: still a bad value value" in r.stderr
