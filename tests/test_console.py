@@ -127,8 +127,20 @@ def test_plain_failure_report_and_summary(module, kiln) -> None:
     assert r.stderr.rstrip().splitlines()[-1].startswith("kiln: FAILED:")
     assert "\x1b" not in r.stderr
 
+    # It fails with the same key: not run again, one line with its log.
     again = kiln("build", "build.py")
-    assert summary(again.stderr) == ("FAILED", 0, 4, 1, 1)
+    assert again.returncode == 1
+    assert "kaput" not in again.stderr
+    assert "  * Running broken/first.txt failed (unchanged; log: " in again.stderr
+    assert (
+        again.stderr.rstrip()
+        .splitlines()[-1]
+        .startswith(
+            "kiln: FAILED: 0 built, 4 up to date, 0 failed, 1 failed (unchanged), 1 not run in "
+        )
+    )
+    retried = kiln("build", "build.py", "--retry-failed")
+    assert "kaput" in retried.stderr and summary(retried.stderr) == ("FAILED", 0, 4, 1, 1)
 
 
 def test_plain_heartbeat_names_each_long_action_with_its_time(write_module, kiln) -> None:

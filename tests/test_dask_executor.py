@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -336,6 +337,34 @@ def top():
     assert "'Running top/doomed.txt': every Dask worker that ran it died" in err
     assert "tcp://127.0.0.1:" in err and "Traceback" not in err
     assert not (tmp_path / "out/genfiles/top/doomed.txt").exists()
+    # A crash is no failure of the action's own: nothing is remembered, the next
+    # build runs it again.
+    with sqlite3.connect(tmp_path / "out/.kiln/state.db") as db:
+        assert db.execute("SELECT count(*) FROM failures").fetchone() == (0,)
+
+
+def test_a_failure_on_the_cluster_is_not_remembered(
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    dask_cluster: DaskCluster,
+    nginx_cache: NginxCache,
+) -> None:
+    # The worker's machine is not in the key, and its error comes back as text: a
+    # failure there is retried by the next build, on the cluster or here.
+    counter = tmp_path / "counter"
+    write_module(f"""
+@entrypoint
+def top():
+    return run_command(name="bad.txt", command=["sh", "-c", "echo ran >> {counter}; exit 3"])
+""")
+    for n in (1, 2):
+        r = kiln(*remote_args(dask_cluster, nginx_cache, "out"))
+        assert r.returncode == 1 and "(unchanged)" not in r.stderr, r.stderr
+        assert "(on Dask worker tcp://127.0.0.1:" in r.stderr
+        assert len(counter.read_text().splitlines()) == n
+    here = kiln("build", "build.py", "--output-dir", "out", "--cache-dir", "cache-out")
+    assert here.returncode == 1 and len(counter.read_text().splitlines()) == 3
 
 
 def test_losing_the_scheduler_fails_the_build_and_a_rerun_resumes(

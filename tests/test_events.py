@@ -134,6 +134,7 @@ def test_events_of_a_build_have_the_documented_fields(write_module, kiln, tmp_pa
         "up_to_date": 0,
         "cached": 0,
         "failed": 1,
+        "failed_unchanged": 0,
         "not_run": 2,
         "would_run": 0,
     }

@@ -446,11 +446,14 @@ def test_failed_action_leaves_no_record_and_cascades(p: Project) -> None:
     assert "0 built, 2 up to date, 1 failed, 1 not run" in summary
 
     # Back to the old parameters: B's key is its old key again and its output is
-    # untouched, but the failed run dropped its record, so it runs again.
+    # untouched, but the failed run dropped its record, so it runs again; the
+    # reason says what changed since it failed.
     del p.params["B.op"]
     build = p.build(two_chains, explain=True)
     assert build.ran == ["B"]
-    assert build.reasons["B"] == "never built"
+    assert build.reasons["B"] == (
+        'it failed in an earlier build; since then parameter op changed from "fail" to "bang"'
+    )
     assert build.skipped == ["A", "C", "J"]
 
 
@@ -459,8 +462,12 @@ def test_half_written_output_of_a_failed_action_is_not_trusted(p: Project) -> No
     p.params["B.op"] = "write-then-fail"
     assert p.build(two_chains).ran == ["A", "B", "C"]
     assert p.output("B").read_text() == "half-written"
-    # Still failing: it runs again rather than trusting the output it left.
-    assert p.build(two_chains).ran == ["B"]
+    # Still failing with the same key: it is not run again, nor is the output it
+    # left trusted; asked to retry, it runs again.
+    again = p.build(two_chains)
+    assert again.ran == [] and [a.desc for a in again.result.unchanged()] == ["make B"]
+    assert sorted(a.desc for a in again.result.skipped) == ["make A", "make C"]
+    assert p.build(two_chains, retry_failed=True).ran == ["B"]
     del p.params["B.op"]
     build = p.build(two_chains)
     assert build.ran == ["B", "J"]
@@ -476,7 +483,9 @@ def test_action_that_writes_no_output_fails_and_is_not_recorded(p: Project) -> N
     build = p.build(declare)
     assert [a.desc for a in build.result.failed] == ["make W"]
     assert "without writing its output" in str(build.result.failed[0].failure)
-    assert p.build(declare).ran == ["W"]
+    again = p.build(declare).result  # not recorded as built: failed, unchanged
+    assert [a.desc for a in again.unchanged()] == ["make W"] and not again.skipped
+    assert p.build(declare, retry_failed=True).ran == ["W"]
 
 
 def test_run_command_writes_a_temporary_name_and_renames(p: Project) -> None:

@@ -350,3 +350,32 @@ def test_compiler_version_is_read_once_per_process(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(importlib.metadata, "version", counting)
     assert compiler_version() == compiler_version() == real("iree-base-compiler")
     assert calls == ["iree-base-compiler"]
+
+
+def test_runtime_and_onnxruntime_versions_and_the_cpu_are_read_once_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every verify, reference and benchmark action's key asks for them: a no-op build
+    # of the model zoo asked ~1,000 times, most of its time.
+    from kiln.actions._devices import cpu_model, runtime_version
+    from kiln.actions._reference import onnxruntime_version
+
+    for cached in (runtime_version, onnxruntime_version, cpu_model):
+        cached.cache_clear()
+    calls: list[str] = []
+    real, read_text = importlib.metadata.version, Path.read_text
+
+    def counting(name: str) -> str:
+        calls.append(name)
+        return real(name)
+
+    def reading(self: Path, *args: Any, **kwargs: Any) -> str:
+        if str(self) == "/proc/cpuinfo":  # metadata reads files too
+            calls.append(str(self))
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.metadata, "version", counting)
+    monkeypatch.setattr(Path, "read_text", reading)
+    for _ in range(3):
+        runtime_version(), onnxruntime_version(), cpu_model()
+    assert sorted(calls) == ["/proc/cpuinfo", "iree-base-runtime", "onnxruntime"]

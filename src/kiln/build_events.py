@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kiln import events as ev
-from kiln.errors import error_text
+from kiln.errors import UnchangedFailure, error_text
 from kiln.graph import BuildAction, BuildDependency
 from kiln.incremental import action_id
 from kiln.plan import Plan, node_name
@@ -192,6 +192,9 @@ class BuildEmitter:
 
     def failed(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
         self._ended.add(action)
+        if isinstance(error, UnchangedFailure):
+            self._failed_unchanged(action, decision, error)
+            return
         short, full = error_text(error), error_text(error, verbose=1)
         self.stream.emit(
             self._action_event(
@@ -204,6 +207,24 @@ class BuildEmitter:
                 error=short,
                 traceback=full if full != short else None,
                 root_cause=self.id_of(action),
+            )
+        )
+
+    def _failed_unchanged(
+        self, action: BuildAction, decision: Decision, error: UnchangedFailure
+    ) -> None:
+        """A ``failed`` event for an action not run: it failed with the same key in
+        an earlier build, whose error and log it carries."""
+        self.stream.emit(
+            self._action_event(
+                ev.FAILED,
+                action,
+                key=decision.key,
+                reason=decision.reason,
+                error=str(error),
+                root_cause=self.id_of(action),
+                log=error.log,
+                unchanged=True,
             )
         )
 
@@ -231,6 +252,7 @@ class BuildEmitter:
             "up_to_date": len(result.skipped),
             "cached": len(getattr(result, "cached", ())),
             "failed": len(result.failed),
+            "failed_unchanged": len(result.unchanged()),
             "not_run": len(result.not_run),
             "would_run": len(result.would_run),
         }

@@ -14,15 +14,21 @@ by signal N).
     │   └── UsageError             the command line is wrong (2)
     ├── ActionFailed               an action ran and failed (1)
     │   ├── ToolError              an external tool (compiler, importer,
-    │   │   │                      downloader) reported a failure
-    │   │   └── VerificationFailed a compiled module's outputs differ from
-    │   │                          the reference
+    │   │   │                      downloader, command) reported a failure
+    │   │   ├── VerificationFailed a compiled module's outputs differ from
+    │   │   │                      the reference
+    │   │   └── ToolMissing        a tool it runs is not installed or not found
     │   ├── WorkerCrashed          its worker process died (signal, os._exit)
     │   ├── ActionTimeout          it ran past its timeout and was stopped
     │   ├── RemoteError            a worker's exception that could not travel
     │   │                          back as itself
-    │   └── ConfinementError       a write would leave the output tree (a
-    │                              link, or the wrong kind of file, in the way)
+    │   ├── ClusterFailure         it failed on the Dask cluster, or the
+    │   │                          cluster failed it
+    │   ├── ConfinementError       a write would leave the output tree (a
+    │   │                          link, the wrong kind of file, a user's
+    │   │                          file in the way)
+    │   └── UnchangedFailure       not run: it failed with the same key in an
+    │                              earlier build (kiln.scheduling.failures)
     ├── DependenceException        not run because something it depends on failed (1)
     ├── StateError                 the state database (or another of kiln's
     │                              own files) cannot be used (2)
@@ -78,7 +84,13 @@ class ActionFailed(KilnError):
 
 
 class ToolError(ActionFailed):
-    """An external tool failed; the message carries its diagnostics."""
+    """An external tool failed; the message carries its diagnostics. ``returncode``
+    is the tool's exit status when it ran and failed (``-N``: killed by signal N),
+    else None; it survives pickling (a worker process sends it back)."""
+
+    def __init__(self, message: str, returncode: int | None = None):
+        super().__init__(message)
+        self.returncode = returncode
 
 
 class VerificationFailed(ToolError):
@@ -91,6 +103,11 @@ class VerificationFailed(ToolError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.result))
+
+
+class ToolMissing(ToolError):
+    """A tool the action runs is not installed, or not where it should be: the
+    machine, not the action, must change (so the failure is never remembered)."""
 
 
 class WorkerCrashed(ActionFailed):
@@ -116,7 +133,35 @@ class RemoteError(ActionFailed):
 
 
 class ConfinementError(ActionFailed):
-    """Writing an output would go through a link or over the wrong kind of file."""
+    """Writing an output would go through a link, over the wrong kind of file, or
+    over a file of the user's."""
+
+
+class ClusterFailure(ActionFailed):
+    """An action sent to the Dask cluster failed there, or the cluster failed it (a
+    worker died, the scheduler was lost, a sandbox could not be made). What a worker
+    reports comes back as text, so the action's own failure cannot be told from
+    the worker's machine: such a failure is never remembered."""
+
+
+class UnchangedFailure(ActionFailed):
+    """Set as an action's failure when it was not run because it failed with the
+    same key in an earlier build (``kiln.scheduling.failures``). The message is that
+    failure's, as it was shown; ``log`` the path of that run's log (or None),
+    ``failed_at`` when it failed (epoch seconds), ``result`` the JSON result the
+    failure carried (a verification's), if any."""
+
+    def __init__(
+        self,
+        message: str,
+        log: str | None = None,
+        failed_at: float = 0.0,
+        result: dict[str, Any] | None = None,
+    ):
+        super().__init__(message)
+        self.log = log
+        self.failed_at = failed_at
+        self.result = result
 
 
 class DependenceException(KilnError):

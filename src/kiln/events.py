@@ -72,6 +72,7 @@ class BuildEvent:
     traceback: str | None = None
     root_cause: str | None = None
     log: str | None = None
+    unchanged: bool | None = None
     deps: list[str] | None = None
     data: dict[str, Any] | None = None
     subject: Any = None
@@ -115,6 +116,7 @@ _OPTIONAL = (
     "traceback",
     "root_cause",
     "log",
+    "unchanged",
     "deps",
 )
 

@@ -3,7 +3,11 @@
 An action's key is the SHA-256 of its type, version, keyed parameters (in
 canonical form, with the digest of its code: ``kiln.actionkey``) and the digests
 of its input files. It is skipped when its last record has the same key and its
-outputs still have the recorded digests. An action without keyed parameters
+outputs still have the recorded digests. An action that has no record but a
+remembered failure with its key now (``kiln.scheduling.failures``) has that
+failure in its ``Decision``: the scheduler does not run it again (unless asked
+to); when its key changed since it failed, the reason says what changed. An
+action without keyed parameters
 (``always_run``, or holding a value kiln cannot key) is never skipped: its
 ``Decision`` has ``params`` None and a reason, which also keeps it out of every
 cache (``kiln.cache.cacheable``).
@@ -23,7 +27,7 @@ from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_dir.writing import file_kind
 from kiln.plan import Plan
-from kiln.state import ActionRecord, DigestStore
+from kiln.state import ActionRecord, DigestStore, FailureRecord
 from kiln.tree_digest import tree_digest
 
 _MAX_CHANGES_SHOWN = 3
@@ -33,13 +37,16 @@ REBUILT_DIGEST = "<rebuilt by "
 
 @dataclass
 class Decision:
-    """Whether ``action`` runs; ``reason`` is None exactly when it is up to date."""
+    """Whether ``action`` runs; ``reason`` is None exactly when it is up to date.
+    ``failed_before`` is set only when the action is not up to date and failed
+    with this same key in an earlier build (its remembered failure)."""
 
     action_id: str
     key: str
     params: dict[str, Any] | None
     inputs: dict[str, str]
     reason: str | None
+    failed_before: FailureRecord | None = None
 
     @property
     def up_to_date(self) -> bool:
@@ -76,6 +83,7 @@ class UpToDateChecker:
         # Inputs whose digest does not cover what an action may read through them.
         self.unkeyable_inputs: dict[BuildFile, str] = {}
         self._records: Mapping[str, ActionRecord] | None = None  # the store's, read once
+        self._failures: Mapping[str, FailureRecord] | None = None  # likewise, when needed
 
     def file_digest(self, f: BuildFile) -> str | None:
         if f in self.digests:
@@ -142,7 +150,26 @@ class UpToDateChecker:
                 reason = "its record in the build state is damaged"
         if reason is not None and record is not None and record.damaged:
             reason = "its record in the build state is damaged"
+        if record is None and params is not None:  # a record of a success wins
+            return self._after_failure(Decision(aid, key, params, inputs, reason))
         return Decision(aid, key, params, inputs, reason)
+
+    def _after_failure(self, decision: Decision) -> Decision:
+        """``decision`` for an action without a record: with its remembered failure
+        when that has the same key, else saying what changed since it failed."""
+        failures = self._failures
+        if failures is None:
+            failures = self._failures = self.store.failures()
+        failure = failures.get(decision.action_id)
+        if failure is None or decision.params is None:
+            return decision
+        if failure.key == decision.key:
+            decision.reason = "it failed with this same key in an earlier build"
+            decision.failed_before = failure
+        else:
+            changed = _why_key_changed(failure.as_record(), decision.params, decision.inputs)
+            decision.reason = f"it failed in an earlier build; since then {changed}"
+        return decision
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
         # The stat cache's digest, no hashing: a file it does not know is looked at

@@ -94,7 +94,9 @@ class ManifestMeta(BuildMeta):
 class Statuses:
     """Each action's status for the manifest, from ``result``: the build's own
     actions by what happened to them, the others as the build judged them
-    (``BuildResult.unrequested``, ``kiln.unrequested``)."""
+    (``BuildResult.unrequested``, ``kiln.unrequested``). ``results`` holds each
+    check's result as read once (a module's entry and the check's own both show
+    it; the summary reads it again)."""
 
     def __init__(self, result: BuildResult):
         self.result = result
@@ -108,6 +110,7 @@ class Statuses:
         ):
             self.of.update((a, status) for a in actions)
         self.digests = dict(result.digests)
+        self.results: dict[BuildFile, dict[str, Any]] = {}
 
     def action(self, action: BuildAction) -> str:
         return self.of.get(action, "not built")
@@ -122,7 +125,15 @@ class Statuses:
 def _read_result(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
     """The JSON result of a check or benchmark that this build ran (or found up to
     date), or why there is none: the action's failure (with the result it carried,
-    if any: a verification that ran and mismatched), or its status."""
+    if any: a verification that ran and mismatched), or its status. Read once per
+    ``statuses``; callers never change it."""
+    found = statuses.results.get(result)
+    if found is None:
+        found = statuses.results[result] = _result_of(statuses, action, result)
+    return found
+
+
+def _result_of(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
     status = statuses.action(action)
     if status in ("failed", "not run"):
         error = statuses.result.errors.get(action)
@@ -183,11 +194,14 @@ def _benchmark(statuses: Statuses, action: BuildAction, result: BuildFile) -> di
     return {k: data[k] for k in _BENCH_FIELDS if k in data}
 
 
-def skipped_checks(executor: Executor, result: BuildResult) -> tuple[list[str], list[str]]:
+def skipped_checks(
+    executor: Executor, result: BuildResult, statuses: Statuses | None = None
+) -> tuple[list[str], list[str]]:
     """For the build's summary, one line per check or benchmark of an entrypoint's
     output that was skipped (its device is not on this machine), and one per
-    benchmark of this build whose single call took longer than its time budget."""
-    statuses = Statuses(result)
+    benchmark of this build whose single call took longer than its time budget.
+    ``statuses``: those the manifest was written from (its results already read)."""
+    statuses = statuses if statuses is not None else Statuses(result)
     skipped = []
     for ep in executor.entrypoints:
         for f in ep.outputs:
@@ -257,8 +271,9 @@ def describe_output(
     return entry
 
 
-def write_manifest(executor: Executor, result: BuildResult) -> None:
-    """Rewrite the manifest for every entrypoint of the graph, from ``result``."""
+def write_manifest(executor: Executor, result: BuildResult) -> Statuses:
+    """Rewrite the manifest for every entrypoint of the graph, from ``result``; the
+    statuses it was written from."""
     statuses = Statuses(result)
     cached = _cached_outputs(executor, result)
     outputs = {
@@ -274,6 +289,7 @@ def write_manifest(executor: Executor, result: BuildResult) -> None:
             f.write(_manifest_text(outputs))
     except OSError as e:  # a full disk: the old manifest stays, whole
         raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
+    return statuses
 
 
 def _manifest_path(executor: Executor, f: BuildFile) -> str:

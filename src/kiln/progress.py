@@ -40,6 +40,8 @@ class ProgressReporter:
         elif kind == ev.FINISHED:
             self.finish_dep(event.subject)
         elif kind == ev.FAILED:
+            if event.unchanged:  # not run again: to the seed's interface, a failed start
+                self.start_dep(event.subject)
             self.report_failure(event.subject)
             self.finish_dep(event.subject)
         elif kind == ev.BUILD_STARTED:
@@ -80,12 +82,14 @@ class ProgressReporter:
 
 def display_requests(reporter: ProgressReporter, event: ev.BuildEvent) -> None:
     """What ``event`` asks a reporter to show besides the fact itself: a note
-    (``message``), and, in a build that explains, why an action runs
-    (``explain``). Every reporter's ``handle`` calls it first."""
+    (``message``), and, in a build that explains, why an action runs, or why
+    one that failed before does not (``explain``). Every reporter's ``handle`` calls it first."""
     if event.kind == ev.NOTE:
         reporter.message(str((event.data or {}).get("text", "")))
     elif event.explain and event.kind in _EXPLAINED:
         reporter.explain(event.subject, event.reason or "")
+    elif event.explain and event.unchanged:
+        reporter.explain(event.subject, f"not run: {event.reason}; --retry-failed runs it")
 
 
 _EXPLAINED = (ev.STARTED, ev.CACHED, ev.WOULD_RUN)

@@ -45,6 +45,9 @@ class ActionRun:
     log: str | None = None
     critical: bool = False
     failed_before: int = 0  # in how many kept builds just before this one it failed too
+    # Not run: it failed with the same key in an earlier build (its error and log are
+    # that run's); it has no place on the timeline.
+    unchanged: bool = False
 
     @property
     def why(self) -> str | None:
@@ -85,6 +88,7 @@ class BuildReport:
     targets: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     runs: list[ActionRun] = field(default_factory=list)
+    unchanged: list[ActionRun] = field(default_factory=list)  # failed, not run again
     not_run: list[dict[str, Any]] = field(default_factory=list)
     critical: list[str] = field(default_factory=list)
     manifest: dict[str, Any] | None = None
@@ -99,7 +103,8 @@ class BuildReport:
         return sorted(self.runs, key=lambda r: r.duration, reverse=True)[:n]
 
     def failures(self) -> list[ActionRun]:
-        return [r for r in self.runs if r.status == ev.FAILED]
+        """The actions that failed: those that ran, then those that failed unchanged."""
+        return [r for r in self.runs if r.status == ev.FAILED] + self.unchanged
 
 
 def _lane_order(lane: str) -> tuple[int, str]:
@@ -132,7 +137,7 @@ def load_report(output_dir: Path, build: int = 0) -> BuildReport:
     report = _from_events(records)
     report.build = build
     report.kept = kept_builds(output_dir)
-    for run in report.runs:
+    for run in report.runs + report.unchanged:
         for earlier in (k for k in report.kept if k.n > build):
             if run.id not in earlier.failed or earlier.n != build + 1 + run.failed_before:
                 break
@@ -152,7 +157,7 @@ def kept_builds(output_dir: Path) -> list[KeptBuild]:
         if not _is_build(records):
             continue
         one = _from_events(records)
-        failed = {r.id for r in one.runs if r.status == ev.FAILED}
+        failed = {r.id for r in one.failures()}
         kept.append(
             KeptBuild(n, one.started, one.ok, one.interrupted, one.wall_s, one.counts, failed)
         )
@@ -242,6 +247,10 @@ def _from_events(records: list[dict[str, Any]]) -> BuildReport:
         time_ = _number(rec, "time")
         if kind == ev.STARTED and aid and time_ is not None:
             runs[aid] = _new_run(rec, aid, time_ - t0, "running")
+        elif kind == ev.FAILED and rec.get("unchanged") is True and aid and time_ is not None:
+            again = _new_run(rec, aid, time_ - t0, ev.FAILED)
+            again.error, again.log, again.unchanged = _text(rec, "error"), _text(rec, "log"), True
+            report.unchanged.append(again)
         elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED) and aid and time_ is not None:
             run = runs.get(aid)
             if run is None:  # a cache hit has no started event

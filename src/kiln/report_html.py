@@ -311,7 +311,7 @@ def _failures(report: BuildReport) -> str:
             by_cause.setdefault(rec.get("root_cause") or "the build stopped", []).append(
                 rec.get("desc", "?")
             )
-        names = {r.id: r.desc for r in report.runs}
+        names = {r.id: r.desc for r in report.runs + report.unchanged}
         items = "".join(
             f"<li>{len(descs)} not run because of {_e(names.get(cause, cause))}: "
             f"{_e(', '.join(descs[:10]))}{' ...' if len(descs) > 10 else ''}</li>"
@@ -323,10 +323,21 @@ def _failures(report: BuildReport) -> str:
 
 
 def _failure(run: ActionRun) -> str:
+    if run.unchanged:
+        when = (
+            "not run: it failed with the same key in an earlier build (the error and log "
+            "below are that run's); <code>kiln build --retry-failed</code> runs it again"
+        )
+        if run.failed_before:
+            when += f"; failed in the {run.failed_before} kept build(s) before this one too"
+    else:
+        when = (
+            f"after {_seconds(run.duration)} on {_e(run.lane)}"
+            f"{'; why it ran: ' + _e(run.why) if run.why else ''}"
+        )
     text = [
-        f"<article class='failure'><h3>{_e(run.desc)}</h3>",
-        f"<p>after {_seconds(run.duration)} on {_e(run.lane)}"
-        f"{'; why it ran: ' + _e(run.why) if run.why else ''}</p>",
+        f"<article class='failure{' unchanged' if run.unchanged else ''}'><h3>{_e(run.desc)}</h3>",
+        f"<p>{when}</p>",
         f"<pre class='error'>{_e(run.error or '')}</pre>",
     ]
     tail = log_tail(run.log)

@@ -12,6 +12,7 @@ escaped (``kiln.terminal``).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Set
@@ -30,13 +31,17 @@ __all__ = [
     "PlainReporter",
     "ProgressReporter",
     "displayed",
+    "error_line",
     "error_text",
     "format_root_causes",
     "format_success",
     "format_summary",
     "remote_worker",
+    "unchanged_line",
 ]
 
+# The most characters of an error shown on an unchanged failure's one line.
+_ERROR_LINE_CHARS = 240
 # The fields of an event that a reporter prints as (part of) one line.
 _ONE_LINE_FIELDS = ("desc", "lane", "target", "log")
 
@@ -104,6 +109,11 @@ class PlainReporter(ProgressReporter):
         if kind == ev.STARTED:
             self.started += 1
             self._write(f"[{min(self.done + self.started, self.total)}/{self.total}] {event.desc}")
+        elif event.unchanged:  # never started; the summary lists it
+            self.done += 1
+            if self.verbose:
+                line = unchanged_line(event.desc, event.log, event.error)
+                self._write(f"[{self.done}/{self.total}] {line}")
         elif kind == ev.FINISHED or kind == ev.FAILED:
             self.done += 1
             self.started -= 1
@@ -226,7 +236,11 @@ def format_summary(result: BuildResult) -> str:
     parts.append(f"{len(result.skipped)} up to date")
     if result.would_run:
         parts.append(f"{len(result.would_run)} would run")
-    parts += [f"{len(result.failed)} failed", f"{len(result.not_run)} not run"]
+    unchanged = len(result.unchanged())
+    parts.append(f"{len(result.failed) - unchanged} failed")
+    if unchanged:
+        parts.append(f"{unchanged} failed (unchanged)")
+    parts.append(f"{len(result.not_run)} not run")
     if result.not_reproducible:
         actions = {d.action for d in result.not_reproducible}
         parts.append(f"{len(actions)} not reproducible")
@@ -237,11 +251,47 @@ def format_summary(result: BuildResult) -> str:
 def format_root_causes(result: BuildResult, verbose: int) -> str:
     """iree.build's words (``ERROR: Failed to build N actions. Root causes:``, one
     ``  * <desc>`` line per root cause; N counts the actions that failed and those
-    not run because of them), then where each was defined and its error."""
+    not run because of them), then where each was defined and its error. An
+    action that failed unchanged (not run again) gets one line, with its log."""
     count = len(result.failed) + len(result.not_run)
     lines = [f"ERROR: Failed to build {count} actions. Root causes:"]
+    unchanged = result.unchanged()
     for action in result.failed:
+        if action in unchanged:
+            continue
         lines.append(f"  * {action}")
         lines.append(f"      defined at {action.def_site}")
         lines.append(indent(error_text(result.errors.get(action), verbose), "      "))
+    for action in unchanged:
+        error = result.errors[action]
+        log = getattr(error, "log", None)
+        lines.append(f"  * {unchanged_line(str(action), log, str(error))}")
+    if unchanged:
+        lines.append(
+            f"{len(unchanged)} of them failed with the same key in an earlier build and were "
+            "not run again; kiln build --retry-failed runs them"
+        )
     return "\n".join(lines)
+
+
+def unchanged_line(desc: str | None, log: str | None, error: str | None) -> str:
+    """How an action that failed unchanged reads on one line: with its log's path,
+    or, without a log, the line of its error that names it."""
+    if log and os.path.isfile(log):
+        return f"{desc} failed (unchanged; log: {log})"
+    gone = f"; its log {log} was removed" if log else ""
+    return f"{desc} failed (unchanged{gone}): {error_line(error or '')}"
+
+
+def error_line(error: str) -> str:
+    """The line of an error's text that names it, shortened: a traceback's last line
+    (the exception), else the first (with the next, when it ends in a colon)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    if said is lines[0] and said.endswith(":") and len(lines) > 1:
+        said = f"{said} {lines[1]}"
+    if len(said) > _ERROR_LINE_CHARS:
+        said = said[: _ERROR_LINE_CHARS - 3] + "..."
+    return printable(said, one_line=True)

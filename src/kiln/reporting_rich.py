@@ -33,6 +33,7 @@ from kiln.reporting import (
     failure_text,
     indent,
     remote_worker,
+    unchanged_line,
 )
 from kiln.terminal import printable, raw_stream
 
@@ -177,7 +178,10 @@ class RichReporter(ProgressReporter):
                 self._running.pop(event.subject, None)
                 self._bytes.pop(event.subject, None)
             self._progress.advance(self._task)
-            if kind == ev.FAILED:
+            if event.unchanged:  # never started; the summary lists it
+                if self.verbose:
+                    self._print(unchanged_line(event.desc, event.log, event.error))
+            elif kind == ev.FAILED:
                 self._report_failure(event)
             elif self.verbose and event.log:
                 self._print(f"  log of {event.desc}: {event.log}")

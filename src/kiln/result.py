@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kiln.errors import UnchangedFailure
+
 if TYPE_CHECKING:
     from kiln.graph import BuildAction, BuildDependency, BuildFile
 
@@ -28,6 +30,9 @@ class SchedulerOptions:
     # Run every action a second time and compare (``kiln.reproducible``); nothing
     # goes into the shared cache before its second run agreed.
     check_reproducible: bool = False
+    # Run again the actions that failed with the same key before (else they count
+    # as failed, unchanged: ``kiln.scheduling.failures``).
+    retry_failed: bool = False
 
 
 @dataclass(slots=True)
@@ -52,7 +57,9 @@ class BuildResult:
     built: list[BuildAction] = field(default_factory=list)
     cached: list[BuildAction] = field(default_factory=list)  # served from the cache
     skipped: list[BuildAction] = field(default_factory=list)
-    failed: list[BuildAction] = field(default_factory=list)  # root causes only
+    # Root causes only; with those not run again because they failed with the same
+    # key before (their error an ``UnchangedFailure``: ``unchanged()``).
+    failed: list[BuildAction] = field(default_factory=list)
     not_run: list[BuildAction] = field(default_factory=list)
     would_run: list[tuple[BuildAction, str]] = field(default_factory=list)  # dry runs
     interrupted: bool = False
@@ -80,6 +87,11 @@ class BuildResult:
             and not self.interrupted
             and not self.not_reproducible
         )
+
+    def unchanged(self) -> list[BuildAction]:
+        """The failed actions that did not run: they failed with the same key in an
+        earlier build (``--retry-failed`` runs them)."""
+        return [a for a in self.failed if isinstance(self.errors.get(a), UnchangedFailure)]
 
     def failure(self, node: BuildDependency) -> BaseException | None:
         """Why ``node`` failed or did not run in this build; None if it did not fail."""

@@ -37,6 +37,7 @@ from kiln.progress import ProgressReporter
 from kiln.result import BuildResult, NodeRun, SchedulerOptions
 from kiln.scheduling.action_outputs import ActionOutputs
 from kiln.scheduling.dispatch import Dispatcher
+from kiln.scheduling.failures import unchanged
 from kiln.scheduling.interruption import interrupt
 from kiln.scheduling.ready import ReadyQueue, Waiting
 from kiln.scheduling.recording import Recorder
@@ -201,6 +202,8 @@ class Scheduler:
                 skipped.append(node)
                 up_to_date(node, decision)
                 succeed(node)
+            elif decision.failed_before is not None and not self.opts.retry_failed:
+                self._fail(node, decision, unchanged(decision.failed_before))
             elif self.opts.dry_run:
                 self._pretend(node, decision)
             else:
@@ -285,6 +288,7 @@ class Scheduler:
             run = self.result.runs[action]
             self.recorder.ran(decision, run)
             if error is not None:
+                self.recorder.failed(action, decision, error)
                 self._fail(action, decision, error)
                 continue
             self.recorder.record(action, decision, produced)
@@ -298,7 +302,8 @@ class Scheduler:
             self.ready.succeed(action)
 
     def _fail(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
-        """Report ``action``'s failure, and everything that will not run because of it."""
+        """Report ``action``'s failure (an ``UnchangedFailure``: it was not run again),
+        and everything that will not run because of it."""
         runs = self.result.runs
         runs[action].failure = error
         self.result.failed.append(action)

@@ -177,7 +177,7 @@ class ChromeTrace:
             self._tid(event.lane or "main")
             self._open[event.action] = event.time
             self._sample(event.time)
-        elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED):
+        elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED) and not event.unchanged:
             start = event.start if event.start is not None else event.time
             outputs = tuple(o["path"] for o in event.outputs or ())
             self._slices.append(

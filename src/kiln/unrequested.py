@@ -20,7 +20,7 @@ from kiln.errors import KilnError
 from kiln.graph import BuildAction, BuildDependency, BuildFile
 from kiln.incremental import UpToDateChecker
 from kiln.plan import Plan, make_plan
-from kiln.state import ActionRecord, StateStore
+from kiln.state import ActionRecord, FailureRecord, StateStore
 
 # Stands for the digest of an output whose copy is stale, so its consumers are too.
 _STALE = "<stale>"
@@ -41,6 +41,9 @@ class _StatCacheOnly:
 
     def records(self) -> Mapping[str, ActionRecord]:
         return self._store.records()
+
+    def failures(self) -> Mapping[str, FailureRecord]:
+        return self._store.failures()
 
 
 def judge(

@@ -10,7 +10,7 @@ import os
 import subprocess
 
 from kiln.actions._logs import open_log, read_tail, short_diagnostic, shown_path
-from kiln.errors import ToolError
+from kiln.errors import ToolError, ToolMissing
 from kiln.output_dir.writing import atomic_output
 from kiln.process.template import template_modules
 from kiln.redact import redact_urls
@@ -24,7 +24,9 @@ def compiler_version() -> str:
     try:
         return importlib.metadata.version("iree-base-compiler")
     except importlib.metadata.PackageNotFoundError:
-        raise ToolError("iree-base-compiler is not installed (pip install 'kiln[iree]')") from None
+        raise ToolMissing(
+            "iree-base-compiler is not installed (pip install 'kiln[iree]')"
+        ) from None
 
 
 @template_modules("iree.compiler.tools.binaries")  # find_tool: imported once, by the template
@@ -42,7 +44,7 @@ def compile_module(
     try:
         exe = os.path.normpath(find_tool("iree-compile"))
     except ValueError as e:
-        raise ToolError(f"cannot find iree-compile: {short_diagnostic(e)}") from e
+        raise ToolMissing(f"cannot find iree-compile: {short_diagnostic(e)}") from e
     with atomic_output(output, create=False) as tmp:
         cmd = [exe, source, f"--iree-input-type={input_type}"]
         cmd += ["--mlir-print-op-on-diagnostic=false", *flags, "-o", str(tmp)]
@@ -59,7 +61,8 @@ def compile_module(
             tail = read_tail(log_path, max_lines=DIAGNOSTIC_TAIL_LINES)
             where = shown_path(source)
             raise ToolError(
-                f"iree-compile failed on {where} ({status}):\n{tail}\n(full log: {log_path})"
+                f"iree-compile failed on {where} ({status}):\n{tail}\n(full log: {log_path})",
+                returncode,
             )
         if not os.path.lexists(tmp):
             raise ToolError(

@@ -9,6 +9,7 @@ share it (``--pool machine=N`` bounds them to N at once).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import ToolError
+from kiln.errors import ToolMissing
 from kiln.graph import BuildDependency, BuildMeta
 
 MACHINE_POOL = "machine"
@@ -39,18 +40,21 @@ def runtime_tool(name: str) -> str:
     """The path of an iree-base-runtime executable (``iree-benchmark-module``, ...)."""
     spec = importlib.util.find_spec("iree._runtime_libs")
     if spec is None or spec.origin is None:
-        raise ToolError("iree-base-runtime is not installed (pip install 'kiln[iree]')")
+        raise ToolMissing("iree-base-runtime is not installed (pip install 'kiln[iree]')")
     exe = Path(spec.origin).parent / name
     if not exe.is_file():
-        raise ToolError(f"iree-base-runtime has no {name} at {exe}")
+        raise ToolMissing(f"iree-base-runtime has no {name} at {exe}")
     return str(exe)
 
 
+@functools.cache
 def runtime_version() -> str:
+    """The installed iree-base-runtime's version (part of verify and benchmark keys),
+    read once per process, as ``compiler_version``: every such action asks."""
     try:
         return importlib.metadata.version("iree-base-runtime")
     except importlib.metadata.PackageNotFoundError:
-        raise ToolError("iree-base-runtime is not installed (pip install 'kiln[iree]')") from None
+        raise ToolMissing("iree-base-runtime is not installed (pip install 'kiln[iree]')") from None
 
 
 def list_devices(driver: str) -> list[str]:
@@ -76,8 +80,10 @@ def absent_device_reason(driver: str) -> str | None:
     return None if list_devices(driver) else f"no {driver} device here"
 
 
+@functools.cache
 def cpu_model() -> str:
-    """The machine's CPU model name, as /proc/cpuinfo says (else platform's guess)."""
+    """The machine's CPU model name, as /proc/cpuinfo says (else platform's guess);
+    read once per process: every benchmark's key asks."""
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")

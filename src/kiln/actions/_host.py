@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import ToolError
+from kiln.errors import ToolError, ToolMissing
 from kiln.layout import HOST_MEMO as _MEMO
 
 _CPU = "--iree-llvmcpu-target-cpu="
@@ -166,7 +166,7 @@ def _probe(target: list[str]) -> dict[str, str]:
     try:
         exe = find_tool("iree-compile")
     except ValueError as e:
-        raise ToolError(f"cannot find iree-compile: {e}") from e
+        raise ToolMissing(f"cannot find iree-compile: {e}") from e
     with tempfile.TemporaryDirectory(prefix="kiln-host-") as tmp:
         source = os.path.join(tmp, "probe.mlir")
         with open(source, "w", encoding="utf-8") as f:

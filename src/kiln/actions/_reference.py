@@ -11,6 +11,7 @@ again.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from kiln.actions._tensors import (
     load_tensor,
     save_bundle,
 )
-from kiln.errors import ToolError
+from kiln.errors import ToolError, ToolMissing
 from kiln.output_dir.writing import atomic_output
 
 if TYPE_CHECKING:
@@ -36,12 +37,15 @@ def _short(error: BaseException, max_chars: int = 500) -> str:
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
 
+@functools.cache
 def onnxruntime_version() -> str:
-    """The installed onnxruntime's version (part of reference keys)."""
+    """The installed onnxruntime's version (part of reference keys), read once per
+    process: reading a distribution's metadata costs milliseconds, and every
+    reference action of a build asks."""
     try:
         return importlib.metadata.version("onnxruntime")
     except importlib.metadata.PackageNotFoundError:
-        raise ToolError("onnxruntime is not installed (pip install 'kiln[iree]')") from None
+        raise ToolMissing("onnxruntime is not installed (pip install 'kiln[iree]')") from None
 
 
 def _load_model(path: str) -> Any:

@@ -98,7 +98,9 @@ def _measure(
         returncode = subprocess.run(cmd, stdout=out, stderr=err).returncode
     if returncode != 0:
         tail = read_tail(err_path if os.path.getsize(err_path) else out_path, max_lines=12)
-        raise ToolError(f"iree-benchmark-module failed on {shown_path(bench.module)}:\n{tail}")
+        raise ToolError(
+            f"iree-benchmark-module failed on {shown_path(bench.module)}:\n{tail}", returncode
+        )
     try:
         if os.path.getsize(out_path) > _MAX_RESULTS:
             raise ValueError("too large")

@@ -18,7 +18,10 @@ class FetchHttpAction(BuildAction):
 
     The URL's secrets never leave this object: the description, the parameters
     stored in the build state and every message carry its redacted form; the key
-    gets the whole URL as a digest."""
+    gets the whole URL as a digest. A failure is never remembered: the server may
+    answer next time."""
+
+    remember_failures = False
 
     def __init__(
         self,

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from kiln.action_env import check_variables
 from kiln.actions._logs import read_tail
-from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError, UsageError
+from kiln.errors import (
+    ActionFailed,
+    ActionTimeout,
+    BuildDefinitionError,
+    ToolError,
+    UsageError,
+)
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -183,9 +189,10 @@ class CommandAction(BuildAction, SpawnsCommand):
                     f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
                 )
             if ended.returncode != 0:
-                raise ActionFailed(
+                raise ToolError(
                     f"'{self.desc}': command exited with status {ended.returncode}: {shown()}\n"
-                    f"{read_tail(log) if log else '(it printed nothing)'}".rstrip()
+                    f"{read_tail(log) if log else '(it printed nothing)'}".rstrip(),
+                    ended.returncode,
                 )
             if ended.left:
                 self.run_context.write_status(

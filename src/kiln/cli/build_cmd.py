@@ -50,6 +50,7 @@ def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
         # A dry run of ``build`` lists what would run; ``explain`` prints it itself.
         explain=getattr(ns, "explain", False) or getattr(ns, "dry_run", False),
         check_reproducible=getattr(ns, "check_reproducible", False),
+        retry_failed=getattr(ns, "retry_failed", False),
     )
 
 
@@ -86,10 +87,10 @@ def run(inv: Invocation) -> int:
         if not options.dry_run:
             from kiln.manifest import skipped_checks, write_manifest
 
-            write_manifest(executor, result)
-            skipped, over_budget = skipped_checks(executor, result)
+            statuses = write_manifest(executor, result)
+            skipped, over_budget = skipped_checks(executor, result, statuses)
     reporter = executor.reporter
-    if result.failed:
+    if result.failed and not options.dry_run:  # a dry run explained each already
         reporter.message(format_root_causes(result, inv.ns.verbose))
     if result.not_reproducible:
         reporter.message(

@@ -243,6 +243,12 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             "as kiln has it); it is in their keys. They see no other variable of yours "
             "(repeatable; docs/reliability.md)",
         )
+        p.add_argument(
+            "--retry-failed",
+            action="store_true",
+            help="run again the actions that failed with the same key in an earlier build "
+            "(by default they are not run again, and count as failed (unchanged))",
+        )
         add_cache_options(p)
     if command == "build":
         add_executor_options(p)

@@ -45,6 +45,7 @@ _BASE_ATTRS = frozenset(
         "exclusive",
         "cacheable",
         "reproducible",
+        "remember_failures",
     }
 )
 
@@ -61,7 +62,10 @@ class BuildAction(BuildDependency):
     ``exclusive`` (with a pool: run alone in it, never beside another member),
     ``reproducible`` (False: its outputs are expected to differ from run to run or
     machine to machine, as a benchmark's timings do: ``--check-reproducible``
-    skips it, and its results never leave this machine's cache).
+    skips it, and its results never leave this machine's cache),
+    ``remember_failures`` (False: a failure may pass by itself, as a download's
+    may, so it is retried on every build; by default a failure that will recur with
+    the same key is not run again: ``kiln.scheduling.failures``).
 
     ``timeout`` holds for every THREAD and PROCESS action: a process is killed, a
     thread abandoned (it cannot be killed). An in-line (NONE) action runs on the
@@ -76,6 +80,7 @@ class BuildAction(BuildDependency):
     always_run: bool = False
     cacheable: bool = True
     reproducible: bool = True
+    remember_failures: bool = True
     timeout: float | None = None
     enforces_own_timeout: ClassVar[bool] = False
     pool: str | None = None

@@ -187,11 +187,18 @@ class _Awaited:
 
 
 def _rebuild_exception(type_name: str, message: str, tb: str, blob: bytes | None) -> BaseException:
+    """The worker's exception as itself, raised from the exceptions it was raised from
+    there (``kiln.process.worker``), else as a ``RemoteError``."""
     if blob is not None:
         try:
-            exc = pickle.loads(blob)
+            exc, causes = pickle.loads(blob)
             if isinstance(exc, BaseException):
                 exc.remote_traceback = tb  # type: ignore[attr-defined]
+                link = exc
+                for cause in causes:
+                    if isinstance(cause, BaseException):
+                        link.__cause__ = cause
+                        link = cause
                 return exc
         except Exception:  # noqa: BLE001 - fall back to the text form
             pass

@@ -130,13 +130,32 @@ def run_one(sock: socket.socket) -> None:
 
 
 def _exception_blob(e: BaseException) -> bytes | None:
-    """``e`` pickled, or None when it does not survive a round trip (it then
-    travels as text)."""
+    """``(e, the exceptions it was raised from)`` pickled (pickling an exception leaves
+    its ``__cause__`` and ``__context__`` out, and kiln reads them to tell a failure
+    that recurs from one that may pass: ``kiln.scheduling.failures``); ``(e, [])``
+    when a cause does not pickle; None when ``e`` itself does not survive a round
+    trip (it then travels as text)."""
     import cloudpickle
 
-    try:
-        blob: bytes = cloudpickle.dumps(e)
-        pickle.loads(blob)
-    except Exception:  # noqa: BLE001 - an unpicklable exception travels as text
-        return None
-    return blob
+    for payload in ((e, _causes(e)), (e, [])):
+        try:
+            blob: bytes = cloudpickle.dumps(payload)
+            pickle.loads(blob)
+        except Exception:  # noqa: BLE001 - an unpicklable exception travels as text
+            continue
+        return blob
+    return None
+
+
+def _causes(e: BaseException, most: int = 16) -> list[BaseException]:
+    """The exceptions ``e`` was raised from or while handling, nearest first."""
+    chain: list[BaseException] = []
+    seen = {id(e)}
+    while len(chain) < most:
+        cause = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+        if cause is None or id(cause) in seen:
+            break
+        seen.add(id(cause))
+        chain.append(cause)
+        e = cause
+    return chain

@@ -28,7 +28,7 @@ from typing import Any
 
 import cloudpickle
 
-from kiln.errors import ActionFailed, SandboxFailure, UsageError
+from kiln.errors import ClusterFailure, SandboxFailure, UsageError
 from kiln.graph import BuildAction, BuildFile
 from kiln.iree_shim import active as iree_build_shim_active
 from kiln.remote_exec.batching import Batcher, Slot
@@ -134,13 +134,13 @@ class DaskExecutor:
     ) -> RemoteResult:
         """Run ``action`` on the cluster; ``inputs`` are its files' digests, ``upload``
         puts a blob into the remote CAS. The result names the worker; its ``outputs``
-        map each output (by sandbox path) to its digest. Raises ActionFailed."""
+        map each output (by sandbox path) to its digest. Raises ClusterFailure."""
         if self.lost is not None:
-            raise ActionFailed(f"'{action.desc}' not run: {self.lost}")
+            raise ClusterFailure(f"'{action.desc}' not run: {self.lost}")
         paths = sandbox_paths(action, list(inputs), outputs)
         for f, digest in inputs.items():
             if not upload(digest, Path(f.fs_str)):
-                raise ActionFailed(
+                raise ClusterFailure(
                     f"'{action.desc}': cannot put its input {f.path} into the "
                     "remote cache (see --remote-cache)"
                 )
@@ -178,7 +178,7 @@ class DaskExecutor:
             return RemoteTask(command=tuple(command[0]), **common)  # type: ignore[arg-type]
         thunk = sandbox_thunk(action, paths.__getitem__)
         if thunk is None:
-            raise ActionFailed(f"'{action.desc}' is not remotable: it makes no sandbox thunk")
+            raise ClusterFailure(f"'{action.desc}' is not remotable: it makes no sandbox thunk")
         return RemoteTask(thunk=cloudpickle.dumps(thunk), **common)  # type: ignore[arg-type]
 
     def _result(self, action: BuildAction, slot: Slot) -> RemoteResult:
@@ -192,20 +192,22 @@ class DaskExecutor:
             else:
                 result = slot.future.result()
         except KilledWorker as e:
-            raise ActionFailed(
+            raise ClusterFailure(
                 f"'{action.desc}': every Dask worker that ran it died ({e.allowed_failures + 1} "
                 f"tries); the last was {e.last_worker.address}"
             ) from None
         except SandboxFailure as e:
-            raise ActionFailed(f"'{action.desc}': {e} (after {RETRIES + 1} tries)") from None
+            raise ClusterFailure(f"'{action.desc}': {e} (after {RETRIES + 1} tries)") from None
         except Exception as e:  # noqa: BLE001 - the connection, not the action, failed
             if _connection_lost(e) or self.client.status not in ("running", "connecting"):
                 self.lost = f"lost the Dask scheduler at {self.address} ({_short(e)})"
-                raise ActionFailed(f"'{action.desc}': {self.lost}") from None
-            raise ActionFailed(f"'{action.desc}' failed on the cluster: {_short(e)}") from None
+                raise ClusterFailure(f"'{action.desc}': {self.lost}") from None
+            raise ClusterFailure(f"'{action.desc}' failed on the cluster: {_short(e)}") from None
         assert isinstance(result, RemoteResult)
         if result.error is not None:
-            raise ActionFailed(f"'{action.desc}' (on Dask worker {result.worker}): {result.error}")
+            raise ClusterFailure(
+                f"'{action.desc}' (on Dask worker {result.worker}): {result.error}"
+            )
         return result
 
     def cancel_all(self) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kiln.cache import BuildCache
-from kiln.errors import ActionFailed
+from kiln.errors import ClusterFailure
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
 from kiln.remote_exec.dask_executor import DaskExecutor
 from kiln.remote_exec.task import RemoteResult
@@ -65,7 +65,7 @@ class ClusterOffload:
         self._keep_inline(result, digests, paths)
         produced = self.cache.materialize(digests)
         if produced is None:
-            raise ActionFailed(
+            raise ClusterFailure(
                 f"'{action.desc}' ran on Dask worker {result.worker}, but its "
                 "outputs cannot be fetched from the remote cache"
             )

@@ -11,7 +11,9 @@ its ``Plan`` and ``CommandRunner``).
                      the cache
     command_lanes.py ``CommandLanes``: commands started without a thread, each in a
                      lane, finished when the build's command runner reaps them
-    recording.py     ``Recorder``: the records of finished actions, written in
-                     groups (one transaction per round)
+    recording.py     ``Recorder``: the records of finished actions and the failures
+                     remembered, written in groups (one transaction per round)
+    failures.py      which failures are remembered (``retry_reason``): an action
+                     that failed so is not run again with the same key
     interruption.py  stopping a build: what runs is killed, what it half-wrote removed
 """

@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kiln.digests import hash_file
-from kiln.errors import ActionFailed, NotRegularFile
+from kiln.errors import ActionFailed, ConfinementError, NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_dir.ownership import read_regular
 from kiln.output_dir.prefilled import USER_FILES
 from kiln.output_dir.tree import OutputTree
 from kiln.output_dir.writing import TemporarySweeper, file_kind, remove_partial
-from kiln.state import ActionRecord, Produced, StateStore, stat_key
+from kiln.state import ActionRecord, FailureRecord, Produced, StateStore, stat_key
 
 
 class ActionOutputs:
@@ -46,11 +46,12 @@ class ActionOutputs:
     def claim(
         self,
         runs: Iterable[tuple[str, Iterable[BuildFile]]],
-        finished: list[tuple[str, ActionRecord]],
+        finished: tuple[list[tuple[str, ActionRecord]], list[tuple[str, FailureRecord]]],
     ) -> None:
         """Before a round of actions (``(action id, outputs)``) starts, in one
         transaction with the records of the actions ``finished`` since the last
-        round: drop their records and claim their outputs as kiln's to write."""
+        round and the failures to remember: drop their records (and remembered
+        failures) and claim their outputs as kiln's to write."""
         ids, paths = [], []
         for action_id, outputs in runs:
             ids.append(action_id)
@@ -58,7 +59,7 @@ class ActionOutputs:
                 if f.source is None and not self._users(f):
                     paths.append(f.layout.relative_path(f))
                     self._claimed.add(f)
-        self._store.commit_round(finished, ids, paths)
+        self._store.commit_round(finished[0], ids, paths, finished[1])
 
     def prepare(self, outputs: Iterable[BuildFile]) -> None:
         """Record ``outputs`` as kiln's to write (unless ``claim`` did), then make
@@ -66,7 +67,7 @@ class ActionOutputs:
         outputs = [f for f in outputs if f.source is None]
         for f in outputs:
             if self._users(f):
-                raise ActionFailed(
+                raise ConfinementError(
                     f"output {f.fs_str} is a file that was in the output directory before "
                     "kiln first built there: it is yours, and kiln never writes over it; "
                     "move it away, or leave the output undeclared to read it as an input"

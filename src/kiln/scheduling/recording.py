@@ -1,6 +1,7 @@
-"""The records of finished actions, written in groups.
+"""The records of finished actions, and the failures remembered, written in groups.
 
-The records of the actions that finished since the last transaction go to the
+The records of the actions that finished since the last transaction (and the
+failures to remember, ``kiln.scheduling.failures``) go to the
 build state with the next round's claims, in one transaction, before any
 dependent starts (``Scheduler._launch``), or alone within ``GROUP_COMMIT_S``
 when the round starts nothing. A dependent never runs on an output whose record
@@ -15,20 +16,26 @@ import time
 from kiln.graph import BuildAction, BuildFile
 from kiln.incremental import Decision
 from kiln.result import NodeRun
-from kiln.state import ActionRecord, Produced, StateStore
+from kiln.scheduling.failures import failure_record
+from kiln.state import ActionRecord, FailureRecord, Produced, StateStore
+
+# What one transaction writes: the records of the actions that succeeded, the
+# failures to remember.
+Finished = tuple[list[tuple[str, ActionRecord]], list[tuple[str, FailureRecord]]]
 
 GROUP_COMMIT_S = 0.05
 
 
 class Recorder:
     """Invariant: ``unrecorded`` holds the records of the actions that finished
-    since the last transaction; ``due`` is when they must be written at the latest
-    (infinity when none wait)."""
+    since the last transaction, ``failures`` the failures to remember since then;
+    ``due`` is when they must be written at the latest (infinity when none wait)."""
 
     def __init__(self, store: StateStore, digests: dict[BuildFile, str | None]) -> None:
         self.store = store
         self._digests = digests  # every file's digest known this build
         self.unrecorded: list[tuple[str, ActionRecord]] = []
+        self.failures: list[tuple[str, FailureRecord]] = []
         self.due = math.inf
 
     def ran(self, decision: Decision, run: NodeRun) -> None:
@@ -44,17 +51,30 @@ class Recorder:
             self.store.remember_digest(f.fs_str, skey, digest)
             self._digests[f] = digest
             outputs[f.key] = digest
-        if not self.unrecorded:
-            self.due = time.monotonic() + GROUP_COMMIT_S
+        self._due()
         record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)
         self.unrecorded.append((decision.action_id, record))
 
-    def take(self) -> list[tuple[str, ActionRecord]]:
-        """The records waiting to be written; none wait afterwards."""
-        finished, self.unrecorded, self.due = self.unrecorded, [], math.inf
+    def failed(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
+        """``action`` ran and failed with ``error``: remember it with the next
+        transaction, unless it is to be retried (``kiln.scheduling.failures``)."""
+        failure = failure_record(action, decision, error)
+        if failure is not None:
+            self._due()
+            self.failures.append((decision.action_id, failure))
+
+    def _due(self) -> None:
+        if not self.unrecorded and not self.failures:
+            self.due = time.monotonic() + GROUP_COMMIT_S
+
+    def take(self) -> Finished:
+        """The records and failures waiting to be written; none wait afterwards."""
+        finished = (self.unrecorded, self.failures)
+        self.unrecorded, self.failures, self.due = [], [], math.inf
         return finished
 
     def write(self) -> None:
-        """Write the records waiting, in one transaction."""
-        if self.unrecorded:
-            self.store.commit_round(self.take(), [], [])
+        """Write the records and failures waiting, in one transaction."""
+        if self.unrecorded or self.failures:
+            records, failures = self.take()
+            self.store.commit_round(records, [], [], failures)

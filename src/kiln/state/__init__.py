@@ -35,12 +35,23 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     at the end of a build; a killed build may lose those of its last actions,
     which only makes the next build's order less informed.
 
+``failures(id TEXT PRIMARY KEY, key, params, inputs, error, log, result, time)``
+    One row per action whose last run failed in a way that will fail again with
+    the same key (``kiln.scheduling.failures`` decides which): its ``key``,
+    ``params`` and ``inputs`` as in ``actions``, the error as the console showed
+    it, the path of that run's log (or NULL), the JSON result the failure carried
+    (a verification's, or NULL) and when it failed (epoch seconds). A build does
+    not run an action again whose key equals its failure's (unless
+    ``--retry-failed``); the row goes when the action starts again. Local to the
+    output directory: nothing of it goes into a cache.
+
 The records of the actions that finished in one round of the scheduler are
 written in one transaction (``StateStore.commit_round``), before any of their
 dependents starts, so a build killed at any point keeps the records of what it
 finished and nothing else (a kill in the middle of a round loses that round's
 records, and those actions run again). An action that is about to run loses its
-old record first, so a half-run action is never trusted.
+old record (and its remembered failure) first, so a half-run action is never
+trusted. A failure is remembered in the same transactions as the records.
 
 A database that fails the integrity check (not SQLite, truncated, another
 program's, another schema or other tables, a damaged page found while the
@@ -54,14 +65,14 @@ table reads all of its pages. A row of the right tables holding values of the
 wrong types (a key that is not text, fields that are not the JSON objects
 described above) is a damaged record: its action runs again.
 
-``written``, ``nonreproducible`` and ``durations`` were added to schema 1
+``written``, ``nonreproducible``, ``durations`` and ``failures`` were added to schema 1
 compatibly: a database that lacks them (written by an older kiln) gets them,
 empty, when opened, and an older kiln ignores them.
 """
 
 from kiln.digests import hash_file
 from kiln.state.file_digests import DigestStore, Produced, StatKey, stat_key
-from kiln.state.records import ActionRecord
+from kiln.state.records import ActionRecord, FailureRecord
 from kiln.state.schema import SCHEMA_VERSION
 from kiln.state.store import StateStore
 
@@ -69,6 +80,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ActionRecord",
     "DigestStore",
+    "FailureRecord",
     "Produced",
     "StatKey",
     "StateStore",

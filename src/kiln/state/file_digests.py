@@ -17,7 +17,7 @@ from kiln.output_dir.writing import file_kind
 
 if TYPE_CHECKING:
     from kiln.graph import BuildFile
-    from kiln.state.records import ActionRecord
+    from kiln.state.records import ActionRecord, FailureRecord
 
 StatKey = tuple[int, int, int, int]
 # What an action wrote: each output file, its stat key and its digest.
@@ -111,11 +111,13 @@ class FileDigests:
 
 class DigestStore(Protocol):
     """What the up-to-date check (``kiln.incremental``) reads: the records of the
-    actions that last succeeded and the digests of files. ``StateStore`` is one;
-    the judgement of unplanned actions (``kiln.unrequested``) passes one that
-    answers from the stat cache only."""
+    actions that last succeeded, the failures remembered, and the digests of
+    files. ``StateStore`` is one; the judgement of unplanned actions
+    (``kiln.unrequested``) passes one that answers from the stat cache only."""
 
     def records(self) -> Mapping[str, ActionRecord]: ...
+
+    def failures(self) -> Mapping[str, FailureRecord]: ...
 
     def digest(self, path: Path | str, output: bool = False) -> str | None:
         """The file's digest, hashing it if need be; None when it is missing."""

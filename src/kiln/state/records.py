@@ -94,3 +94,76 @@ class ActionRecord:
 
     def __repr__(self) -> str:
         return f"ActionRecord({self.key!r}, {self.params!r}, {self.inputs!r}, {self.outputs!r})"
+
+
+class FailureRecord:
+    """How an action failed the last time it ran, in a way that fails again with
+    the same key: the key, the keyed parameters and inputs (as ``ActionRecord``'s,
+    JSON text until used, to say what changed since), the error as the console
+    showed it, the path of that run's log, the JSON result the failure carried
+    (a verification's) and when it failed (epoch seconds).
+
+    Invariant: ``key`` is a SHA-256 digest; ``error`` is text (a row read with
+    anything else is dropped, and its action runs again)."""
+
+    __slots__ = ("key", "params", "inputs", "error", "log", "result", "time")
+
+    def __init__(
+        self,
+        key: str,
+        params: str,
+        inputs: str,
+        error: str,
+        log: str | None,
+        result: str | None,
+        time: float,
+    ):
+        self.key = key
+        self.params = params  # JSON text, as in the ``actions`` table
+        self.inputs = inputs
+        self.error = error
+        self.log = log
+        self.result = result
+        self.time = time
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> FailureRecord | None:
+        """The record of a row read from ``failures`` (without its id), or None when
+        a field does not have the type kiln writes."""
+        key, params, inputs, error, log, result, time = row
+        if not (type(key) is str and len(key) == 64 and type(error) is str):
+            return None
+        if type(params) is not str or type(inputs) is not str:
+            return None
+        if not (log is None or type(log) is str) or not (result is None or type(result) is str):
+            return None
+        if not isinstance(time, int | float):
+            return None
+        return cls(key, params, inputs, error, log, result, float(time))
+
+    def row(self, action_id: str) -> tuple[Any, ...]:
+        return (
+            action_id,
+            self.key,
+            self.params,
+            self.inputs,
+            self.error,
+            self.log,
+            self.result,
+            self.time,
+        )
+
+    def as_record(self) -> ActionRecord:
+        """Its key, parameters and inputs as a record (no outputs), to compare with
+        an action's key now (``kiln.incremental``)."""
+        return ActionRecord(self.key, self.params, self.inputs, "{}", raw=True)
+
+    def carried(self) -> dict[str, Any] | None:
+        """The JSON result the failure carried, or None (also when it is damaged)."""
+        if self.result is None:
+            return None
+        try:
+            value = json.loads(self.result)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None

@@ -25,5 +25,15 @@ DURATIONS = (
     "CREATE TABLE IF NOT EXISTS durations(id TEXT PRIMARY KEY, seconds REAL NOT NULL) "
     "WITHOUT ROWID;"
 )
-LATER_TABLES = {"written": WRITTEN, "nonreproducible": NONREPRODUCIBLE, "durations": DURATIONS}
+FAILURES = (
+    "CREATE TABLE IF NOT EXISTS failures(id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT, "
+    "inputs TEXT NOT NULL, error TEXT NOT NULL, log TEXT, result TEXT, time REAL NOT NULL) "
+    "WITHOUT ROWID;"
+)
+LATER_TABLES = {
+    "written": WRITTEN,
+    "nonreproducible": NONREPRODUCIBLE,
+    "durations": DURATIONS,
+    "failures": FAILURES,
+}
 META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"

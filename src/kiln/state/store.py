@@ -1,7 +1,8 @@
 """``StateStore``: the state of one output directory, by concern: the database
 (``kiln.state.database``), the digest cache (``kiln.state.file_digests``), the
-action records (``kiln.state.records``), the durations, the outputs kiln let
-actions write, the keys found not reproduced and per-file metadata."""
+action records (``kiln.state.records``), the remembered failures, the durations,
+the outputs kiln let actions write, the keys found not reproduced and per-file
+metadata."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ from kiln.state import file_digests
 from kiln.state.database import StateDatabase
 from kiln.state.file_digests import FileDigests, StatKey
 from kiln.state.integrity import metadata_dict
-from kiln.state.records import ActionRecord
+from kiln.state.records import ActionRecord, FailureRecord
 
 
 class StateStore:
     """The state database of one output directory.
 
-    Invariant: rows are read once at open; the records of finished actions are
-    written in groups (``commit_round``: one transaction per scheduler round), so
-    a kill keeps a round's records all or none. Safe to call from several threads.
+    Invariant: rows are read once at open; the records of finished actions and
+    the failures remembered are written in groups (``commit_round``: one
+    transaction per scheduler round), so a kill keeps a round's records all or
+    none; an action that starts loses its record and its failure in the round
+    that starts it. Safe to call from several threads.
     """
 
     database_class: type[StateDatabase] = StateDatabase
@@ -36,6 +39,7 @@ class StateStore:
         self._lock = self.database.lock
         self._records: dict[str, ActionRecord] | None = None
         self._durations: dict[str, float] | None = None
+        self._failures: dict[str, FailureRecord] | None = None
         self._new_durations: dict[str, float] = {}
         try:
             # Tables are WITHOUT ROWID (no separate index b-trees): reading them whole
@@ -101,6 +105,29 @@ class StateStore:
                     self._records = {}
             return self._records
 
+    def failures(self) -> dict[str, FailureRecord]:
+        """The remembered failures, by action id (read once). A row of the wrong
+        types is left out: its action runs again."""
+        with self._lock:
+            if self._failures is None:
+                try:
+                    rows = self.database.read(
+                        "SELECT id, key, params, inputs, error, log, result, time FROM failures"
+                    )
+                except sqlite3.DatabaseError as e:
+                    self._warn(
+                        f"warning: cannot read the failures remembered in {self.path}: {e}; "
+                        "the actions that failed run again"
+                    )
+                    rows = []
+                found = {}
+                for aid, *fields in rows:
+                    failure = FailureRecord.from_row(tuple(fields))
+                    if type(aid) is str and failure is not None:
+                        found[aid] = failure
+                self._failures = found
+            return self._failures
+
     def record(self, action_id: str, rec: ActionRecord) -> None:
         """Record a finished action and its outputs' digests, in one transaction."""
         self.commit_round([(action_id, rec)], [], [])
@@ -114,13 +141,18 @@ class StateStore:
         finished: list[tuple[str, ActionRecord]],
         starting: list[str],
         paths: list[str],
+        failed: list[tuple[str, FailureRecord]] | None = None,
     ) -> None:
         """One round of the scheduler in one transaction: record the ``finished``
-        actions (with the digests and durations remembered so far), drop the records
-        of the actions ``starting`` (a half-run action is never trusted) and record
-        that kiln lets them write ``paths``. A kill keeps all of it or none."""
+        actions (with the digests and durations remembered so far) and the
+        failures to remember (``failed``), drop the records and failures of the
+        actions ``starting`` (a half-run action is never trusted) and record that
+        kiln lets them write ``paths``. A kill keeps all of it or none."""
+        failed = failed or []
         with self._lock:
             records = self.records() if finished or starting else {}
+            failures = self.failures() if finished or starting or failed else {}
+            forgotten = [(a,) for a in (*starting, *(aid for aid, _ in finished)) if a in failures]
             durations = list(self._new_durations.items())
             actions = [
                 (
@@ -139,6 +171,11 @@ class StateStore:
                     ("INSERT OR REPLACE INTO durations VALUES (?,?)", durations),
                     ("INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)", actions),
                     ("DELETE FROM actions WHERE id = ?", gone),
+                    ("DELETE FROM failures WHERE id = ?", forgotten),
+                    (
+                        "INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?,?,?)",
+                        [failure.row(aid) for aid, failure in failed],
+                    ),
                     ("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths]),
                 ]
             )
@@ -146,6 +183,9 @@ class StateStore:
             records.update(finished)
             for (a,) in gone:
                 records.pop(a, None)
+            for (a,) in forgotten:
+                failures.pop(a, None)
+            failures.update(failed)
 
     # -- what kiln may delete, what is never shared, per-file metadata ----------
 

@@ -1,0 +1,547 @@
+"""A deterministic failure is remembered: an action that failed with the same key is
+not run again by the next build (it counts as failed, unchanged, with the log of
+the run that failed, and the build exits 1); ``--retry-failed`` runs it. What may
+pass by itself (a signal, a timeout, the operating system, the network, the
+cluster) is retried. Through the CLI and the API, on real files and processes;
+``retry_reason``, the one place that decides, case by case."""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import json
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from httpserver import HTTPTestServer
+
+from kiln import (
+    ActionFailed,
+    ActionTimeout,
+    ClusterFailure,
+    ConfinementError,
+    DependenceException,
+    NotRegularFile,
+    RemoteError,
+    StateError,
+    ToolError,
+    ToolMissing,
+    WorkerCrashed,
+)
+from kiln.executor import BuildAction, BuildContext, Executor
+from kiln.incremental import Decision
+from kiln.scheduling.failures import retry_reason
+
+# A command that counts its runs (``counter``, beside the build module) and fails
+# as $FAIL says (default: exit 3, having printed why), and one that needs it.
+COMMANDS = """
+import os
+
+FAIL = os.environ.get("FAIL", "echo broken input >&2; exit 3")
+
+@entrypoint
+def demo():
+    data = source_file("data.txt")
+    bad = run_command(name="bad.txt", inputs=[data], tools=["tool.sh"],
+                      command=["sh", "{tools[0]}", "{inputs[0]}", "{out}",
+                               os.environ.get("ARG", "a")],
+                      timeout=float(os.environ.get("TIMEOUT", "60")))
+    after = run_command(name="after.txt", inputs=[bad], command=["cp", "{inputs[0]}", "{out}"])
+    fine = run_command(name="fine.txt", command=["sh", "-c", "echo fine > {out}"])
+    return [after, fine]
+"""
+TOOL = """\
+echo ran >> "{counter}"
+{fail}
+"""
+
+
+@pytest.fixture
+def commands(write_module: Callable[..., Path], tmp_path: Path) -> Callable[..., None]:
+    """Write the build module, its data and its tool (failing as ``fail`` says)."""
+
+    def write(fail: str = "echo broken input >&2; exit 3") -> None:
+        write_module(COMMANDS)
+        (tmp_path / "data.txt").write_text("data\n")
+        (tmp_path / "tool.sh").write_text(tool(tmp_path, fail))
+
+    return write
+
+
+def tool(tmp_path: Path, fail: str) -> str:
+    return TOOL.format(counter=tmp_path / "counter", fail=fail)
+
+
+def runs(tmp_path: Path) -> int:
+    counter = tmp_path / "counter"
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def log_of(tmp_path: Path, name: str) -> Path:
+    return tmp_path / "kiln-out" / ".kiln" / "logs" / "demo" / f"{name}.log"
+
+
+def test_a_failure_with_the_same_key_is_not_run_again(commands, kiln, tmp_path: Path) -> None:
+    commands()
+    first = kiln("build", "build.py")
+    assert first.returncode == 1, first.stderr
+    assert runs(tmp_path) == 1
+    assert "1 built, 0 up to date, 1 failed, 1 not run" in first.stderr
+
+    again = kiln("build", "build.py", "--events", "ev.jsonl")
+    assert again.returncode == 1, again.stderr
+    assert runs(tmp_path) == 1  # not run again
+    log = log_of(tmp_path, "bad.txt")
+    assert "broken input" in log.read_text()  # the log of the run that failed
+    assert f"  * Running demo/bad.txt failed (unchanged; log: {log})" in again.stderr
+    assert "kiln build --retry-failed runs them" in again.stderr
+    assert "broken input" not in again.stderr  # one line, not the error again
+    assert "0 built, 1 up to date, 0 failed, 1 failed (unchanged), 1 not run" in again.stderr
+    ended = {e["desc"]: e for e in events(tmp_path / "ev.jsonl") if e.get("desc")}
+    bad = ended["Running demo/bad.txt"]
+    assert bad["event"] == "failed" and bad["unchanged"] is True
+    assert bad["log"] == str(log) and "exited with status 3" in bad["error"]
+    assert "lane" not in bad and "start" not in bad  # it did not run
+    assert ended["Running demo/after.txt"]["event"] == "not_run"
+    assert ended["Running demo/after.txt"]["root_cause"] == bad["action"]
+    finished = events(tmp_path / "ev.jsonl")[-1]
+    assert finished["counts"]["failed"] == 1 and finished["counts"]["failed_unchanged"] == 1
+
+
+def test_retry_failed_runs_it_again_and_it_is_remembered_again(
+    commands, kiln, tmp_path: Path
+) -> None:
+    commands()
+    kiln("build", "build.py")
+    retried = kiln("build", "build.py", "--retry-failed")
+    assert retried.returncode == 1 and runs(tmp_path) == 2
+    assert "broken input" in retried.stderr and "(unchanged)" not in retried.stderr
+    assert kiln("build", "build.py").returncode == 1 and runs(tmp_path) == 2
+
+
+@pytest.mark.parametrize("change", ["input", "tool", "parameter", "environment"])
+def test_a_changed_key_runs_it_again(commands, kiln, tmp_path: Path, change: str) -> None:
+    commands()
+    kiln("build", "build.py")
+    env, args = {}, []
+    if change == "input":
+        (tmp_path / "data.txt").write_text("other data\n")
+    elif change == "tool":  # the program it runs: its code
+        (tmp_path / "tool.sh").write_text(tool(tmp_path, "echo still >&2; exit 4"))
+    elif change == "parameter":
+        env = {"ARG": "b"}
+    else:
+        args = ["--action-env", "SOME_SETTING=1"]
+    r = kiln("build", "build.py", *args, env=env)
+    assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
+    assert "(unchanged)" not in r.stderr
+
+
+def test_a_success_forgets_the_failure(commands, kiln, tmp_path: Path) -> None:
+    commands()
+    kiln("build", "build.py")
+    (tmp_path / "tool.sh").write_text(tool(tmp_path, 'cp "$1" "$2"'))
+    assert kiln("build", "build.py").returncode == 0 and runs(tmp_path) == 2
+    # Back to the failing tool: its key is the remembered failure's, but the run that
+    # succeeded since forgot it.
+    (tmp_path / "tool.sh").write_text(tool(tmp_path, "echo broken input >&2; exit 3"))
+    assert kiln("build", "build.py").returncode == 1 and runs(tmp_path) == 3
+
+
+def test_explain_says_why_it_would_not_run(commands, kiln, tmp_path: Path) -> None:
+    commands()
+    kiln("build", "build.py")
+    r = kiln("explain", "build.py")
+    assert r.returncode == 0, r.stderr
+    log = log_of(tmp_path, "bad.txt")
+    assert (
+        "Running demo/bad.txt: would not run: it failed with this same key in the build of "
+        in r.stdout
+    )
+    assert f"(its log is {log}); --retry-failed runs it" in r.stdout
+    assert "Running demo/after.txt: would not run: it needs demo/bad.txt, which failed" in r.stdout
+    line = "Running demo/bad.txt: not run: it failed with this same key in an earlier build; "
+    dry = kiln("build", "build.py", "--dry-run")
+    assert dry.returncode == 0 and f"{line}--retry-failed runs it" in dry.stderr
+    assert "ERROR" not in dry.stderr and "1 failed (unchanged)" in dry.stderr
+    explained = kiln("build", "build.py", "--explain")
+    assert explained.returncode == 1 and f"{line}--retry-failed runs it" in explained.stderr
+    retry = kiln("explain", "build.py", "--retry-failed")
+    assert "Running demo/bad.txt: it failed with this same key in an earlier build" in retry.stdout
+    assert "Running demo/after.txt: never built" in retry.stdout
+    (tmp_path / "data.txt").write_text("edited\n")
+    edited = kiln("explain", "build.py")
+    assert (
+        "Running demo/bad.txt: it failed in an earlier build; since then input data.txt changed"
+        in edited.stdout
+    )
+    assert runs(tmp_path) == 1
+
+
+def test_the_report_shows_a_failure_not_run_again(commands, kiln, tmp_path: Path) -> None:
+    commands()
+    kiln("build", "build.py")
+    kiln("build", "build.py")
+    assert kiln("report").returncode == 0
+    page = (tmp_path / "kiln-out" / "report.html").read_text()
+    failures = page[page.index("id='failures'") :]
+    assert "Failures (1)" in failures and "Running demo/bad.txt" in failures
+    assert "it failed with the same key in an earlier build" in failures
+    assert "kiln build --retry-failed" in failures
+    assert "broken input" in failures  # the error, and the log's tail
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [
+        "kill -9 $$",  # the command itself killed by a signal
+        'sh -c "kill -9 \\$\\$"; exit $?',  # a shell reporting its child's SIGKILL: 137
+        "sleep 30",  # past its timeout
+        "echo 'write error: No space left on device' >&2; exit 1",  # the OS's words
+    ],
+    ids=["signal", "sigkill-by-shell", "timeout", "disk-full"],
+)
+def test_what_may_pass_by_itself_is_retried(commands, kiln, tmp_path: Path, fail: str) -> None:
+    commands(fail)
+    env = {"TIMEOUT": "0.5"} if "sleep" in fail else {}
+    for n in (1, 2):
+        r = kiln("build", "build.py", env=env)
+        assert r.returncode == 1 and runs(tmp_path) == n, r.stderr
+        assert "(unchanged)" not in r.stderr
+
+
+USER_ACTIONS = """
+import errno, functools, os
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def _fail(kind, counter):
+    with open(counter, "a") as f:
+        f.write("ran\\n")
+    if kind == "memory":
+        raise MemoryError()
+    if kind == "enospc":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "scratch")
+    if kind == "wrapped":
+        try:
+            open(HERE / "no" / "such" / "file")
+        except OSError as e:
+            raise ValueError("cannot read the calibration data") from e
+    raise ValueError(f"bad value {kind}")
+
+
+class Fails(BuildAction):
+    def __init__(self, kind, out, **kw):
+        super().__init__(**kw)
+        self.kind, self.out = kind, out
+        out.deps.add(self)
+
+    def _invoke(self):
+        _fail(self.kind, str(HERE / "counter"))
+
+    def _remotable_thunk(self):
+        return functools.partial(_fail, self.kind, str(HERE / "counter"))
+
+
+@entrypoint
+def user():
+    ctx = BuildContext.current()
+    out = ctx.allocate_file("u.txt")
+    concurrency = ActionConcurrency[os.environ.get("WHERE", "THREAD")]
+    Fails(os.environ["KIND"], out, desc="failing", executor=ctx.executor,
+          concurrency=concurrency)
+    return out
+"""
+
+
+@pytest.mark.parametrize("where", ["THREAD", "PROCESS"])
+@pytest.mark.parametrize(
+    ("kind", "remembered"),
+    [("value", True), ("memory", False), ("enospc", False), ("wrapped", False)],
+)
+def test_a_user_action_out_of_resources_is_retried(
+    write_module, kiln, tmp_path: Path, where: str, kind: str, remembered: bool
+) -> None:
+    write_module(USER_ACTIONS)
+    env = {"KIND": kind, "WHERE": where}
+    assert kiln("build", "build.py", env=env).returncode == 1 and runs(tmp_path) == 1
+    r = kiln("build", "build.py", env=env)
+    assert r.returncode == 1, r.stderr
+    assert runs(tmp_path) == (1 if remembered else 2)
+    assert ("failed (unchanged): ValueError: bad value value" in r.stderr) is remembered
+
+
+FETCH = """
+import os
+
+@entrypoint
+def net():
+    return fetch_http(name="model.onnx", url=os.environ["URL"])
+"""
+
+
+@pytest.mark.parametrize("status", [500, 404])
+def test_a_download_that_failed_is_tried_again(
+    write_module, kiln, tmp_path: Path, status: int
+) -> None:
+    write_module(FETCH)
+    with HTTPTestServer() as server:
+        env = {"URL": server.status("/m.onnx", status)}
+        assert kiln("build", "build.py", env=env).returncode == 1
+        tried = server.count("/m.onnx")
+        assert tried >= 1
+        r = kiln("build", "build.py", env=env)
+        assert r.returncode == 1 and "(unchanged)" not in r.stderr
+        assert server.count("/m.onnx") == 2 * tried
+
+
+def test_two_output_directories_do_not_share_failures_nor_does_the_cache(
+    commands, kiln, tmp_path: Path, _private_cache: Path
+) -> None:
+    commands()
+    assert kiln("build", "build.py", "--output-dir", "one").returncode == 1
+    assert kiln("build", "build.py", "--output-dir", "two").returncode == 1
+    assert runs(tmp_path) == 2
+    # The cache holds the one action that succeeded, nothing of the failure.
+    entries = [
+        p
+        for p in _private_cache.rglob("*")
+        if p.is_file() and "ac" in p.relative_to(_private_cache).parts
+    ]
+    assert len(entries) == 1, entries
+    key = events_key(tmp_path / "one", "Running demo/bad.txt")
+    assert all(key not in p.read_text(errors="replace") for p in entries)
+    assert not any(key in p.name for p in _private_cache.rglob("*"))
+    # A third directory, served the succeeded action from the cache, runs the failure.
+    assert kiln("build", "build.py", "--output-dir", "three").returncode == 1
+    assert runs(tmp_path) == 3
+
+
+def events_key(out: Path, desc: str) -> str:
+    for event in events(out / ".kiln" / "last-events.jsonl"):
+        if event.get("desc") == desc and event.get("key"):
+            return str(event["key"])
+    raise AssertionError(f"no key for {desc}")
+
+
+def test_a_state_without_the_failures_table_opens_and_gains_it(
+    commands, kiln, tmp_path: Path
+) -> None:
+    commands()
+    assert kiln("build", "build.py").returncode == 1
+    db = tmp_path / "kiln-out" / ".kiln" / "state.db"
+    with sqlite3.connect(db) as conn:  # as an older kiln left it
+        conn.execute("DROP TABLE failures")
+    r = kiln("build", "build.py")
+    assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr  # nothing remembered
+    assert "warning" not in r.stderr and "corrupt" not in r.stderr
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT id, error, log FROM failures").fetchall()
+    assert [(i, log) for i, _, log in rows] == [
+        ("gen/demo/bad.txt", str(log_of(tmp_path, "bad.txt")))
+    ]
+    assert kiln("build", "build.py").returncode == 1 and runs(tmp_path) == 2
+
+
+def test_a_damaged_failure_row_is_ignored_and_the_action_runs(
+    commands, kiln, tmp_path: Path
+) -> None:
+    commands()
+    kiln("build", "build.py")
+    db = tmp_path / "kiln-out" / ".kiln" / "state.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE failures SET key = 'not a digest'")
+    r = kiln("build", "build.py")
+    assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
+
+
+# -- through the API ---------------------------------------------------------------
+
+
+class _Failing(BuildAction):
+    """Fails with ``ValueError`` (a deterministic failure); counts its runs."""
+
+    def __init__(self, counter: Path, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.counter = str(counter)
+
+    def _invoke(self) -> None:
+        with open(self.counter, "a") as f:
+            f.write("ran\n")
+        raise ValueError("no")
+
+
+class _NotRemembered(_Failing):
+    remember_failures = False
+
+
+class _Unkeyed(_Failing):
+    always_run = True
+
+
+@pytest.mark.parametrize(
+    ("action", "remembered"), [(_Failing, True), (_NotRemembered, False), (_Unkeyed, False)]
+)
+def test_the_api_result_says_it_and_an_action_may_opt_out(
+    tmp_path: Path, action: type[_Failing], remembered: bool
+) -> None:
+    counter = tmp_path / "counter"
+
+    def build(**options: Any) -> Any:
+        executor = Executor(tmp_path / "out")
+        try:
+            with executor.get_context(""):
+                ctx = BuildContext.current()
+                out = ctx.allocate_file("x.txt")
+                act = action(counter, desc="failing", executor=ctx.executor)
+                out.deps.add(act)
+            return act, executor.run([out], _options(**options))
+        finally:
+            executor.close()
+
+    build()
+    act, result = build()
+    assert not result.ok and result.failed == [act]
+    assert (result.unchanged() == [act]) is remembered
+    assert len(counter.read_text().splitlines()) == (1 if remembered else 2)
+    _, retried = build(retry_failed=True)
+    assert retried.unchanged() == [] and len(counter.read_text().splitlines()) == (
+        2 if remembered else 3
+    )
+
+
+def _options(**options: Any) -> Any:
+    from kiln.result import SchedulerOptions
+
+    return SchedulerOptions(jobs=1, **options)
+
+
+# -- retry_reason, case by case ----------------------------------------------------
+
+
+def _keyed() -> Decision:
+    return Decision("gen/x", "0" * 64, {"desc": "x"}, {}, "never built")
+
+
+def _raised(error: BaseException, cause: BaseException, suppress: bool = False) -> BaseException:
+    """``error`` raised from ``cause`` (``suppress``: ``from None`` while handling it)."""
+    try:
+        try:
+            raise cause
+        except BaseException as inner:
+            if suppress:
+                raise error from None
+            raise error from inner
+    except BaseException as outer:
+        return outer
+
+
+def _while_handling(error: BaseException, context: BaseException) -> BaseException:
+    try:
+        try:
+            raise context
+        except BaseException:
+            raise error  # noqa: B904 - the implicit context is what is tested
+    except BaseException as outer:
+        return outer
+
+
+REMEMBERED = [
+    ValueError("a bug in the build module"),
+    ActionFailed("'x' finished without writing its output"),
+    ToolError("iree-compile failed (exit code 1)", 1),
+    ToolError("the command exited with status 2", 2),
+    subprocess.CalledProcessError(1, ["false"]),
+    RecursionError("deep"),
+    _raised(ActionFailed("without writing its output"), FileNotFoundError(2, "x"), True),
+]
+RETRIED = [
+    ToolError("killed", -9),
+    ToolError("killed by the OOM killer, through a shell", 137),
+    subprocess.CalledProcessError(-11, ["crash"]),
+    ActionTimeout("ran past its timeout"),
+    WorkerCrashed("died with signal SIGKILL"),
+    RemoteError("Weird", "cannot be pickled", "Traceback"),
+    ClusterFailure("every Dask worker that ran it died"),
+    ToolMissing("cannot find iree-compile"),
+    ConfinementError("a link is in the way"),
+    StateError("cannot write the build state"),
+    DependenceException("not run: it needs y, which failed"),
+    NotRegularFile("a FIFO"),
+    KeyboardInterrupt(),
+    SystemExit(1),
+    MemoryError(),
+    OSError(errno.ENOSPC, "No space left on device"),
+    OSError(errno.EMFILE, "Too many open files"),
+    ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
+    TimeoutError("timed out"),
+    PermissionError(errno.EACCES, "Permission denied"),
+    http.client.IncompleteRead(b"partial"),
+    subprocess.TimeoutExpired(["slow"], 5),
+    _raised(ActionFailed("cannot write the log"), OSError(errno.ENOSPC, "full")),
+    _while_handling(ValueError("fallback failed"), OSError(errno.EIO, "I/O error")),
+    ToolError("iree-compile failed (exit code 1):\nerror: No space left on device", 1),
+    ToolError("LLVM ERROR: out of memory", 1),
+    ToolError("curl: Temporary failure in name resolution", 6),
+]
+
+
+@pytest.mark.parametrize("error", REMEMBERED, ids=lambda e: type(e).__name__)
+def test_a_failure_of_the_action_itself_is_remembered(tmp_path: Path, error: Exception) -> None:
+    assert retry_reason(_action(tmp_path, _Failing), _keyed(), error) is None
+
+
+@pytest.mark.parametrize("error", RETRIED, ids=lambda e: type(e).__name__)
+def test_a_failure_that_may_pass_by_itself_is_retried(tmp_path: Path, error: BaseException) -> None:
+    why = retry_reason(_action(tmp_path, _Failing), _keyed(), error)
+    assert why, error
+
+
+def test_an_unkeyed_or_opted_out_action_is_always_retried(tmp_path: Path) -> None:
+    error = ValueError("deterministic")
+    unkeyed = Decision("gen/x", "0" * 64, None, {}, "marked always-run")
+    assert retry_reason(_action(tmp_path, _Failing), unkeyed, error) == "kiln cannot key it"
+    why = retry_reason(_action(tmp_path, _NotRemembered), _keyed(), error)
+    assert why == "its type (_NotRemembered) sets remember_failures = False"
+    from kiln.actions.net import FetchHttpAction
+
+    assert FetchHttpAction.remember_failures is False
+
+
+def _action(tmp_path: Path, cls: type[_Failing]) -> _Failing:
+    executor = Executor(tmp_path / "out")
+    with executor.get_context(""):
+        return cls(tmp_path / "counter", desc="x", executor=BuildContext.current().executor)
+
+
+def test_the_line_of_an_error_that_names_it() -> None:
+    from kiln.reporting import error_line
+
+    assert error_line("outputs do not match:\n  against shipped: 1 != 3\nmore") == (
+        "outputs do not match: against shipped: 1 != 3"
+    )
+    traceback = 'Traceback (most recent call last):\n  File "b.py"\nValueError: bad\n'
+    assert error_line(traceback) == "ValueError: bad"
+    assert error_line("one\x1b[31m line") == "one\\x1b[31m line"  # escaped for a terminal
+    assert len(error_line("x" * 1000)) == 240 and error_line("") == ""
+
+
+def test_a_change_to_the_actions_code_runs_it_again(write_module, kiln, tmp_path: Path) -> None:
+    module = write_module(USER_ACTIONS)
+    env = {"KIND": "value", "WHERE": "THREAD"}
+    kiln("build", "build.py", env=env)
+    assert kiln("build", "build.py", env=env).returncode == 1 and runs(tmp_path) == 1
+    module.write_text(module.read_text().replace("bad value {kind}", "still a bad value {kind}"))
+    r = kiln("build", "build.py", env=env)
+    assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
+    assert "ValueError: still a bad value value" in r.stderr
