@@ -22,6 +22,7 @@ KILN_ALL = [
     "KilnError",
     "NotRegularFile",
     "OutputDirLocked",
+    "Params",
     "RemoteError",
     "StateError",
     "ToolError",
@@ -50,6 +51,7 @@ KILN_ALL = [
     "run_command",
     "source_file",
     "target_machine",
+    "torch_export",
     "verify",
 ]
 # Modules, as ``from iree.build import *`` gives them.

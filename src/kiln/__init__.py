@@ -44,6 +44,7 @@ __all__ = [
     "KilnError",
     "NotRegularFile",
     "OutputDirLocked",
+    "Params",
     "RemoteError",
     "StateError",
     "ToolError",
@@ -72,6 +73,7 @@ __all__ = [
     "run_command",
     "source_file",
     "target_machine",
+    "torch_export",
     "verify",
 ]
 
@@ -86,6 +88,8 @@ _LAZY = {
     "compile": "kiln.actions.iree",
     "verify": "kiln.actions.verify",
     "benchmark": "kiln.actions.bench",
+    "torch_export": "kiln.actions.torch_export",
+    "Params": "kiln.actions._params",
 }
 
 

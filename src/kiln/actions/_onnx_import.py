@@ -7,12 +7,46 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 from kiln._template import template_modules
 from kiln.actions._files import atomic_write
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.errors import ToolError
+
+
+def _uses_external(tensor: Any) -> bool:
+    return bool(tensor.HasField("data_location") and tensor.data_location == 1)
+
+
+def external_locations(model: Any, source: str) -> dict[str, str]:
+    """Each initializer stored outside the model: its name -> the path of its data
+    file, as the worker names it (relative to where it runs)."""
+    from onnx.external_data_helper import ExternalDataInfo
+
+    base = os.path.dirname(source)
+    found = {}
+    for tensor in model.graph.initializer:
+        if _uses_external(tensor):
+            location = ExternalDataInfo(tensor).location
+            found[tensor.name] = os.path.normpath(os.path.join(base, location))
+    return found
+
+
+def check_declared(model: Any, source: str, data_files: Sequence[str]) -> dict[str, str]:
+    """``external_locations``, each of which must be a declared input; a ToolError
+    naming the file and the fix otherwise."""
+    declared = {os.path.normpath(p) for p in data_files}
+    locations = external_locations(model, source)
+    for path in sorted(set(locations.values())):
+        if path not in declared:
+            raise ToolError(
+                f"ONNX model {shown_path(source)} keeps weights in "
+                f"{os.path.basename(path)!r}, which the build does not declare: pass it to "
+                "onnx_import(..., external_data=[...]) so that kiln keys it"
+            )
+    return locations
 
 
 def _opset(model: Any) -> int:
@@ -39,16 +73,24 @@ def _infer_shapes(model: Any, source: str) -> Any:
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
 
 
-def _load_onnx(source: str, opset_version: int | None) -> Any:
-    """Load, optionally upgrade, check and shape-infer an ONNX model."""
+def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str] = ()) -> Any:
+    """Load (with its external data, which must be among ``data_files``), optionally
+    upgrade, check and shape-infer an ONNX model."""
     import onnx
 
     try:
-        model = onnx.load(source)
+        model = onnx.load(source, load_external_data=False)
     except Exception as e:
         raise ToolError(
             f"cannot read ONNX model {shown_path(source)}: {short_diagnostic(e)}"
         ) from e
+    if check_declared(model, source, data_files):
+        try:
+            onnx.load_external_data_for_model(model, os.path.dirname(source) or ".")
+        except Exception as e:
+            raise ToolError(
+                f"cannot read the external data of {shown_path(source)}: {short_diagnostic(e)}"
+            ) from e
     try:
         if not model.graph.name:  # the checker rejects it; the function needs a name
             model.graph.name = "main_graph"
@@ -63,7 +105,9 @@ def _load_onnx(source: str, opset_version: int | None) -> Any:
 
 
 @template_modules("onnx", "iree.compiler.extras.onnx_importer", "iree.compiler.ir")
-def import_onnx(source: str, output: str, opset_version: int | None) -> None:
+def import_onnx(
+    source: str, output: str, opset_version: int | None, data_files: Sequence[str] = ()
+) -> None:
     """Import an ONNX model to MLIR (torch-mlir ONNX form) at exactly `output`.
 
     The function is named after the ONNX graph ("main_graph" when unnamed); with
@@ -72,7 +116,7 @@ def import_onnx(source: str, output: str, opset_version: int | None) -> None:
     from iree.compiler.extras import onnx_importer
     from iree.compiler.ir import Context
 
-    model = _load_onnx(source, opset_version)
+    model = _load_onnx(source, opset_version, data_files)
     try:
         info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=Context()).operation

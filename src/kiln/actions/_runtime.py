@@ -15,12 +15,31 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def bind_function(module: str, driver: str, function: str | None) -> tuple[Any, str]:
-    """Load `module` on `driver`; return (invoker, name) of `function` or the only export."""
+def _load(module: str, driver: str, parameters: Sequence[tuple[str, str]]) -> Any:
+    """The bound module, behind an I/O parameters module serving ``parameters``
+    (``(scope, archive)`` pairs) when there are any."""
     import iree.runtime as rt
 
+    if not parameters:
+        return rt.load_vm_flatbuffer_file(module, driver=driver)
+    config = rt.Config(driver_name=driver)
+    providers = []
+    for scope, archive in parameters:
+        index = rt.ParameterIndex()
+        index.load(archive)
+        providers.append(index.create_provider(scope=scope))
+    io_params = rt.create_io_parameters_module(config.vm_instance, *providers)
+    vm_module = rt.VmModule.mmap(config.vm_instance, module)
+    return rt.load_vm_modules(io_params, vm_module, config=config)[-1]
+
+
+def bind_function(
+    module: str, driver: str, function: str | None, parameters: Sequence[tuple[str, str]] = ()
+) -> tuple[Any, str]:
+    """Load `module` on `driver` (with its parameter archives, ``(scope, path)``);
+    return (invoker, name) of `function` or the only export."""
     try:
-        bound = rt.load_vm_flatbuffer_file(module, driver=driver)
+        bound = _load(module, driver, parameters)
     except Exception as e:
         raise ToolError(
             f"cannot load module {module} on driver {driver}: {short_diagnostic(e)}"
@@ -35,13 +54,18 @@ def bind_function(module: str, driver: str, function: str | None) -> tuple[Any, 
 
 
 def run_module(
-    module: str, args: Sequence[Any], driver: str = "local-task", function: str | None = None
+    module: str,
+    args: Sequence[Any],
+    driver: str = "local-task",
+    function: str | None = None,
+    parameters: Sequence[tuple[str, str]] = (),
 ) -> tuple[str, list[np.ndarray]]:
-    """Run `function` (or the only export) of a compiled module on host arrays;
-    return the function's name and its outputs as host arrays."""
+    """Run `function` (or the only export) of a compiled module on host arrays, its
+    parameter archives (``(scope, path)``) loaded; return the function's name and its
+    outputs as host arrays."""
     import numpy as np
 
-    invoker, function = bind_function(module, driver, function)
+    invoker, function = bind_function(module, driver, function, parameters)
     try:
         result = invoker(*args)
     except Exception as e:

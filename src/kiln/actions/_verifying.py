@@ -46,6 +46,11 @@ class Check:
     reference: str | None  # the onnxruntime outputs (.npz), if asked for
     tolerances: dict[str, list[float]] = field(default_factory=dict)
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
+    parameters: list[tuple[str, str]] = field(default_factory=list)  # (scope, archive)
+    reference_name: str = "onnxruntime"  # what computed ``reference``
+    # Without a model: the inputs' (name, dtype, dims) and the file seeding them.
+    signature: list[tuple[str, str, tuple[Any, ...]]] | None = None
+    seed_file: str | None = None
 
 
 def _write(path: str, result: dict[str, Any]) -> None:
@@ -65,14 +70,23 @@ def run_check(check: Check) -> None:
     if reason is not None:
         _write(check.result_path, {**head, "status": "skipped", "passed": None, "reason": reason})
         return
-    args, how = check_inputs(check.model, check.inputs, check.shapes, check.input_names)
-    function, actual = run_module(check.module, args, check.driver, check.function)
+    args, how = check_inputs(
+        check.model,
+        check.inputs,
+        check.shapes,
+        check.input_names,
+        signature=check.signature,
+        seed_file=check.seed_file,
+    )
+    function, actual = run_module(
+        check.module, args, check.driver, check.function, check.parameters
+    )
     names = output_names(check.model) if check.model else []
     wanted: dict[str, list[Any]] = {}
     if check.expected:
         wanted["shipped"] = [load_tensor(p) for p in check.expected]
     if check.reference:
-        wanted["onnxruntime"] = read_reference(check.reference)
+        wanted[check.reference_name] = read_reference(check.reference)
     refs = {ref: compare_all(actual, want, check.tolerances, names) for ref, want in wanted.items()}
     passed = all(r["passed"] for r in refs.values())
     summary = "\n".join(f"against {ref}: {r['summary']}" for ref, r in refs.items())

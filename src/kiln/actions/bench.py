@@ -54,6 +54,10 @@ class Bench:
     min_time_s: float
     flags: list[str]
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
+    parameters: list[tuple[str, str]] = field(default_factory=list)  # (scope, archive)
+    # Without a model: the inputs' (name, dtype, dims) and the file seeding them.
+    signature: list[tuple[str, str, tuple[Any, ...]]] | None = None
+    seed_file: str | None = None
 
 
 def _write(path: str, result: dict[str, Any]) -> None:
@@ -61,10 +65,11 @@ def _write(path: str, result: dict[str, Any]) -> None:
         tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
 
-def _function(module: str, driver: str, function: str | None) -> str:
+def _function(bench: Bench) -> str:
     from kiln.actions._runtime import bind_function
 
-    return function or bind_function(module, driver, None)[1]
+    found = bind_function(bench.module, bench.driver, None, bench.parameters)[1]
+    return bench.function or found
 
 
 def _measure(bench: Bench, function: str, input_dir: str, count: int) -> list[dict[str, Any]]:
@@ -74,6 +79,7 @@ def _measure(bench: Bench, function: str, input_dir: str, count: int) -> list[di
         f"--module={bench.module}",
         f"--device={bench.driver}",
         f"--function={function}",
+        *(f"--parameters={scope}={archive}" for scope, archive in bench.parameters),
         *(f"--input=@{os.path.join(input_dir, f'{i}.npy')}" for i in range(count)),
         f"--benchmark_repetitions={bench.repetitions}",
         "--benchmark_format=json",
@@ -119,8 +125,15 @@ def run_benchmark(bench: Bench) -> None:
     if reason is not None:
         _write(bench.result_path, {**head, "status": "skipped", "reason": reason})
         return
-    args, how = check_inputs(bench.model, bench.inputs, bench.shapes, bench.input_names)
-    function = _function(bench.module, bench.driver, bench.function)
+    args, how = check_inputs(
+        bench.model,
+        bench.inputs,
+        bench.shapes,
+        bench.input_names,
+        signature=bench.signature,
+        seed_file=bench.seed_file,
+    )
+    function = _function(bench)
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         for i, array in enumerate(args):
             np.save(os.path.join(tmp, f"{i}.npy"), array)
@@ -189,6 +202,8 @@ class BenchmarkAction(BuildAction):
                 "min_time_s": b.min_time_s,
                 "flags": b.flags,
                 "inputs": len(b.inputs),
+                "scopes": [scope for scope, _ in b.parameters],
+                "signature": b.signature,
             }
         return out
 
@@ -208,25 +223,33 @@ def benchmark(
     flags: Sequence[str] = (),
     driver: str | None = None,
     function: str | None = None,
+    parameters: Sequence[Any] | None = None,
 ) -> BuildFile:
     """Declare a benchmark of compiled ``module``; its JSON result goes to ``name``.
 
     ``inputs=None`` generates inputs from the ONNX ``model`` (default: the model the
     module was imported from), as ``verify`` does. Each of ``repetitions`` runs the
-    function for at least ``min_time_s``; ``flags`` go to iree-benchmark-module.
+    function for at least ``min_time_s``; ``flags`` go to iree-benchmark-module. A
+    module compiled from ``torch_export`` generates inputs from its example inputs.
+    The module's parameter archives are loaded (``--parameters=SCOPE=FILE``): those of
+    its program, or ``parameters`` (files, or ``(scope, file)`` pairs).
     """
+    from kiln.actions._params import parameters_arg
     from kiln.actions._tensors import normalize_shapes
+    from kiln.actions.torch_export import torch_exporter
     from kiln.actions.verify import module_target, source_model
 
     context = BuildContext.current()
     module_file = context.file(module)
     model_file = context.file(model) if model is not None else source_model(module_file)
+    exporter = torch_exporter(module_file) if model_file is None else None
     input_files = context.files(list(inputs)) if inputs else []
+    archives = parameters_arg(context, module_file, parameters, f"benchmark of {module_file.path}")
     if repetitions < 1 or min_time_s <= 0:
         raise BuildDefinitionError(
             f"benchmark of {module_file.path}: repetitions must be >= 1 and min_time_s > 0"
         )
-    if not input_files and model_file is None:
+    if not input_files and model_file is None and exporter is None:
         raise BuildDefinitionError(
             f"benchmark of {module_file.path}: generating inputs needs the ONNX model: pass "
             "inputs=[...] or model=..., or compile a module imported with onnx_import"
@@ -247,10 +270,15 @@ def benchmark(
         repetitions=repetitions,
         min_time_s=min_time_s,
         flags=list(flags),
+        parameters=[(scope, f.action_path) for scope, f in archives],
+        signature=exporter.signature if exporter is not None else None,
+        seed_file=exporter.weights.action_path if exporter is not None else None,
     )
-    files = [module_file, *input_files]
+    files = [module_file, *input_files, *(f for _, f in archives)]
     if model_file is not None and not input_files:
         files.append(model_file)
+    if exporter is not None:
+        files.append(exporter.weights)
     action = BenchmarkAction(
         bench=bench,
         files=files,

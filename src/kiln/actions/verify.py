@@ -13,16 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kiln.actions import _devices
+from kiln.actions._params import parameters_arg
 from kiln.actions._reference import onnxruntime_version, write_reference
 from kiln.actions._tensors import TOLERANCE_DTYPES, normalize_shapes
 from kiln.actions._verifying import Check, run_check
 from kiln.actions.iree import CompileAction
 from kiln.actions.onnx import ImportOnnxAction
+from kiln.actions.torch_export import torch_exporter
 from kiln.errors import BuildDefinitionError
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
 from kiln.manifest import ManifestMeta
 
-REFERENCES = ("onnxruntime",)
+REFERENCES = ("onnxruntime", "torch")
 DEFAULT_OPSET = 17  # onnx_import's default: what a model is upgraded to for onnxruntime
 
 
@@ -169,6 +171,9 @@ class VerifyAction(BuildAction):
                 "reference": bool(c.reference),
                 "inputs": [f.key for f in self.files[1 : 1 + len(c.inputs)]],
                 "expected": len(c.expected),
+                "scopes": [scope for scope, _ in c.parameters],
+                "reference_name": c.reference_name,
+                "signature": c.signature,
             }
         return out
 
@@ -191,6 +196,8 @@ class VerifyAction(BuildAction):
             inputs=[where.get(p, p) for p in c.inputs],
             expected=[where.get(p, p) for p in c.expected],
             reference=moved(c.reference),
+            parameters=[(scope, where.get(p, p)) for scope, p in c.parameters],
+            seed_file=moved(c.seed_file),
         )
         return functools.partial(run_check, check)
 
@@ -245,6 +252,7 @@ def verify(
     tolerances: Mapping[str, Sequence[float]] | None = None,
     driver: str | None = None,
     function: str | None = None,
+    parameters: Sequence[Any] | None = None,
 ) -> BuildFile:
     """Declare a check of compiled ``module``; its JSON result goes to ``name``.
 
@@ -255,19 +263,28 @@ def verify(
     signature (``shapes`` sizes its dynamic dimensions). ``rtol``/``atol`` apply to
     every dtype; ``tolerances`` per dtype name, e.g. ``{"float16": (1e-2, 1e-3)}``;
     otherwise each dtype's default (`kiln.actions._tensors.DEFAULT_TOLERANCES`).
+    A module compiled from ``torch_export`` generates its inputs from the example
+    inputs' shapes, and ``reference="torch"`` runs its model in eager PyTorch. The
+    module's parameter archives are loaded (those of its program, or ``parameters``:
+    files, or ``(scope, file)`` pairs).
     """
     context = BuildContext.current()
     module_file = context.file(module)
     model_file = context.file(model) if model is not None else source_model(module_file)
+    exporter = torch_exporter(module_file) if model is None else None
     input_files = context.files(list(inputs)) if inputs else []
     expected_files = context.files(list(expected)) if expected else []
     shape_map = normalize_shapes(shapes)
-    _check_arguments(module_file, model_file, reference, input_files, expected_files)
-    ref_file = (
-        _reference_file(context, module_file, model_file, input_files, shape_map)
-        if reference and model_file is not None
-        else None
+    where = f"verify of {module_file.path}"
+    archives = parameters_arg(context, module_file, parameters, where)
+    _check_arguments(
+        module_file, model_file, reference, input_files, expected_files, exporter is not None
     )
+    ref_file = None
+    if reference == "torch" and exporter is not None:
+        ref_file = exporter.reference(context, input_files, shape_map)
+    elif reference and model_file is not None:
+        ref_file = _reference_file(context, module_file, model_file, input_files, shape_map)
     target, default_driver = module_target(module_file)
     driver = driver or default_driver
     output = context.allocate_file(name)
@@ -285,10 +302,20 @@ def verify(
         shapes=shape_map,
         expected=[f.action_path for f in expected_files],
         reference=ref_file.action_path if ref_file is not None else None,
-        tolerances=_tolerances(f"verify of {module_file.path}", rtol, atol, tolerances),
+        tolerances=_tolerances(where, rtol, atol, tolerances),
+        parameters=[(scope, f.action_path) for scope, f in archives],
+        reference_name=reference or "onnxruntime",
+        signature=exporter.signature if exporter is not None and model_file is None else None,
+        seed_file=exporter.weights.action_path if exporter is not None else None,
     )
+    if exporter is not None:
+        label = exporter.output_file.path
+        check.label = label
     files = [module_file, *input_files, *expected_files]
     files += [f for f in (model_file, ref_file) if f is not None]
+    files += [f for _, f in archives]
+    if exporter is not None:
+        files.append(exporter.weights)
     action = VerifyAction(
         check=check,
         files=files,
@@ -307,6 +334,7 @@ def _check_arguments(
     reference: str | None,
     inputs: list[BuildFile],
     expected: list[BuildFile],
+    from_torch: bool = False,
 ) -> None:
     """Definition errors, named by module, before anything runs."""
     where = f"verify of {module.path}"
@@ -317,7 +345,14 @@ def _check_arguments(
     if not expected and reference is None:
         raise BuildDefinitionError(
             f"{where}: nothing to compare with: pass expected=[...] and/or reference='onnxruntime'"
+            " (or 'torch' for a module exported with torch_export)"
         )
+    if reference == "torch" and not from_torch:
+        raise BuildDefinitionError(
+            f"{where}: reference='torch' needs a module compiled from a torch_export program"
+        )
+    if from_torch and reference != "onnxruntime":
+        return
     if model is None and (reference or not inputs):
         raise BuildDefinitionError(
             f"{where}: {'onnxruntime' if reference else 'generating inputs'} needs the ONNX "
