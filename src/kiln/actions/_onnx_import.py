@@ -49,6 +49,42 @@ def check_declared(model: Any, source: str, data_files: Sequence[str]) -> dict[s
     return locations
 
 
+def read_range(path: str, offset: int, length: int | None) -> bytes:
+    """``length`` bytes (all the rest when None) of ``path`` from ``offset``; a
+    ToolError when the file is shorter."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        length = size - offset if length is None else length
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ToolError(
+                f"external data range {offset}+{length} lies outside {shown_path(path)}"
+            )
+        f.seek(offset)
+        return f.read(length)
+
+
+def load_external(model: Any, locations: dict[str, str]) -> None:
+    """Read each external initializer's bytes into the model (``locations``: name ->
+    data file). kiln reads them itself: onnx refuses a data file reached through a
+    link, as a source file is (``.kiln/src``)."""
+    for tensor in model.graph.initializer:
+        where = locations.get(tensor.name)
+        if where is not None:
+            load_tensor_data(tensor, where)
+
+
+def load_tensor_data(tensor: Any, where: str) -> None:
+    """Read an external initializer's bytes from its data file ``where`` into it."""
+    from onnx import TensorProto
+    from onnx.external_data_helper import ExternalDataInfo
+
+    info = ExternalDataInfo(tensor)
+    length = int(info.length) if info.length is not None else None
+    tensor.raw_data = read_range(where, int(info.offset or 0), length)
+    tensor.data_location = TensorProto.DEFAULT
+    del tensor.external_data[:]
+
+
 def _opset(model: Any) -> int:
     """Return the model's default-domain opset version (0 when it declares none)."""
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
@@ -84,13 +120,9 @@ def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str]
         raise ToolError(
             f"cannot read ONNX model {shown_path(source)}: {short_diagnostic(e)}"
         ) from e
-    if check_declared(model, source, data_files):
-        try:
-            onnx.load_external_data_for_model(model, os.path.dirname(source) or ".")
-        except Exception as e:
-            raise ToolError(
-                f"cannot read the external data of {shown_path(source)}: {short_diagnostic(e)}"
-            ) from e
+    locations = check_declared(model, source, data_files)
+    if locations:
+        load_external(model, locations)
     try:
         if not model.graph.name:  # the checker rejects it; the function needs a name
             model.graph.name = "main_graph"

@@ -28,7 +28,7 @@ from typing import Any
 from kiln._template import template_modules
 from kiln.actions._files import atomic_output, atomic_write
 from kiln.actions._logs import short_diagnostic, shown_path
-from kiln.actions._onnx_import import _opset, _uses_external, check_declared
+from kiln.actions._onnx_import import _opset, _uses_external, check_declared, load_tensor_data
 from kiln.errors import ToolError
 
 # ONNX element types whose external bytes are exactly what the archive holds.
@@ -36,9 +36,12 @@ _RAW_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16, 17, 18, 19, 
 _FLOAT_TYPES = frozenset({1, 10, 11, 14, 15, 16, 17, 18, 19, 20})
 
 
-def _load_graph(source: str, opset_version: int | None) -> Any:
+def _load_graph(
+    source: str, opset_version: int | None, data_files: Sequence[str]
+) -> tuple[Any, dict[str, str]]:
     """The model without its external data, upgraded to ``opset_version`` when newer,
-    checked and shape-inferred."""
+    checked and shape-inferred; and where its external initializers are
+    (``check_declared``)."""
     import onnx
 
     try:
@@ -47,15 +50,16 @@ def _load_graph(source: str, opset_version: int | None) -> Any:
         raise ToolError(
             f"cannot read ONNX model {shown_path(source)}: {short_diagnostic(e)}"
         ) from e
+    locations = check_declared(model, source, data_files)
     try:
-        # The checker is given the path: with external data it checks the files there.
-        onnx.checker.check_model(source)
+        if not locations:  # the checker would look for external data from here
+            onnx.checker.check_model(model)
         if not model.graph.name:
             model.graph.name = "main_graph"
         if opset_version and opset_version > _opset(model):
             model = onnx.version_converter.convert_version(model, opset_version)
             model.ir_version = max(model.ir_version, 4)
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, data_prop=True), locations
     except Exception as e:
         raise ToolError(f"invalid ONNX model {shown_path(source)}: {short_diagnostic(e)}") from e
 
@@ -82,11 +86,11 @@ def _importer_class() -> Any:
     from iree.compiler.tools.import_onnx.importer_externalization_overrides import (
         IREENodeImporter,
     )
-    from onnx.external_data_helper import load_external_data_for_tensor
 
     class KilnNodeImporter(IREENodeImporter):
         kiln_threshold: int | None = None
         kiln_base = "."
+        kiln_locations: dict[str, str] = {}
 
         def import_initializer(self, initializer: Any, extern_name: str | None = None) -> Any:
             # A Constant node's value (named by ``extern_name``) stays in the program.
@@ -94,7 +98,7 @@ def _importer_class() -> Any:
                 extern_name is not None or not archived(initializer, self.kiln_threshold)
             ):
                 if _uses_external(initializer):
-                    load_external_data_for_tensor(initializer, self.kiln_base)
+                    load_tensor_data(initializer, self.kiln_locations[initializer.name])
                 return onnx_importer.NodeImporter.import_initializer(self, initializer, extern_name)
             return super().import_initializer(initializer, extern_name)
 
@@ -123,11 +127,11 @@ def import_onnx_params(
     from iree.compiler.ir import Context
     from iree.compiler.tools.import_onnx.importer_externalization_overrides import ParamData
 
-    model = _load_graph(source, opset_version)
-    locations = check_declared(model, source, data_files)
+    model, locations = _load_graph(source, opset_version, data_files)
     importer = _importer_class()
     importer.kiln_threshold = threshold
     importer.kiln_base = os.path.dirname(source) or "."
+    importer.kiln_locations = locations
     try:
         info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=Context()).operation
@@ -172,8 +176,11 @@ def write_archive(path: str, tensors: Sequence[tuple[str, Any]], locations: dict
                     )
                 index.add_from_file_handle(key, handle, length, offset)
             else:
-                base = os.path.dirname(where) if where else None
-                index.add_buffer(key, numpy_helper.to_array(tensor, base_dir=base or ""))
+                if where is not None:  # a packed dtype: unpacked as IREE's importer does
+                    original, tensor = tensor, type(tensor)()
+                    tensor.CopyFrom(original)
+                    load_tensor_data(tensor, where)
+                index.add_buffer(key, numpy_helper.to_array(tensor))
         with atomic_output(path) as tmp:
             index.create_archive_file(str(tmp))
             os.chmod(tmp, 0o644)
