@@ -115,13 +115,20 @@ def test_a_module_without_its_archive_fails_to_run(kiln, write_module, tmp_path:
     assert "model" in result.stdout + result.stderr  # the missing scope is named
 
 
-def test_threshold_and_scope(kiln, write_module, tmp_path: Path) -> None:
+def test_threshold_and_scope_and_the_same_bytes_elsewhere(
+    kiln, write_module, tmp_path: Path
+) -> None:
     write_module(BUILD.replace("PARAMS", 'Params(scope="weights", threshold=1001)'))
     write_light("squeezenet", 1, tmp_path / "model.onnx")
     result, _ = _build(kiln, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     text = (tmp_path / "kiln-out/genfiles/sq/sq.mlir").read_text()
     assert '#stream.parameter.named<"weights"::"conv10_w_0">' in text
+    # Same key, same bytes: another output directory gives the same program and archive.
+    result, _ = _build(kiln, tmp_path, "--output-dir", "other")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for path in ("genfiles/sq/sq.mlir", "params/sq/sq.irpa"):
+        assert _sha(tmp_path / "kiln-out" / path) == _sha(tmp_path / "other" / path)
     assert '"weights"::"conv10_b_0"' not in text  # 1000 elements, below 1001: kept
     assert "conv1_b_0" in text and '"weights"::"conv1_b_0"' not in text  # 64 elements
 

@@ -126,7 +126,9 @@ def test_export_verify_against_torch_and_new_weights(kiln, write_module, tmp_pat
     assert check["passed"] is True  # against the new weights, loaded from the new archive
 
 
-def test_a_no_op_build_neither_runs_nor_imports_torch(kiln, write_module, tmp_path: Path) -> None:
+def test_a_no_op_build_neither_runs_nor_imports_torch_and_bytes_do_not_move(
+    kiln, write_module, tmp_path: Path
+) -> None:
     write_module(BUILD.replace("MODEL", "make_net").replace("WEIGHTS", "()"))
     result, _ = _build(kiln, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -143,6 +145,11 @@ def test_a_no_op_build_neither_runs_nor_imports_torch(kiln, write_module, tmp_pa
     assert "exit 0" in proc.stdout, proc.stdout + proc.stderr
     assert "torch imported: False" in proc.stdout
     assert "0 built, 6 up to date" in proc.stdout + proc.stderr
+    # Same key, same bytes: another output directory exports the same program and archive.
+    result = kiln("build", "build.py", "--target", "cpu", "--no-cache", "--output-dir", "other")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for path in ("genfiles/net/net.mlir", "params/net/net.irpa", "genfiles/net/net.weights.json"):
+        assert _sha(tmp_path / "kiln-out" / path) == _sha(tmp_path / "other" / path)
 
 
 def test_factory_spec_is_keyed_by_its_source(kiln, write_module, tmp_path: Path) -> None:
