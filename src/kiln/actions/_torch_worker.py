@@ -152,7 +152,8 @@ def _dynamic(dynamic_shapes: Sequence[Any] | None) -> Any:
     def dim(spec: Any) -> Any:
         name, low, high = (spec, None, None) if isinstance(spec, str) else spec
         if name not in dims:
-            dims[name] = Dim(name, min=low if low is not None else 0, max=high)
+            bounds = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
+            dims[name] = Dim(name, **bounds)
         return dims[name]
 
     return tuple(

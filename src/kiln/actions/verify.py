@@ -41,6 +41,7 @@ class ReferenceAction(BuildAction):
         shapes: dict[str, Any],
         output_file: BuildFile,
         upgrade_to: int | None,
+        data_files: list[BuildFile] | None = None,
         **kwargs: Any,
     ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
@@ -48,7 +49,9 @@ class ReferenceAction(BuildAction):
         self.output_file = output_file
         self.upgrade_to = upgrade_to
         self.onnxruntime = onnxruntime_version()
-        self.deps.update([model, *inputs])
+        # The model's external data (onnxruntime reads it beside the model): keyed.
+        self.data_files = data_files or []
+        self.deps.update([model, *inputs, *self.data_files])
         output_file.deps.add(self)
 
     def _remotable_thunk(self) -> Callable[[], None]:
@@ -101,6 +104,7 @@ def _reference_file(
             shapes=shapes,
             output_file=output,
             upgrade_to=opset or DEFAULT_OPSET,
+            data_files=importer.data_files if importer is not None else [],
             desc=f"Running {model.path} in onnxruntime",
             executor=context.executor,
         )
