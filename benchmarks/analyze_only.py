@@ -28,7 +28,7 @@ def main(module_path: str, traced: bool = False) -> dict[str, float]:
     t0 = time.perf_counter()
     from kiln.args import argument_namespace_context
     from kiln.cli.loader import collect_entrypoints, load_build_module
-    from kiln.cli.targets import resolve_targets
+    from kiln.cli.requested import resolve_targets
     from kiln.executor import Executor
 
     t1 = time.perf_counter()

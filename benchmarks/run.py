@@ -19,9 +19,11 @@ Every measurement is a whole process started from the command line, Python
 start-up included: wall time, CPU time (user + sys of the process and its
 children), the process's own CPU and peak RSS (``_launch.py``). kiln runs with
 bytecode writing on and is warmed once first (``_warm.py``). Results are printed
-and written as markdown to ``benchmarks/results/<date>-<quick|full>.md`` and
-``latest.md``, with the targets table; the README's section to
-``latest-readme.md``.
+and written as markdown to ``<date>-<quick|full>.md`` and ``latest.md``, with the
+targets table, and the README's section to ``latest-readme.md``, in
+``benchmarks/results/local/`` (not part of the repository); ``--record`` (and
+``--readme``) writes them to ``benchmarks/results/`` instead, the results the
+repository keeps.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 
 
+def results_dir(args: argparse.Namespace) -> Path:
+    """Where this run's results go: the kept ``results/`` only when recording them,
+    so that measuring leaves the repository's files as they were."""
+    return RESULTS if args.record or args.readme else RESULTS / "local"
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the short run (about 3 minutes)")
@@ -86,9 +94,15 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "actions on 32 workers; quick: 5 models, 500 actions on 8 workers)",
     )
     p.add_argument(
+        "--record",
+        action="store_true",
+        help="write the results to benchmarks/results/, which the repository keeps "
+        "(default: benchmarks/results/local/, which it ignores)",
+    )
+    p.add_argument(
         "--readme",
         action="store_true",
-        help="rewrite README.md's performance section from this run",
+        help="rewrite README.md's performance section from this run (implies --record)",
     )
     p.add_argument(
         "--readme-from",
@@ -273,23 +287,23 @@ def _finish(
     command = _command(args)
     text = markdown(res, command, took, machine)
     print("\n" + text)
-    RESULTS.mkdir(exist_ok=True)
+    results = results_dir(args)
+    results.mkdir(parents=True, exist_ok=True)
     today = datetime.date.today().isoformat()
     if args.only_cache:  # a partial run: latest.md keeps the last whole one
-        dated = RESULTS / f"{today}-cache-{res.mode}.md"
+        dated = results / f"{today}-cache-{res.mode}.md"
         dated.write_text(text)
         print(f"written to {dated.relative_to(ROOT)}")
         return 1 if res.errors else 0
-    dated = RESULTS / f"{today}-{res.mode}.md"
+    dated = results / f"{today}-{res.mode}.md"
     dated.write_text(text)
-    (RESULTS / "latest.md").write_text(text)
+    (results / "latest.md").write_text(text)
     section = _readme.render(
         res, command, _report.machine_summary(work), _report.versions(), commit, targets(res)
     )
-    (RESULTS / "latest-readme.md").write_text("\n".join(section) + "\n")
-    print(
-        f"written to {dated.relative_to(ROOT)}, benchmarks/results/latest.md and latest-readme.md"
-    )
+    (results / "latest-readme.md").write_text("\n".join(section) + "\n")
+    where = results.relative_to(ROOT)
+    print(f"written to {dated.relative_to(ROOT)}, {where}/latest.md and latest-readme.md")
     if args.readme:
         _readme.splice(section)
         print("README.md's performance section rewritten")

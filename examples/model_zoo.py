@@ -2,6 +2,8 @@
 ``pytorch-converted``, ``pytorch-operator`` and ``simple``) goes
 source -> import -> compile for ``cpu`` (host) and ``vmvx`` -> verify against its
 ``test_data_set_0`` and against onnxruntime on the same inputs -> benchmark.
+``--target`` replaces the two default targets (``--target cuda:sm_89``: compiled
+for CUDA; its checks are skipped on a machine without a CUDA device).
 
 Each model is an entrypoint, so one model builds alone with
 ``kiln build examples/model_zoo.py <model>``. Run this file as a script to build
@@ -15,25 +17,40 @@ shows which); with ``--strict`` any failed stage makes it exit 1.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
 
 from zoo_models import ZooModel, model_zoo
 
-from kiln import benchmark, compile, entrypoint, kiln_main, onnx_import, source_file, verify
+from kiln import (
+    benchmark,
+    compile,
+    entrypoint,
+    kiln_main,
+    onnx_import,
+    requested_targets,
+    source_file,
+    verify,
+)
 
-TARGETS = ("cpu", "vmvx")
+TARGETS = ("cpu", "vmvx")  # unless the command line gives --target
 # Some reference models compute in f64; by default IREE demotes f64 to f32, and
 # the module then no longer accepts the f64 reference inputs.
 FLAGS = ("--iree-input-demote-f64-to-f32=false",)
-STAGES = (
-    "import",
-    *(f"compile {t}" for t in TARGETS),
-    *(f"verify {t}" for t in TARGETS),
-    *(f"ort {t}" for t in TARGETS),
-    *(f"bench {t}" for t in TARGETS),
-)
+CHECKS = ("verify", "ort", "bench")  # per target, in the order the build returns them
+
+
+def stages(targets: list[str]) -> list[str]:
+    """The table's columns for ``targets`` (their labels, as in the outputs' names)."""
+    return [
+        "import",
+        *(f"compile {t}" for t in targets),
+        *(f"{check} {t}" for check in CHECKS for t in targets),
+    ]
+
+
 MARKS = {
     "built": "ok",
     "failed": "FAILED",
@@ -50,9 +67,11 @@ def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
         inputs = [source_file(p, name=f"data/{Path(p).name}") for p in model.inputs]
         expected = [source_file(p, name=f"data/{Path(p).name}") for p in model.outputs]
         mlir = onnx_import(name="model.mlir", source=onnx_file)
-        modules = compile(name="model", source=mlir, targets=TARGETS, flags=FLAGS)
+        targets = requested_targets(default=TARGETS)
+        modules = compile(name="model", source=mlir, targets=targets, flags=FLAGS)
         checks = []
-        for target, module in zip(TARGETS, modules, strict=True):
+        for spec, module in zip(targets, modules, strict=True):
+            target = spec.replace(":", "-")
             # Against the shipped outputs and against onnxruntime, as two checks, so
             # that each reference's verdict stands even when the other cannot run.
             checks.append(
@@ -104,11 +123,20 @@ def _check_status(entries: list[dict], i: int) -> str:  # type: ignore[type-arg]
 Row = tuple[dict[str, str], dict[str, str], dict[str, float]]
 
 
+def _targets(outputs: list[dict]) -> list[str]:  # type: ignore[type-arg]
+    """A model's target labels, from the names of its checks' results (the build
+    returns the import, one module per target, then three checks per target)."""
+    count = (len(outputs) - 1) // (1 + len(CHECKS))
+    checks = outputs[1 + count :: len(CHECKS)]
+    return [Path(o["path"]).stem.split("_", 1)[1] for o in checks]
+
+
 def _row(outputs: list[dict]) -> Row:  # type: ignore[type-arg]
     """(stage -> status, stage -> table cell, target -> benchmark median) of a model."""
     status = {"import": outputs[0]["status"]}
     cells, medians = {}, {}
-    for target, module in zip(TARGETS, outputs[1 : 1 + len(TARGETS)], strict=True):
+    targets = _targets(outputs)
+    for target, module in zip(targets, outputs[1 : 1 + len(targets)], strict=True):
         checks, benches = module.get("verification", []), module.get("benchmark", [])
         status[f"compile {target}"] = module["status"]
         status[f"verify {target}"] = _check_status(checks, 0)
@@ -133,7 +161,8 @@ def _disagreements(manifest: dict) -> list[str]:  # type: ignore[type-arg]
     """Models where IREE and onnxruntime disagree, each with the error."""
     found = []
     for ep, value in sorted(manifest["entrypoints"].items()):
-        for target, module in zip(TARGETS, value["outputs"][1 : 1 + len(TARGETS)], strict=True):
+        targets = _targets(value["outputs"])
+        for target, module in zip(targets, value["outputs"][1 : 1 + len(targets)], strict=True):
             checks = module.get("verification", [])
             if len(checks) > 1 and checks[1].get("status") == "failed":
                 error = checks[1].get("error", "").splitlines()
@@ -144,34 +173,40 @@ def _disagreements(manifest: dict) -> list[str]:  # type: ignore[type-arg]
 def print_table(output_dir: Path) -> None:
     """Models x stages from the build's manifest, with the counts per stage."""
     manifest = json.loads((output_dir / "manifest.json").read_text())
-    rows = {ep: _row(v["outputs"]) for ep, v in sorted(manifest["entrypoints"].items())}
+    entrypoints = sorted(manifest["entrypoints"].items())
+    rows = {ep: _row(v["outputs"]) for ep, v in entrypoints}
     # Models not asked for this time (targets on the command line) stay out.
     rows = {ep: r for ep, r in rows.items() if not set(r[0].values()) <= {"not built", "stale"}}
-    counts = {s: sum(1 for st, _, _ in rows.values() if st[s] == "built") for s in STAGES}
+    targets = list(
+        dict.fromkeys(t for ep, v in entrypoints if ep in rows for t in _targets(v["outputs"]))
+    )
+    columns = stages(targets)
+    counts = {s: sum(1 for st, _, _ in rows.values() if st.get(s) == "built") for s in columns}
+    cells = {ep: [r[1].get(s, "") for s in columns] for ep, r in rows.items()}
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
 
-        table = Table("model", *STAGES, title="model zoo")
-        for ep, (_, cells, _) in rows.items():
-            table.add_row(ep, *(cells[s] for s in STAGES))
-        table.add_row("[bold]ok", *(f"[bold]{counts[s]}/{len(rows)}" for s in STAGES))
+        table = Table("model", *columns, title="model zoo")
+        for ep, row in cells.items():
+            table.add_row(ep, *row)
+        table.add_row("[bold]ok", *(f"[bold]{counts[s]}/{len(rows)}" for s in columns))
         Console().print(table)
     else:
-        print("\t".join(["model", *STAGES]))
-        for ep, (_, cells, _) in rows.items():
-            print("\t".join([ep, *(cells[s] for s in STAGES)]))
-    print(_summary(rows, counts))
+        print("\t".join(["model", *columns]))
+        for ep, row in cells.items():
+            print("\t".join([ep, *row]))
+    print(_summary(rows, counts, targets))
     disagree = _disagreements(manifest)
     if disagree:
         print(f"IREE and onnxruntime disagree on {len(disagree)} module(s):", *disagree, sep="\n")
 
 
-def _summary(rows: dict[str, Row], counts: dict[str, int]) -> str:
+def _summary(rows: dict[str, Row], counts: dict[str, int], targets: list[str]) -> str:
     fully = sum(1 for st, _, _ in rows.values() if all(v == "built" for v in st.values()))
     skipped = sum(1 for st, _, _ in rows.values() for v in st.values() if v == "skipped")
     bench = ""
-    for target in TARGETS:
+    for target in targets:
         medians = sorted(m[target] for _, _, m in rows.values() if target in m)
         if medians:
             mid = medians[len(medians) // 2]
@@ -179,7 +214,7 @@ def _summary(rows: dict[str, Row], counts: dict[str, int]) -> str:
             bench += f" (median {_duration(mid)})"
     return (
         f"models: {len(rows)}; "
-        + ", ".join(f"{s}: {counts[s]}" for s in STAGES)
+        + ", ".join(f"{s}: {n}" for s, n in counts.items())
         + f"; {fully} verified on every target{bench}"
         + (f"; {skipped} check(s) skipped (no device here)" if skipped else "")
     )
@@ -189,12 +224,15 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--strict"]
     out = Path(args[args.index("--output-dir") + 1]) if "--output-dir" in args else Path("kiln-out")
     try:
-        kiln_main(args=["build", *args])
+        # The table below is the zoo's answer: the outputs' paths (over a thousand)
+        # are in the manifest, not on the screen.
+        kiln_main(args=["build", *args], stdout=io.StringIO())
         status = 0
     except SystemExit as e:
         status = int(e.code or 0)
     if status in (0, 1) and (out / "manifest.json").exists():
         print_table(out)
+        print(f"outputs: {out / 'manifest.json'} lists every file the build made")
         # Models the compiler cannot handle are results of the survey, shown in the
         # table; the run itself succeeded. Pass --strict to exit 1 on any failure.
         if status == 1 and "--strict" not in sys.argv:

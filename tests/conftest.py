@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from nginx import NginxCache
 from procs import tagged_processes
 
 # A build module's usual header, for tests that write modules.
@@ -89,6 +90,24 @@ def kiln_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         return Result(code, out.getvalue(), err.getvalue())
 
     return run
+
+
+@pytest.fixture
+def nginx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxCache]:
+    """A real nginx serving WebDAV on 127.0.0.1 (``tests/nginx.py``). Without nginx the
+    test skips, except in CI (``CI`` set), where it fails: there the tests must run
+    (``scripts/test`` installs nginx)."""
+    import shutil
+
+    if shutil.which("nginx") is None:
+        if os.environ.get("CI"):
+            pytest.fail("nginx is not installed; CI must install it (scripts/test does)")
+        pytest.skip("nginx is not installed (apt-get install nginx); these tests need it")
+    server = NginxCache(tmp_path_factory.mktemp("nginx"))
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,8 @@
 ``NginxCache(directory)`` writes a minimal configuration into ``directory``, starts
 ``nginx -p DIR -c CONF -g 'daemon off;'`` on a free port and serves (and stores)
 files under ``directory/data``; ``close`` stops it. The ``nginx_cache`` fixture
-yields one per test. Without nginx the fixture skips, except in CI (``CI`` set),
-where it fails: there the tests must run (``scripts/test`` installs nginx).
+(``conftest.py``) yields one per test. It needs no pytest itself: the benchmarks
+(``benchmarks/``) start it too, in an environment without the dev extras.
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 _CONF = """\
 worker_processes 1;
@@ -119,16 +116,3 @@ class NginxCache:
                 self._proc.wait()
         if self._proc.stderr is not None:
             self._proc.stderr.close()
-
-
-@pytest.fixture
-def nginx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxCache]:
-    if shutil.which("nginx") is None:
-        if os.environ.get("CI"):
-            pytest.fail("nginx is not installed; CI must install it (scripts/test does)")
-        pytest.skip("nginx is not installed (apt-get install nginx); these tests need it")
-    server = NginxCache(tmp_path_factory.mktemp("nginx"))
-    try:
-        yield server
-    finally:
-        server.close()

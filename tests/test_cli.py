@@ -290,7 +290,31 @@ def test_no_command_or_unknown_command(kiln) -> None:
 def test_build_without_a_module(kiln) -> None:
     r = kiln("build")
     assert r.returncode == 2
-    assert "MODULE" in r.stderr or "module" in r.stderr
+    assert "give the build module" in r.stderr and "kiln build --help" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "argv", [["build", "--help"], ["build", "-j", "2", "-h"], ["explain", "-h"]]
+)
+def test_command_help_without_a_module(kiln, argv) -> None:
+    r = kiln(*argv)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"usage: kiln {argv[0]} MODULE.py|-m MODULE")
+    assert "--jobs" in r.stdout and "--target" in r.stdout
+    assert f"kiln {argv[0]} MODULE.py --help" in " ".join(r.stdout.split())
+
+
+def test_typos_of_commands_and_options_get_a_suggestion(module, kiln) -> None:
+    command = kiln("biuld", "build.py")
+    assert command.returncode == 2
+    assert "unknown command 'biuld' (did you mean 'build'?" in command.stderr
+
+    option = kiln("build", "build.py", "--dyr-run")
+    assert option.returncode == 2
+    assert "unrecognized arguments: --dyr-run (--dyr-run: did you mean --dry-run" in option.stderr
+
+    valued = kiln("clean", "--output-dri=x")
+    assert valued.returncode == 2 and "did you mean --output-dir?" in valued.stderr
 
 
 # -- list ------------------------------------------------------------------------
@@ -374,3 +398,21 @@ def test_console_script(module, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [gen(tmp_path, "alpha", "alpha.txt")]
+
+
+# -- graph -------------------------------------------------------------------------
+
+
+def test_graph_is_dot_text_and_says_when_dot_is_missing(module, kiln, tmp_path: Path) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    without = kiln("graph", "build.py", "alpha", env={"PATH": str(bare)})
+    assert without.returncode == 0, without.stderr
+    assert without.stdout.startswith("digraph kiln {")
+    assert "Graphviz's dot" in without.stderr and "apt-get install graphviz" in without.stderr
+
+    (bare / "dot").write_text("#!/bin/sh\ncat\n")
+    (bare / "dot").chmod(0o755)
+    with_dot = kiln("graph", "build.py", "alpha", env={"PATH": str(bare)})
+    assert with_dot.returncode == 0 and with_dot.stdout == without.stdout
+    assert "Graphviz" not in with_dot.stderr

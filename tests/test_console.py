@@ -44,6 +44,19 @@ def broken():
 """
 )
 
+SLOW = (
+    HEADER
+    + """
+import os
+
+
+@entrypoint
+def slow():
+    return run_command(name="slow.txt", command=["sh", "-c", 'sleep 2.5; echo "$0" > "$1"',
+                                                 os.environ.get("SALT", "x"), "{out}"])
+"""
+)
+
 PLAIN_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+)$")
 SUMMARY = re.compile(
     r"kiln: (done|FAILED): (\d+) built, (\d+) up to date, (\d+) failed, (\d+) not run in [\d.]+s"
@@ -118,7 +131,46 @@ def test_plain_failure_report_and_summary(module, kiln) -> None:
     assert summary(again.stderr) == ("FAILED", 0, 4, 1, 1)
 
 
+def test_plain_heartbeat_names_each_long_action_with_its_time(write_module, kiln) -> None:
+    write_module(SLOW, name="slow.py", header=False)
+    r = kiln("build", "slow.py", "--heartbeat", "0.5")
+
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    beats = [line for line in lines if line.startswith("still running (")]
+    assert len(beats) >= 2, r.stderr  # at 0.5 s, 1 s, 1.5 s, 2 s of its 2.5 s
+    assert all(re.fullmatch(r"still running \(\ds\): Running slow/slow\.txt", b) for b in beats)
+    assert lines.index(beats[0]) > lines.index("[1/1] Running slow/slow.txt")
+    assert lines.index(beats[-1]) < len(lines) - 1  # before the summary
+
+    quiet = kiln("build", "slow.py", "--heartbeat", "0", env={"SALT": "again"})
+    assert quiet.returncode == 0 and "[1/1] Running slow/slow.txt" in quiet.stderr
+    assert "still running" not in quiet.stderr
+
+
+def test_heartbeat_takes_seconds_or_zero(write_module, kiln) -> None:
+    write_module(SLOW, name="slow.py", header=False)
+    r = kiln("build", "slow.py", "--heartbeat", "-1")
+    assert r.returncode == 2 and "--heartbeat: must be 0 (off) or a positive number" in r.stderr
+
+
+def test_elapsed_reads_at_a_glance() -> None:
+    from kiln.reporting import elapsed
+
+    assert [elapsed(s) for s in (0.4, 42, 303, 7620)] == ["0s", "42s", "5m03s", "2h07m"]
+
+
 # -- the live display -------------------------------------------------------------
+
+
+def test_live_display_shows_each_running_actions_time(write_module, kiln) -> None:
+    write_module(SLOW, name="slow.py", header=False)
+    r = kiln("build", "slow.py", "--console", "live")
+
+    assert r.returncode == 0, r.stderr
+    times = [float(t) for t in re.findall(r"(\d+\.\d)s Running slow/slow\.txt", r.stderr)]
+    assert times and max(times) >= 1.0, r.stderr  # it counted up while the action ran
+    assert times == sorted(times)
 
 
 def test_console_live_forces_the_rich_display(module, kiln) -> None:

@@ -19,7 +19,6 @@ import pytest
 from dask_cluster import DaskCluster, require_dask
 from dask_cluster import dask_cluster as dask_cluster  # noqa: F401 - the fixture
 from nginx import NginxCache, free_port
-from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 _THUNK_ACTIONS = """
 import functools, os
@@ -482,3 +481,46 @@ def test_an_unreachable_scheduler_is_a_usage_error(
     )
     assert r.returncode == 2, r.stderr
     assert f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}" in r.stderr
+
+
+def test_an_action_run_on_a_worker_keeps_its_key_in_the_next_build(
+    tmp_path: Path, dask_cluster: DaskCluster, nginx_cache: NginxCache
+) -> None:
+    """Where an action ran is a fact of that build's record, never an attribute of
+    the action: the same executor builds again and finds everything up to date."""
+    from kiln.cache import BuildCache, LocalCache
+    from kiln.cache.remote import RemoteCache
+    from kiln.executor import BuildContext, Executor, SchedulerOptions
+    from kiln.remote_exec.dask_executor import DaskExecutor
+    from kiln.remote_exec.offload import ClusterOffload
+    from kiln.remote_exec.spec import parse_executor
+
+    executor = Executor(tmp_path / "out")
+    executor.cache = BuildCache(
+        LocalCache(tmp_path / "cache"), RemoteCache(nginx_cache.url), warn=print
+    )
+
+    def ep() -> object:
+        ctx = BuildContext.current()
+        return run_command_here(ctx)
+
+    from kiln.actions.process import run_command
+
+    def run_command_here(ctx: BuildContext) -> object:
+        return run_command(name="x.txt", command=["sh", "-c", "echo remote > {out}"])
+
+    executor.analyze(ep)
+    (target,) = [f for f in executor.graph.files() if f.path.endswith("x.txt")]
+    cluster = DaskExecutor(parse_executor(dask_cluster.url), nginx_cache.url)
+    try:
+        executor.remote = ClusterOffload(cluster, executor.cache, print)
+        first = executor.run([target], SchedulerOptions(jobs=1))
+        assert first.ok and len(first.built) == 1
+        (action,) = first.built
+        assert first.runs[action].worker is not None  # it ran on the cluster
+        assert "remote_worker" not in vars(action)
+        again = executor.run([target], SchedulerOptions(jobs=1))
+        assert again.ok and again.skipped == [action] and not again.built
+    finally:
+        cluster.close()
+        executor.close()

@@ -14,7 +14,7 @@ from httpserver import HTTPTestServer
 
 from kiln.actions._download import download
 from kiln.errors import ActionFailed, ToolError
-from kiln.outputs import is_temporary
+from kiln.output_dir.writing import is_temporary
 
 BODY = os.urandom(3 * (1 << 20) + 123)  # several chunks, not a multiple of the chunk size
 DIGEST = hashlib.sha256(BODY).hexdigest()

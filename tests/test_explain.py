@@ -141,6 +141,47 @@ def test_explain_names_the_changed_parameter(
     assert why[C] == "input chain/b.out will be rebuilt"
 
 
+FLAGGED_MODULE = """
+class Flagged(BuildAction):
+    def __init__(self, output, flags, **kwargs):
+        super().__init__(**kwargs)
+        self.output = output
+        self.flags = flags
+
+    def _invoke(self):
+        self.output.get_fs_path().write_text(" ".join(self.flags))
+
+@entrypoint
+def flagged(extra=cl_arg("extra", default="")):
+    context = BuildContext.current()
+    out = context.allocate_file("flags.txt")
+    flags = [
+        "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu",
+        "--iree-llvmcpu-target-cpu=host",
+    ] + ([extra] if extra else [])
+    out.deps.add(Flagged(out, flags, desc="Flagging", executor=context.executor))
+    return out
+"""
+
+
+def test_explain_shows_where_a_long_value_changed(
+    write_module: Callable[..., Path], kiln: Callable[..., Any]
+) -> None:
+    write_module(FLAGGED_MODULE)
+    build(kiln)
+    result = kiln("explain", "build.py", "--extra=--iree-opt-level=O3")
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("Flagging: ")]
+    before, _, after = line.removeprefix("Flagging: parameter flags changed from ").partition(
+        " to "
+    )
+    # Both sides are cut around the first difference: the end of the old list, and the
+    # flag the new one adds.
+    assert before.endswith('target-cpu=host"]') and before.startswith("...")
+    assert after.startswith("...") and '"--iree-opt-level=O3"]' in after
+    assert before != after
+
+
 def test_explain_names_missing_and_modified_outputs(
     tmp_path: Path, project: Any, kiln: Callable[..., Any]
 ) -> None:

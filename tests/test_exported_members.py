@@ -48,6 +48,7 @@ KILN_ALL = [
     "net_actions",
     "onnx_actions",
     "onnx_import",
+    "requested_targets",
     "run_command",
     "source_file",
     "target_machine",
@@ -70,7 +71,14 @@ MODULES = {
 }
 
 # Imported on first use; their modules may be missing in a partial install.
-LAZY = {"benchmark", "compile", "fetch_http", "onnx_import", "verify"} | MODULES
+LAZY = {
+    "benchmark",
+    "compile",
+    "fetch_http",
+    "onnx_import",
+    "requested_targets",
+    "verify",
+} | MODULES
 
 EXECUTOR_ALL = [
     "ActionConcurrency",
@@ -244,7 +252,7 @@ def _star(module: str, shim: bool = False) -> dict[str, str]:
     iree.build shim is active."""
     body = f"from {module} import *"
     if shim:
-        body = f"from kiln._iree_shim import activated\nwith activated(True):\n    {body}"
+        body = f"from kiln.iree_shim import activated\nwith activated(True):\n    {body}"
     code = (
         f"{body}\n"
         "print('\\n'.join(sorted(f'{k} {type(v).__name__}' for k, v in dict(globals()).items()"

@@ -659,6 +659,34 @@ def by_name():
     assert copied.read_text() == "shared vocab\n"
 
 
+def test_source_file_of_an_absolute_path_is_named_by_its_base_name(
+    write_module, kiln, tmp_path
+) -> None:
+    model = tmp_path / "models" / "squeezenet" / "light_squeezenet.onnx"
+    model.parent.mkdir(parents=True)
+    model.write_text("weights\n")
+    write_module(
+        HEADER
+        + f"""
+@entrypoint
+def squeezenet():
+    return source_file({str(model)!r})
+
+@entrypoint
+def named():
+    return source_file({str(model)!r}, name="model/squeeze.onnx")
+""",
+        header=False,
+    )
+    r = kiln("list", "build.py", "--all", "--bare")
+
+    assert r.returncode == 0, r.stderr
+    listed = r.stdout.split()
+    assert "squeezenet/light_squeezenet.onnx" in listed
+    assert "named/model/squeeze.onnx" in listed
+    assert not any("models/squeezenet" in p for p in listed), listed
+
+
 def test_missing_source_file_names_it_and_the_entrypoint(write_module, kiln) -> None:
     path = write_module(
         HEADER

@@ -474,7 +474,7 @@ def test_failing_download_and_command_lines_are_redacted(
 def test_thread_workers_start_only_the_threads_kept_busy() -> None:
     import threading
 
-    from kiln.runners import ThreadWorkers
+    from kiln.threads import ThreadWorkers
 
     workers = ThreadWorkers(100_000)
     release = threading.Event()

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 from cache_build import module_text, runs, tree, write_tool
-from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 Kiln = Callable[..., Any]
 

@@ -286,7 +286,7 @@ def test_manifest_of_the_wrong_kind_is_replaced(kiln, project: Path, kind: str) 
 def test_manifest_temporary_of_a_killed_build_is_swept(kiln, project: Path) -> None:
     """A build killed while it wrote the manifest leaves its temporary beside it; the
     next build, a no-op included, removes it (and nothing else)."""
-    from kiln.outputs import temporary_for
+    from kiln.output_dir.writing import temporary_for
 
     out = built(kiln, project)
     left = temporary_for(out / "manifest.json")

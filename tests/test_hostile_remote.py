@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from cache_build import module_text, runs, write_tool
 from nginx import NginxCache
-from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 Kiln = Callable[..., Any]
 # What a peer does with one request: (method, path, the connection's socket).

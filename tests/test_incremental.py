@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from chain import chain_project, ran
 
-import kiln.action_outputs
+import kiln.scheduling.action_outputs
 import kiln.state
 from kiln import run_command, source_file
 from kiln.errors import ActionFailed
@@ -199,8 +199,8 @@ def test_noop_build_reads_no_file_contents(p: Project, monkeypatch: pytest.Monke
         hashed.append(Path(path).name)
         return real(path)
 
-    monkeypatch.setattr(kiln.state, "hash_file", counting)
-    monkeypatch.setattr(kiln.action_outputs, "hash_file", counting)
+    monkeypatch.setattr(kiln.state.file_digests, "hash_file", counting)
+    monkeypatch.setattr(kiln.scheduling.action_outputs, "hash_file", counting)
 
     assert p.build(two_chains).ran == []
     assert hashed == []
@@ -667,7 +667,7 @@ def test_cli_corrupt_state_is_moved_aside_and_everything_rebuilds(
 
 COUNTING_KILN = """\
 import sys
-import kiln.action_outputs, kiln.state
+import kiln.scheduling.action_outputs, kiln.state.file_digests
 
 real = kiln.state.hash_file
 
@@ -676,7 +676,7 @@ def counting(path):
         log.write(str(path) + "\\n")
     return real(path)
 
-kiln.state.hash_file = kiln.action_outputs.hash_file = counting
+kiln.state.file_digests.hash_file = kiln.scheduling.action_outputs.hash_file = counting
 from kiln.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """

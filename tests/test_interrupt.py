@@ -31,7 +31,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kiln.actions._files import atomic_output
+from kiln.output_dir.writing import atomic_output
 
 MARKS = Path(__file__).parent / "marks"
 # Commands run in the output directory: marks/ is ../marks there.
@@ -293,7 +293,7 @@ def test_signal_inside_a_state_write_leaves_no_transaction_open(tmp_path: Path) 
     from kiln.state import ActionRecord, StateStore
 
     store = StateStore(tmp_path, warn=lambda message: None)
-    real = store._db
+    real = store.database.connection
 
     class Interrupted:
         """The database, but Ctrl-C arrives in the middle of a write."""
@@ -304,10 +304,10 @@ def test_signal_inside_a_state_write_leaves_no_transaction_open(tmp_path: Path) 
         def executemany(self, *args: object) -> None:
             raise KeyboardInterrupt
 
-    store._db = Interrupted()  # type: ignore[assignment]
+    store.database.connection = Interrupted()  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
         store.record("lost", ActionRecord("k1", {}, {}, {"gen/lost": "d1"}))
-    store._db = real
+    store.database.connection = real
     store.record("kept", ActionRecord("k2", {}, {}, {"gen/kept": "d2"}))
     store.close()
     assert set(StateStore(tmp_path, warn=lambda message: None).records()) == {"kept"}

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 from dask_cluster import dask_cluster as dask_cluster  # noqa: F401 - the fixture
-from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 pytest.importorskip("iree.build", reason="needs iree-base-compiler's iree.build to compare with")
 
@@ -461,7 +460,7 @@ from kiln import iree_build_main, load_build_module
 assert actionlib.BuildAction is theirs.BuildAction
 for attempt in range(2):
     mod = load_build_module("builder.py")
-    assert mod.WriteText.__mro__[1].__module__ == "kiln.graph", mod.WriteText.__mro__
+    assert mod.WriteText.__mro__[1].__module__.startswith("kiln.graph"), mod.WriteText.__mro__
     out, err = io.StringIO(), io.StringIO()
     iree_build_main(mod, args=["config", "--output-dir", "o", "--target", "x"], stdout=out,
                     stderr=err)

@@ -1,4 +1,4 @@
-"""Tests of the IREE and ONNX helpers (``kiln.targets``, ``kiln.actions._compiler``,
+"""Tests of the IREE and ONNX helpers (``kiln.compile_targets``, ``kiln.actions._compiler``,
 ``_onnx_import``, ``_runtime``) and of the examples' model zoo list, with the real
 IREE compiler, runtime and onnx."""
 
@@ -21,8 +21,8 @@ from kiln.actions._compiler import compile_module, compiler_version  # noqa: E40
 from kiln.actions._onnx_import import import_onnx  # noqa: E402
 from kiln.actions._runtime import verify_module  # noqa: E402
 from kiln.actions._tensors import load_tensor  # noqa: E402
+from kiln.compile_targets import target_driver, target_flags, target_name  # noqa: E402
 from kiln.errors import ToolError, UsageError  # noqa: E402
-from kiln.targets import target_driver, target_flags, target_name  # noqa: E402
 
 PLAIN_MLIR = """
 func.func @add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {

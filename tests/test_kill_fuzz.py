@@ -257,7 +257,7 @@ def test_sigkill_leaves_no_worker_or_worker_child_behind(tmp_path: Path, tag: st
 def test_a_build_killed_while_writing_the_marker_is_adopted_next_time(tmp_path: Path) -> None:
     # SIGKILL between writing .kiln/format's temporary and renaming it leaves only
     # that temporary in .kiln/: the next build takes the directory as kiln's.
-    from kiln.outputs import claim_output_dir
+    from kiln.output_dir.ownership import claim_output_dir
 
     kiln_dir = tmp_path / "out" / ".kiln"
     kiln_dir.mkdir(parents=True)

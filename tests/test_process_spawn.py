@@ -1,5 +1,5 @@
 """``run_command`` without a thread per command: commands started with
-``posix_spawn`` and reaped by one reaper thread (``kiln._spawn``).
+``posix_spawn`` and reaped by one reaper thread (``kiln.process.commands``).
 
 Through the real CLI: many commands at once, a failure's tail, a timeout, a
 signal in the middle of many running commands, a command that cannot start,

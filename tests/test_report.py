@@ -165,6 +165,24 @@ def test_clean_forgets_the_last_build(built: Path, kiln) -> None:
     assert r.returncode == 2 and "no build recorded" in r.stderr
 
 
+def test_clean_removes_the_report_kiln_wrote_and_keeps_one_written_elsewhere(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    write_module(MODULE)
+    assert kiln("build", "build.py", "chain").returncode == 0
+    inside = kiln("report")
+    outside = kiln("report", "-o", "mine.html")
+    assert inside.returncode == 0 and outside.returncode == 0, inside.stderr + outside.stderr
+    assert (tmp_path / "kiln-out" / "report.html").is_file()
+
+    r = kiln("clean")
+
+    assert r.returncode == 0, r.stderr
+    assert "kept what kiln did not write" not in r.stderr
+    assert list((tmp_path / "kiln-out").iterdir()) == []  # the report was kiln's
+    assert (tmp_path / "mine.html").is_file()
+
+
 def test_report_of_a_killed_build(write_module, kiln, tmp_path: Path) -> None:
     write_module(MODULE)
     assert kiln("build", "build.py", "chain").returncode == 0
@@ -183,3 +201,78 @@ def test_report_of_a_killed_build(write_module, kiln, tmp_path: Path) -> None:
     assert status["Running chain/step1.txt"] == status["Running chain/step2.txt"] == "running"
     step1 = next(r for r in data["runs"] if r["desc"] == "Running chain/step1.txt")
     assert step1["duration"] > 0  # running at least until the last event
+
+
+FLAKY = """
+import os
+
+@entrypoint
+def model():
+    # Fails while FAIL is set: the same action, failing build after build.
+    script = os.environ.get("FAIL", "") + ' echo > "$0"'
+    return run_command(name="m.txt", command=["sh", "-c", script, "{out}"])
+"""
+
+
+def test_report_keeps_the_last_builds_and_shows_any(write_module, kiln, tmp_path: Path) -> None:
+    write_module(FLAKY)
+    failing = {"FAIL": "echo the model is broken >&2; exit 3;"}
+    assert kiln("build", "build.py", env=failing).returncode == 1
+    assert kiln("build", "build.py", env=failing).returncode == 1
+    assert kiln("build", "build.py", env=failing).returncode == 1
+
+    page = kiln("report")
+    assert page.returncode == 0, page.stderr
+    failures = (tmp_path / "kiln-out" / "report.html").read_text()
+    failures = failures[failures.index("id='failures'") : failures.index("id='artifacts'")]
+    # It failed in the two builds before too, and the page says so.
+    assert "why it ran: never built; it failed in each of the 2 builds before" in failures
+
+    assert kiln("build", "build.py").returncode == 0  # fixed
+    assert kiln("build", "build.py").returncode == 0  # a no-op after it
+    listed = kiln("report", "--list")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [(r[0], r[2]) for r in rows] == [
+        ("0", "ok"),
+        ("1", "ok"),
+        ("2", "failed"),
+        ("3", "failed"),
+        ("4", "failed"),
+    ]
+    assert "1 up to date" in rows[0][4] and "1 built" in rows[1][4]
+
+    # After the no-op, the build that ran is still there to see.
+    earlier = kiln("report", "--build", "1")
+    assert earlier.returncode == 0, earlier.stderr
+    assert earlier.stdout.strip() == "kiln-out/report-1.html"
+    html = (tmp_path / "kiln-out" / "report-1.html").read_text()
+    data = json.loads(re.search(r"id='kiln-data'>(.*?)</script>", html, re.S).group(1))
+    assert [(r["desc"], r["status"]) for r in data["runs"]] == [("Running model/m.txt", "finished")]
+    assert "the build before the last" in html
+
+    # Five are kept: one more build drops the oldest.
+    assert kiln("build", "build.py").returncode == 0
+    assert len(kiln("report", "--list").stdout.splitlines()) == 5
+    gone = kiln("report", "--build", "5")
+    assert gone.returncode == 2 and "kiln keeps the last 5 builds" in gone.stderr
+
+    assert kiln("clean").returncode == 0
+    assert not (tmp_path / "kiln-out" / ".kiln").exists()
+
+
+def test_a_long_target_list_is_folded(write_module, kiln, tmp_path: Path) -> None:
+    write_module(
+        "\n".join(
+            f"@entrypoint\ndef m{i:02d}():\n    return run_command(name='x.txt', "
+            "command=['touch', '{out}'])\n"
+            for i in range(20)
+        )
+    )
+    names = [f"m{i:02d}" for i in range(20)]
+    assert kiln("build", "build.py", *names).returncode == 0
+    assert kiln("report").returncode == 0
+    page = (tmp_path / "kiln-out" / "report.html").read_text()
+    targets = page[page.index("id='targets'") : page.index("</p>", page.index("id='targets'"))]
+    assert "m00, m01, m02, m03, m04, m05, m06, m07 <details" in targets
+    assert "<summary>and 12 more</summary>m08, m09" in targets

@@ -139,3 +139,62 @@ def test_every_node_kind_accepts_the_seed_constructor(executor: Executor) -> Non
     dep = BuildDependency(executor=executor)
     assert ctx.executor is executor and dep.executor is executor
     assert dep.failure is None and dep.execution_time == 0.0
+
+
+NO_COMPILER = """
+import importlib.metadata
+
+_real = importlib.metadata.version
+
+
+def _version(name):
+    if name == "iree-base-compiler":
+        raise importlib.metadata.PackageNotFoundError(name)
+    return _real(name)
+
+
+importlib.metadata.version = _version
+"""
+
+WITH_COMPILE = """
+from kiln import *
+
+
+@entrypoint
+def model():
+    onnx = source_file("model.onnx")
+    mlir = onnx_import(name="model.mlir", source=onnx)
+    return [onnx, *compile(name="model", source=mlir, targets=["vmvx"])]
+"""
+
+
+def test_the_manifest_of_a_build_that_needs_no_compiler_keys_no_compile(
+    tmp_path: Path,
+) -> None:
+    """Building a file that no compile produces, with iree-base-compiler missing,
+    succeeds: the manifest is made from the build's result and keys nothing the
+    build did not plan (it used to key every compile, and fail with ToolError)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "model.onnx").write_bytes(b"not really a model")
+    (tmp_path / "build.py").write_text(WITH_COMPILE)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_COMPILER)
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(site)}
+    r = subprocess.run(
+        [sys.executable, "-m", "kiln", "build", "build.py", "model/model.onnx"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "kiln-out/manifest.json").read_text())
+    statuses = {o["path"]: o["status"] for o in manifest["entrypoints"]["model"]["outputs"]}
+    assert statuses["../model.onnx"] == "built"
+    assert statuses["bin/model/model_vmvx.vmfb"] == "not built"

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from nginx import NginxCache
-from nginx import nginx_cache as nginx_cache  # noqa: F401 - the fixture
 
 onnx = pytest.importorskip("onnx")
 np = pytest.importorskip("numpy")
@@ -258,3 +257,80 @@ def test_a_benchmark_is_not_checked_and_never_leaves_the_machine(
         nginx_cache.url,
     )
     assert "1 built, 2 cached" in r.stderr, r.stderr
+
+
+SANDBOXED = """
+import os
+from kiln import *
+from kiln.executor import ActionConcurrency, BuildAction, BuildFile
+
+
+def _write_cwd(path):
+    with open(path, "w") as f:
+        f.write(os.getcwd())
+
+
+class WhereAmI(BuildAction):
+    # Writes the directory it runs in: the same for a second run in place, another
+    # one in a scratch directory.
+    def __init__(self, *, out, **kw):
+        super().__init__(desc=f"where {out.path}", executor=out.executor,
+                         concurrency=ActionConcurrency.PROCESS, **kw)
+        self.out = out
+        out.deps.add(self)
+
+    def _remotable_thunk(self):
+        where = str(self.out.get_fs_path())
+        return lambda: _write_cwd(where)
+
+
+class Public(WhereAmI):
+    def sandbox_thunk(self, path):
+        where = path(self.out)
+        return lambda: _write_cwd(where)
+
+
+class Earlier(WhereAmI):
+    def _sandbox_thunk(self, path):
+        where = path(self.out)
+        return lambda: _write_cwd(where)
+
+
+@entrypoint
+def where():
+    ctx = executor.BuildContext.current()
+    outs = []
+    for kind in (Public, Earlier, WhereAmI):
+        out = ctx.allocate_file(f"{kind.__name__}.txt")
+        kind(out=out)
+        outs.append(out)
+    return outs
+"""
+
+
+def test_a_user_action_is_found_sandboxable_by_its_type(
+    tmp_path: Path, kiln: Callable[..., Any]
+) -> None:
+    """``kiln.sandbox.RemotableThunk`` (and the earlier ``_sandbox_thunk``) is how an
+    action says where its files are: found by its type, the second run of
+    ``--check-reproducible`` is in a scratch directory (here: a different working
+    directory, so the output differs); an action that says nothing runs in place."""
+    from kiln.sandbox import RemotableThunk, remotable
+
+    (tmp_path / "build.py").write_text(SANDBOXED)
+    r = kiln("build", "build.py", "--check-reproducible")
+    assert r.returncode == 1, r.stderr
+    assert "2 not reproducible" in r.stderr, r.stderr
+    for name in ("Public", "Earlier"):
+        assert f"genfiles/where/{name}.txt differs" in r.stderr
+    assert "(run again in a scratch directory)" in r.stderr
+    assert "WhereAmI.txt differs" not in r.stderr
+    out = tmp_path / "kiln-out/genfiles/where"
+    assert {p.read_text() for p in out.iterdir()} == {str((tmp_path / "kiln-out").resolve())}
+    assert not isinstance(object(), RemotableThunk)
+
+    class Thunked:
+        def sandbox_thunk(self, path: Callable[..., str]) -> Callable[[], None]:
+            return lambda: None
+
+    assert isinstance(Thunked(), RemotableThunk) and remotable(Thunked())  # type: ignore[arg-type]

@@ -63,7 +63,7 @@ def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(str(path))
         return real(path)
 
-    monkeypatch.setattr(kiln.state, "hash_file", counting)
+    monkeypatch.setattr(kiln.state.file_digests, "hash_file", counting)
     return calls
 
 

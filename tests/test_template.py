@@ -1,4 +1,4 @@
-"""The worker template of PROCESS actions (``kiln._template``), through ``ProcessPool``:
+"""The worker template of PROCESS actions (``kiln.process.template``), through ``ProcessPool``:
 a fresh worker per thunk, libraries a thunk names imported once by the template,
 timeouts that kill the worker's process group, a template that dies replaced,
 and nothing left running after ``shutdown``."""
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from procs import assert_dead, dead, wait_for
 
-from kiln._template import template_modules
 from kiln.errors import ActionTimeout, WorkerCrashed
-from kiln.runners import ProcessPool
+from kiln.process.pool import ProcessPool
+from kiln.process.template import template_modules
 
 PROBE = "xml.dom.minidom"  # imported by neither kiln nor the template on its own
 

@@ -110,6 +110,7 @@ def test_shipped_and_onnxruntime_references_and_a_benchmark(build, kiln, tmp_pat
     assert {"max_abs_err", "max_rel_err", "worst_index"} <= set(record)
     bench = json.loads((out / "genfiles/add/bench_cpu-host.json").read_text())
     assert bench["status"] == "measured" and bench["repetitions"] == 2
+    assert bench["repetitions_run"] == 2 and bench["over_budget"] is False
     assert 0 < bench["min"] <= bench["median"] <= bench["max"] and bench["time_unit"] == "us"
     assert bench["device"] == "local-task" and bench["machine"]["cpu"]
     assert bench["inputs"]["source"] == "generated" and bench["inputs"]["shapes"] == {"x": [2, 3]}
@@ -198,6 +199,13 @@ def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: 
         "reason": "no cuda device here",
     }
     assert module["benchmark"][0]["status"] == "skipped"
+    # The results' own entries (the entrypoint returns them) say so too, not "built".
+    manifest = json.loads((out / "manifest.json").read_text())
+    own = {Path(o["path"]).name: o for o in manifest["entrypoints"]["add"]["outputs"]}
+    assert own["both_80.json"]["status"] == "skipped"
+    assert own["both_80.json"]["verification"] == module["verification"][0]
+    assert own["bench_80.json"]["status"] == "skipped"
+    assert own["bench_80.json"]["benchmark"]["reason"] == "no cuda device here"
     assert "2 check(s) skipped:" in r.stderr
     assert "Benchmarking add/add_cuda-sm_80.vmfb: skipped: no cuda device here" in r.stderr
 
@@ -246,3 +254,70 @@ def test_a_shipped_model_on_generated_inputs_against_onnxruntime(
     result = json.loads((tmp_path / "kiln-out/genfiles/softmax/v.json").read_text())
     assert result["passed"] and result["inputs"]["source"] == "generated"
     assert result["references"]["onnxruntime"]["outputs"][0]["max_abs_err"] < 1e-5
+
+
+STRNORM = """
+@entrypoint
+def strnorm():
+    return verify(name="v.json", module=source_file("fake.vmfb"), model=source_file("s.onnx"),
+                  inputs=[source_file("words.pb")], reference="onnxruntime")
+"""
+
+
+def test_onnxruntime_own_log_lines_stay_off_the_console(
+    tmp_path: Path, write_module, kiln_subprocess
+) -> None:
+    # A locale no machine has: onnxruntime fails to make the kernel, and logs the
+    # failure in red on the process's stderr besides raising it.
+    node = helper.make_node(
+        "StringNormalizer", ["x"], ["y"], case_change_action="UPPER", locale="xx_XX.UTF-8"
+    )
+    graph = helper.make_graph(
+        [node],
+        "strnorm",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "s.onnx")
+    words = helper.make_tensor("x", TensorProto.STRING, [2], [b"monday", b"tuesday"])
+    (tmp_path / "words.pb").write_bytes(words.SerializeToString())
+    (tmp_path / "fake.vmfb").write_bytes(b"not a module")
+    write_module(STRNORM)
+
+    r = kiln_subprocess("build", "build.py")
+
+    assert r.returncode == 1
+    assert "Failed to construct locale" in r.stderr  # in kiln's own failure message
+    assert "\x1b" not in r.stderr and "[E:onnxruntime" not in r.stderr
+
+
+BUDGET = """
+@entrypoint
+def budget():
+    mlir = onnx_import(name="add.mlir", source=source_file("add.onnx"))
+    (module,) = compile(name="add", source=mlir)
+    # A budget no call fits in; and one that holds a few repetitions of 50 ms.
+    return [benchmark(name="over.json", module=module, shapes={"N": 2}, time_budget_s=1e-7),
+            benchmark(name="few.json", module=module, shapes={"N": 2}, repetitions=50,
+                      min_time_s=0.05, time_budget_s=0.3)]
+"""
+
+
+def test_benchmark_keeps_to_its_time_budget(tmp_path: Path, write_module, kiln):
+    _write_models(tmp_path)
+    write_module(BUDGET)
+
+    r = kiln("build", "build.py", "--target", "cpu")
+
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "kiln-out" / "genfiles" / "budget"
+    over = json.loads((out / "over.json").read_text())
+    assert over["status"] == "measured" and over["over_budget"] is True
+    assert over["repetitions_run"] == 1 and over["samples"] == [over["median"]]
+    assert over["single_call_s"] > over["time_budget_s"]
+    few = json.loads((out / "few.json").read_text())
+    assert few["over_budget"] is False and 1 <= few["repetitions_run"] <= 6
+    assert "1 benchmark(s) over budget:" in r.stderr
+    assert "Benchmarking budget/add_cpu-host.vmfb: one call took" in r.stderr
+    assert "over its time budget of 1e-07s: measured once" in r.stderr

@@ -33,14 +33,13 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from kiln._gc import gc_paused
-from kiln._spawn import SpawnsCommand
 from kiln._version import __version__
 from kiln.action_env import ActionEnvironment
-from kiln.canonical import Unkeyable, canonical, file_ref_for, qualname
+from kiln.canonical import canonical, file_ref_for, qualname
 from kiln.codekey import CodeDigests, package_version
-from kiln.errors import BuildDefinitionError
-from kiln.graph import KEYING_ONLY, ActionConcurrency, BuildAction
+from kiln.errors import BuildDefinitionError, Unkeyable
+from kiln.gc_pause import gc_paused
+from kiln.graph import KEYING_ONLY, ActionConcurrency, BuildAction, SpawnsCommand
 
 _ESCAPED = ("!", "=", "\\")
 _SELF_REFERENCE = "value that contains itself (or is nested too deeply)"

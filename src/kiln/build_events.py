@@ -10,17 +10,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kiln import events as ev
-from kiln.graph import BuildAction, BuildDependency, BuildFile
+from kiln.errors import error_text
+from kiln.graph import BuildAction, BuildDependency
 from kiln.incremental import action_id
 from kiln.plan import Plan, node_name
-from kiln.reporting import error_text
 
 if TYPE_CHECKING:
     from kiln.incremental import Decision
     from kiln.result import BuildResult, NodeRun
-    from kiln.state import StatKey
-
-    Produced = dict[BuildFile, tuple[StatKey, str]]
+    from kiln.state import Produced
 
 
 class BuildEmitter:
@@ -38,9 +36,11 @@ class BuildEmitter:
         stream: ev.EventStream,
         plan: Plan,
         runs: Mapping[BuildDependency, NodeRun] | None = None,
+        explain: bool = False,
     ):
         self.stream = stream
         self.plan = plan
+        self._explain = explain  # the build says why each action runs
         self._runs = runs if runs is not None else {}  # each node's record (its times)
         self._ids: dict[BuildAction, str] = {}
         self._lanes: dict[BuildAction, str] = {}
@@ -59,6 +59,7 @@ class BuildEmitter:
             type=info[0],
             target=info[1],
             subject=action,
+            explain=self._explain,
             **fields,
         )
 
@@ -114,6 +115,10 @@ class BuildEmitter:
                 deps=self._producers(action),
             )
         )
+
+    def note(self, text: str) -> None:
+        """A line for the user, as a ``note`` event."""
+        self.stream.emit(ev.BuildEvent(ev.NOTE, data={"text": text}))
 
     def set_lane(self, action: BuildAction, lane: str) -> None:
         """Where ``action`` really ran (a cluster's worker), for its end event."""

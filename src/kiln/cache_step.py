@@ -13,11 +13,11 @@ waiting for it."""
 
 from __future__ import annotations
 
-from kiln.action_outputs import Produced
 from kiln.cache import BuildCache, cacheable, known_digests
 from kiln.graph import BuildAction
 from kiln.incremental import Decision
 from kiln.plan import Plan
+from kiln.state import Produced
 
 
 class CacheStep:

@@ -209,7 +209,7 @@ def file_ref_for(action: BuildAction) -> FileRef:
 
     def ref(f: BuildFile) -> str:
         if f in action.deps or action in f.deps:
-            return f._key
+            return f.key
         raise Unkeyable(
             f"BuildFile '{f.path}'",
             hint=(

@@ -38,7 +38,8 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kiln.canonical import Unkeyable, canonical, dumps, qualname
+from kiln.canonical import canonical, dumps, qualname
+from kiln.errors import Unkeyable
 from kiln.graph import BuildFile
 from kiln.modnames import stable_module_name
 

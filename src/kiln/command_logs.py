@@ -11,14 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kiln.errors import ActionFailed, StateError
-from kiln.outputs import open_own_file
+from kiln.output_dir.ownership import open_own_file
 
 
 def open_log(path: Path | str, header: str = "") -> int:
     """Create the log at ``path`` (a new file in place of an old one), write ``header``,
     and return a descriptor open for writing. Its directory must exist
     (``Executor.log_path`` makes it, never through a link); the file is opened as
-    kiln's own file (``kiln.outputs.open_own_file``: no link followed, never a
+    kiln's own file (``kiln.output_dir.ownership.open_own_file``: no link followed, never a
     FIFO, regular only).
     """
     target = Path(path)

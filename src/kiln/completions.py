@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Generic, TypeVar
 
-from kiln._spawn import CommandRunner
+from kiln.process.commands import CommandRunner
 
 T = TypeVar("T")
 

@@ -46,6 +46,7 @@ for a user-facing error.
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 
@@ -183,3 +184,29 @@ class Unkeyable(Exception):
 
 class Untrusted(Exception):
     """The state database failed kiln's integrity check; it is moved aside."""
+
+
+class TemplateGone(Exception):
+    """The template process is not there to fork a worker (``kiln.process.pool``
+    starts another)."""
+
+
+class SandboxFailure(Exception):
+    """A Dask worker could not prepare an action's sandbox or store its outputs
+    (``kiln.remote_exec.task``; Dask retries it on another worker)."""
+
+
+def error_text(error: BaseException | None, verbose: int = 0) -> str:
+    """How a failure reads: kiln's own errors by message, others with a traceback."""
+    if error is None:
+        return ""
+    remote = getattr(error, "remote_traceback", None)
+    if remote is not None:  # raised in a worker process: the exception, or its traceback
+        if verbose:
+            return str(remote).rstrip()
+        if isinstance(error, KilnError):
+            return str(error)
+        return f"{type(error).__name__}: {error}"
+    if isinstance(error, KilnError) and not verbose:
+        return str(error)
+    return "".join(traceback.format_exception(error)).rstrip()

@@ -25,6 +25,7 @@ FAILED = "failed"
 NOT_RUN = "not_run"
 WOULD_RUN = "would_run"
 BUILD_FINISHED = "build_finished"
+NOTE = "note"  # a line for the user (``text`` in its JSON form)
 KINDS = (
     BUILD_STARTED,
     PLANNED,
@@ -36,6 +37,7 @@ KINDS = (
     NOT_RUN,
     WOULD_RUN,
     BUILD_FINISHED,
+    NOTE,
 )
 # Kinds that end an action's part in a build: every planned action gets exactly one.
 ENDINGS = (UP_TO_DATE, CACHED, FINISHED, FAILED, NOT_RUN, WOULD_RUN)
@@ -47,7 +49,9 @@ class BuildEvent:
     action by ``action`` (its state id); fields that do not apply are None.
 
     ``subject`` is the graph node (or, for ``build_started``, the set of planned
-    nodes) for in-process readers; it never appears in the JSON form. Fields not
+    nodes) for in-process readers; it never appears in the JSON form, nor does
+    ``explain`` (the build was asked to say why each action runs: a reader that
+    displays shows ``reason``). Fields not
     given keep the class's None, so an event costs only what it carries (a
     no-op build of 100,000 actions makes 200,000 of them).
     """
@@ -71,6 +75,7 @@ class BuildEvent:
     deps: list[str] | None = None
     data: dict[str, Any] | None = None
     subject: Any = None
+    explain: bool = False
 
     def __init__(self, kind: str, time: float | None = None, **fields: Any):
         self.kind = kind

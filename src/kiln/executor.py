@@ -13,13 +13,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from kiln._gc import gc_paused
-from kiln._reaper import BuildReaper
 from kiln.actionkey import KeyMaker
 from kiln.args import ClArg
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
 from kiln.events import EventReader
+from kiln.gc_pause import gc_paused
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -33,22 +32,24 @@ from kiln.graph import (
     as_namespace,
     join_namespace,
 )
-from kiln.graph_registry import Checkpoint, GraphRegistry
+from kiln.graph.registry import Checkpoint, GraphRegistry
 from kiln.layout import OutputLayout
 from kiln.lock import OutputLock
-from kiln.output_tree import OutputTree
-from kiln.outputs import claim_output_dir, output_dir_state
+from kiln.output_dir.ownership import claim_output_dir, output_dir_state
+from kiln.output_dir.tree import OutputTree
 from kiln.plan import Plan, make_plan
-from kiln.reporting import ProgressReporter
+from kiln.process.reaper import BuildReaper
+from kiln.progress import ProgressReporter
 from kiln.result import BuildResult, SchedulerOptions
 from kiln.run_context import RunContext
 from kiln.scheduler import Scheduler
 from kiln.state import StateStore
 from kiln.trace import LastBuild
+from kiln.unrequested import judge as judge_unrequested
 
 if TYPE_CHECKING:
     from kiln.cache import BuildCache
-    from kiln.remote_exec.runner import RemoteRunner
+    from kiln.remote_exec.offload import ClusterOffload
 
 __all__ = [
     "ActionConcurrency",
@@ -106,7 +107,7 @@ class Executor:
         # The shared cache builds read and fill (the command line sets it; None: off).
         self.cache: BuildCache | None = None
         # Where remotable actions run (``--executor dask...``); None: on this machine.
-        self.remote: RemoteRunner | None = None
+        self.remote: ClusterOffload | None = None
         # True: an action kiln cannot key stops the build (``--strict-keys``);
         # False: it runs on every build, never cached, and kiln says so.
         self.strict_keys = False
@@ -306,6 +307,7 @@ class Executor:
             cache=self.cache,
             remote=self.remote,
             environment=lambda: (self.run_context.process_env(), self.run_context.work_dir),
+            commands=lambda: self.run_context.commands,
         )
         self.graph.runs.begin(scheduler.result.runs)
         try:
@@ -316,6 +318,9 @@ class Executor:
                     result = scheduler.run()
                     if options.check_reproducible and not result.interrupted:
                         self._check_reproducible(plan, result, scheduler, options.jobs)
+                result.unrequested = judge_unrequested(
+                    self.entrypoints, self.graph.files(), plan, keys, result.digests, store
+                )
         finally:
             self.failed_deps.update(
                 n for n, run in scheduler.result.runs.items() if run.failure is not None
@@ -344,7 +349,7 @@ class Executor:
         """The build state: a snapshot (in memory) when ``read_only``, else the database."""
         if self._store is None:
             if self.read_only:
-                from kiln.state_snapshot import StateSnapshot
+                from kiln.state.snapshot import StateSnapshot
 
                 self._store = StateSnapshot(self.output_dir, warn=self.reporter.message)
             else:

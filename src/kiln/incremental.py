@@ -14,16 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.action_record import ActionRecord
 from kiln.actionkey import CODE_PARAM, ENV_PARAM, THUNK_PARAM, KeyMaker, complete_params
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.outputs import file_kind
+from kiln.output_dir.writing import file_kind
 from kiln.plan import Plan
-from kiln.state import StateStore
+from kiln.state import ActionRecord, DigestStore
 from kiln.tree_digest import tree_digest
 
 _MAX_CHANGES_SHOWN = 3
@@ -48,9 +48,9 @@ class Decision:
 
 def action_id(action: BuildAction, outputs: list[BuildFile]) -> str:
     if len(outputs) == 1:
-        return outputs[0]._key
+        return outputs[0].key
     if outputs:
-        return "|".join(f._key for f in outputs)
+        return "|".join(f.key for f in outputs)
     return f"{action.action_type}:{action.desc}"
 
 
@@ -65,7 +65,7 @@ class UpToDateChecker:
     known this build (source files lazily, outputs as their producers finish);
     ``keys`` holds every action's keyed parameters, made when the build was planned."""
 
-    def __init__(self, plan: Plan, store: StateStore, keys: KeyMaker | None = None):
+    def __init__(self, plan: Plan, store: DigestStore, keys: KeyMaker | None = None):
         self.plan = plan
         self.store = store
         if keys is None:  # not keyed when the build was planned: key it now
@@ -75,7 +75,7 @@ class UpToDateChecker:
         self.digests: dict[BuildFile, str | None] = {}
         # Inputs whose digest does not cover what an action may read through them.
         self.unkeyable_inputs: dict[BuildFile, str] = {}
-        self._records: dict[str, ActionRecord] | None = None  # the store's, read once
+        self._records: Mapping[str, ActionRecord] | None = None  # the store's, read once
 
     def file_digest(self, f: BuildFile) -> str | None:
         if f in self.digests:
@@ -104,7 +104,7 @@ class UpToDateChecker:
             digest = digests.get(f, _UNKNOWN)
             if digest is _UNKNOWN:
                 digest = self.file_digest(f)
-            inputs[f._key] = digest or "missing"
+            inputs[f.key] = digest or "missing"
         unkeyed = self.keys.unkeyed.get(action) if params is None else None
         if params is not None and action in self.keys.deferred:
             params, unkeyed = complete_params(self.keys, action, params)
@@ -145,34 +145,28 @@ class UpToDateChecker:
         return Decision(aid, key, params, inputs, reason)
 
     def _outputs_changed(self, record: ActionRecord, outputs: list[BuildFile]) -> str | None:
-        # The stat cache's digest, no Path, no hashing (a store that has no such
-        # lookup, such as the manifest's stat-cache view, answers through ``digest``).
-        cached = getattr(self.store, "cached_output_digest", None) or self._output_digest
+        # The stat cache's digest, no hashing: a file it does not know is looked at
+        # by ``_output_change``.
+        cached = self.store.cached_digest
         found = []
         for f in outputs:
             path = f.fs_str
             # Read only a regular file reached through real directories: anything else
             # there counts as modified, and is never followed or opened. (A file outside
             # the output directory, an action's own, is only read, never followed.)
-            problem = None if f.source else f._layout.tree.dir_problem(path[: path.rindex("/")])
+            problem = None if f.source else f.layout.tree.dir_problem(path[: path.rindex("/")])
             if problem is not None:
                 return f"output {f.path} was modified: {problem}"
-            digest = cached(path)
-            if digest is None or not record.has_output(f._key, digest):
+            digest = cached(path, True)
+            if digest is None or not record.has_output(f.key, digest):
                 recorded = record.outputs  # a damaged record has none
                 why = self._output_change(f, recorded)
                 if why is not None:
                     return why
-                digest = recorded[f._key]
+                digest = recorded[f.key]
             found.append((f, digest))
         self.digests.update(found)
         return None
-
-    def _output_digest(self, path: str) -> str | None:
-        try:
-            return self.store.digest(path, output=True)
-        except NotRegularFile:
-            return None
 
     def _output_change(self, f: BuildFile, recorded: dict[str, str]) -> str | None:
         """Why output ``f`` no longer matches its record (the stat cache missed)."""
@@ -183,7 +177,7 @@ class UpToDateChecker:
             return f"output {f.path} was modified: it is {kind}, not a regular file"
         if digest is None:
             return f"output {f.path} is missing"
-        if recorded.get(f._key) != digest:
+        if recorded.get(f.key) != digest:
             return f"output {f.path} was modified"
         return None
 
@@ -242,7 +236,8 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
             if a != b
             for change in _param_changes(f"{name}[{i}]", a, b)
         ]
-    return [f"parameter {name} changed from {_short(old)} to {_short(new)}"]
+    before, after = _around_difference(_text(old), _text(new))
+    return [f"parameter {name} changed from {before} to {after}"]
 
 
 class _Pairs(dict[str, Any]):
@@ -293,11 +288,34 @@ def _file_name(key: str) -> str:
     return key[4:]
 
 
-def _short(value: Any) -> str:
+def _text(value: Any) -> str:
+    """A parameter value as a reason spells it: tagged values as Python would, the
+    rest as JSON."""
     text = _spelled(value) if isinstance(value, dict) else None
-    if text is None:
-        text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return json.dumps(value, sort_keys=True) if text is None else text
+
+
+_SHOWN_CHARS = 60  # of each side of a changed value
+
+
+def _around_difference(old: str, new: str) -> tuple[str, str]:
+    """``old`` and ``new`` cut to a window of ``_SHOWN_CHARS`` around their first
+    difference, each side the same window, so that the changed part shows even in
+    two long values that share a long beginning (an argv that differs in its last
+    flag); ``...`` marks what was left out."""
+    if len(old) <= _SHOWN_CHARS and len(new) <= _SHOWN_CHARS:
+        return old, new
+    first = next(
+        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
+        min(len(old), len(new)),
+    )
+    start = max(0, min(first - _SHOWN_CHARS // 4, max(len(old), len(new)) - _SHOWN_CHARS))
+    return _window(old, start), _window(new, start)
+
+
+def _window(text: str, start: int) -> str:
+    end = start + _SHOWN_CHARS
+    return ("..." if start > 0 else "") + text[start:end] + ("..." if end < len(text) else "")
 
 
 def _spelled(value: dict[str, Any]) -> str | None:

@@ -20,13 +20,20 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from kiln.output_tree import OutputTree
-from kiln.outputs import KILN_DIR, NAME_MAX, remove_quietly
+from kiln.output_dir.ownership import KILN_DIR, NAME_MAX
+from kiln.output_dir.tree import OutputTree
+from kiln.output_dir.writing import remove_quietly
 
-if TYPE_CHECKING:
-    from kiln.graph import BuildFile
+
+class LaidOut(Protocol):
+    """A file of the output directory: its namespace and its path there
+    (``kiln.graph.BuildFile``)."""
+
+    namespace: FileNamespace
+    path: str
+
 
 # kiln's own files at the top of the output directory, besides ``KILN_DIR``.
 MANIFEST = "manifest.json"
@@ -111,7 +118,7 @@ class OutputLayout:
         self._dirs = {ns: namespace_dir(ns) for ns in FileNamespace}
         self._roots = {ns: self.output_dir / d for ns, d in self._dirs.items()}
         self.tree = OutputTree(self.output_dir, warn=warn)
-        self._linked: set[BuildFile] = set()  # source files linked this build
+        self._linked: set[str] = set()  # the source links made this build
         # The names of the logs found in each logs directory when first asked.
         self._old_logs: dict[str, frozenset[str]] = {}
 
@@ -127,19 +134,18 @@ class OutputLayout:
         """The directory of ``namespace``'s files."""
         return self._roots[namespace]
 
-    def relative_path(self, f: BuildFile) -> str:
+    def relative_path(self, f: LaidOut) -> str:
         """Where output ``f`` lives, relative to the output directory."""
         return f"{self._dirs[f.namespace]}/{f.path}"
 
-    def link_source(self, f: BuildFile) -> None:
-        """Make ``f``'s ``action_path`` (a source file's place in ``SOURCE_VIEW``) a
-        link to the file, once per build. Only a link is replaced there, by rename,
-        never followed; anything else in its place is removed first (the places are
-        kiln's own, below ``.kiln``)."""
-        if f.source is None or f in self._linked:
+    def link_source(self, rel: str, target: str) -> None:
+        """Make ``rel`` (a source file's place in ``SOURCE_VIEW``, relative to the
+        output directory) a link to ``target``, once per build. Only a link is
+        replaced there, by rename, never followed; anything else in its place is
+        removed first (the places are kiln's own, below ``.kiln``)."""
+        if rel in self._linked:
             return
-        link = self.output_dir / f.action_path
-        target = str(f.source)
+        link = self.output_dir / rel
         try:
             current = os.readlink(link)
         except OSError:
@@ -155,14 +161,14 @@ class OutputLayout:
             except OSError:
                 remove_quietly(temporary)
                 raise
-        self._linked.add(f)
+        self._linked.add(rel)
 
     def ensure_dir(self, path: Path) -> None:
         """Create the directory ``path`` below the output directory, never through a
         link (once per build: outputs share directories)."""
         self.tree.make_dirs(path)
 
-    def log_path(self, f: BuildFile) -> str:
+    def log_path(self, f: LaidOut) -> str:
         """The log file of the action producing ``f`` (its directory made)."""
         path = self.kiln_dir / "logs" / os.path.dirname(f.path) / _log_name(f)
         self.tree.make_dirs(path.parent)
@@ -173,7 +179,7 @@ class OutputLayout:
         self._old_logs = {}
         self._linked = set()
 
-    def old_log(self, f: BuildFile) -> str | None:
+    def old_log(self, f: LaidOut) -> str | None:
         """``log_path(f)`` if a log was there when this build first looked in its
         directory (one listing per directory per build), else None: a clean build
         of quiet commands looks for no old logs one by one."""
@@ -188,7 +194,7 @@ class OutputLayout:
         return self.log_path(f) if _log_name(f) in names else None
 
 
-def _log_name(f: BuildFile) -> str:
+def _log_name(f: LaidOut) -> str:
     name = os.path.basename(f.path) + ".log"
     if len(os.fsencode(name)) > NAME_MAX:  # a long output name: shortened, kept unique
         name = f"{name[:64]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}.log"

@@ -3,7 +3,7 @@
 ``OUTPUT_DIR/.kiln/lock`` is held with ``flock`` for the whole build and holds
 the owner's pid. The kernel drops the lock when its process dies, so a lock
 left by a dead build never blocks. Taking the lock claims the output directory
-(``kiln.outputs.claim_output_dir``); the lock file is never opened through a link,
+(``kiln.output_dir.ownership.claim_output_dir``); the lock file is never opened through a link,
 and a lock taken on a file that ``kiln clean`` removed meanwhile is taken again.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kiln.errors import OutputDirLocked, StateError
-from kiln.outputs import claim_output_dir, open_own_file
+from kiln.output_dir.ownership import claim_output_dir, open_own_file
 
 __all__ = ["OutputDirLocked", "OutputLock"]  # OutputDirLocked: re-exported from kiln.errors
 

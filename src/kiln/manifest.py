@@ -39,12 +39,18 @@ happens to lie on disk):
   longer matches that build's record (its inputs, parameters or content changed,
   or may have: decided from the stat cache, reading no file);
 - ``not built``: not requested this time, and no copy is known to be stale (none
-  was built, or it was removed, or it still matches its record).
+  was built, or it was removed, or it still matches its record);
+- ``skipped``: the result file of a check or benchmark that did not run its
+  module (no such device here): built, with its digest, but no verdict.
+
+The result file of a check or benchmark carries that check's entry as well
+(``"verification"`` or ``"benchmark"``: one object, as in its module's list).
 
 A check or benchmark reports what its result file says only when this build
 built it (or found it up to date); otherwise its status is the action's.
-Format 1 called an output ``built`` (with its digest) whenever a file was there,
-even when a build that did not request it left it stale. A built output also
+A file that happens to lie at an output's path is never ``built`` on that
+account: an earlier build's copy that this one did not request is ``stale`` or
+``not built``. A built output also
 has ``"cached"``: true when the file was served from the shared cache rather than
 made by running its action (in this build, or in the build that last made it,
 while its digest is unchanged). The file is replaced atomically after each build.
@@ -57,20 +63,16 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from kiln.actionkey import KeyMaker
-from kiln.errors import BuildDefinitionError, NotRegularFile, StateError
+from kiln.errors import NotRegularFile, StateError
 from kiln.graph import BuildAction, BuildFile, BuildMeta
-from kiln.incremental import UpToDateChecker
-from kiln.outputs import TemporarySweeper, atomic_write, clear_for_own_file, read_regular
+from kiln.output_dir.ownership import clear_for_own_file, read_regular
+from kiln.output_dir.writing import TemporarySweeper, atomic_write
 
 if TYPE_CHECKING:
     from kiln.executor import Executor
     from kiln.result import BuildResult
-    from kiln.state import StateStore
 
 FORMAT = "kiln-manifest/2"
-# Stands for the digest of an output whose copy is stale, so its consumers are too.
-_STALE = "<stale>"
 
 
 class ManifestMeta(BuildMeta):
@@ -87,29 +89,19 @@ class ManifestMeta(BuildMeta):
         self.benchmarks: list[tuple[BuildAction, BuildFile]] = []
         # (scope, parameter archive) for each archive a compiled module loads.
         self.archives: list[tuple[str, BuildFile]] = []
-
-
-class _StatCacheOnly:
-    """The state store as the up-to-date check reads it, but answering a digest
-    only from the stat cache: a changed file counts as changed, unread."""
-
-    def __init__(self, store: StateStore):
-        self._store = store
-
-    def digest(self, path: str, output: bool = False) -> str | None:
-        return self._store.cached_digest(path, output)
-
-    def records(self) -> dict[str, Any]:
-        return self._store.records()
+        # On a check's or benchmark's own result file: ("verification" or
+        # "benchmark", the action), so that its entry carries the verdict.
+        self.result_of: tuple[str, BuildAction] | None = None
 
 
 class Statuses:
-    """Each action's status for the manifest: from ``result`` for the actions of
-    this build, from the state's records for the others."""
+    """Each action's status for the manifest, from ``result``: the build's own
+    actions by what happened to them, the others as the build judged them
+    (``BuildResult.unrequested``, ``kiln.unrequested``)."""
 
-    def __init__(self, executor: Executor, result: BuildResult, unrequested: bool = True):
+    def __init__(self, result: BuildResult):
         self.result = result
-        self.of: dict[BuildAction, str] = {}
+        self.of: dict[BuildAction, str] = dict(result.unrequested)
         for status, actions in (
             ("built", result.built),
             ("built", result.skipped),
@@ -119,45 +111,6 @@ class Statuses:
         ):
             self.of.update((a, status) for a in actions)
         self.digests = dict(result.digests)
-        if unrequested:
-            self._judge_unrequested(executor)
-
-    def _judge_unrequested(self, executor: Executor) -> None:
-        judged = self.of
-        if all(
-            d in judged
-            for node in executor.all.values()
-            if isinstance(node, BuildFile)
-            for d in node.deps
-            if isinstance(d, BuildAction)
-        ):
-            return  # the build covered every action (the usual no-op): no second plan
-        plan = executor.plan(executor.entrypoints)
-        keys = KeyMaker(executor.run_context.environment)
-        for action in plan.actions:
-            if action not in self.of:
-                try:
-                    keys.params_of[action] = keys.params(action)
-                except BuildDefinitionError:  # cannot be keyed: never judged up to date
-                    keys.params_of[action] = None
-        checker = UpToDateChecker(
-            plan,
-            _StatCacheOnly(executor.store()),  # type: ignore[arg-type]
-            keys,
-        )
-        checker.digests.update(self.digests)
-        for action in plan.actions:
-            if action in self.of:
-                continue
-            outputs = plan.outputs[action]
-            decision = checker.decide(action)
-            exists = all(os.path.lexists(f.fs_str) for f in outputs)
-            if decision.up_to_date or decision.reason == "never built" or not exists:
-                self.of[action] = "not built"
-            else:
-                self.of[action] = "stale"
-            if not decision.up_to_date:
-                checker.digests.update((f, _STALE) for f in outputs)
 
     def action(self, action: BuildAction) -> str:
         return self.of.get(action, "not built")
@@ -221,6 +174,8 @@ _BENCH_FIELDS = (
     "max",
     "time_unit",
     "repetitions",
+    "repetitions_run",
+    "over_budget",
     "machine",
     "devices",
 )
@@ -231,19 +186,35 @@ def _benchmark(statuses: Statuses, action: BuildAction, result: BuildFile) -> di
     return {k: data[k] for k in _BENCH_FIELDS if k in data}
 
 
-def skipped_checks(executor: Executor, result: BuildResult) -> list[str]:
-    """One line per check or benchmark of an entrypoint's output that was skipped
-    (its device is not on this machine), for the build's summary."""
-    statuses = Statuses(executor, result, unrequested=False)
-    lines = []
+def skipped_checks(executor: Executor, result: BuildResult) -> tuple[list[str], list[str]]:
+    """For the build's summary, one line per check or benchmark of an entrypoint's
+    output that was skipped (its device is not on this machine), and one per
+    benchmark of this build whose single call took longer than its time budget."""
+    statuses = Statuses(result)
+    skipped = []
     for ep in executor.entrypoints:
         for f in ep.outputs:
             meta = ManifestMeta.get(f)
             for action, res in [*meta.verifications, *meta.benchmarks]:
                 data = _read_result(statuses, action, res)
                 if data.get("status") == "skipped":
-                    lines.append(f"{action.desc}: skipped: {data.get('reason')}")
-    return lines
+                    skipped.append(f"{action.desc}: skipped: {data.get('reason')}")
+    over = []
+    ran = set(result.built)
+    for node in executor.all.values():
+        if not isinstance(node, BuildFile):
+            continue
+        found = node._metadata.get(ManifestMeta.KEY)  # not made where there is none
+        of = found.result_of if isinstance(found, ManifestMeta) else None
+        if of is None or of[0] != "benchmark" or of[1] not in ran:
+            continue
+        data = _read_result(statuses, of[1], node)
+        if data.get("over_budget") is True:
+            over.append(
+                f"{of[1].desc}: one call took {data.get('single_call_s', 0):.3g}s, "
+                f"over its time budget of {data.get('time_budget_s')}s: measured once"
+            )
+    return skipped, over
 
 
 def describe_output(
@@ -267,7 +238,8 @@ def describe_output(
             digest = executor.store().digest(f.fs_str)
             status = "built" if digest is not None else "not built"
     entry.update(status=status, built=digest is not None)
-    worker = getattr(producers[0], "remote_worker", None) if producers else None
+    run = statuses.result.runs.get(producers[0]) if producers else None
+    worker = run.worker if run is not None else None
     if worker is not None and status == "built":  # it ran on a cluster in this build
         entry["worker"] = worker
     if digest is not None:
@@ -281,6 +253,12 @@ def describe_output(
         entry["benchmark"] = [_benchmark(statuses, a, r) for a, r in meta.benchmarks]
     if meta.archives:
         entry["parameters"] = [_archive(executor, statuses, s, a) for s, a in meta.archives]
+    if meta.result_of is not None:  # a check's own result: its verdict, as the module's
+        kind, action = meta.result_of
+        judge = _verification if kind == "verification" else _benchmark
+        entry[kind] = verdict = judge(statuses, action, f)
+        if verdict.get("status") == "skipped":
+            entry["status"] = "skipped"
     return entry
 
 
@@ -296,7 +274,7 @@ def _archive(executor: Executor, statuses: Statuses, scope: str, f: BuildFile) -
 
 def write_manifest(executor: Executor, result: BuildResult) -> None:
     """Rewrite the manifest for every entrypoint of the graph, from ``result``."""
-    statuses = Statuses(executor, result)
+    statuses = Statuses(result)
     cached = _cached_outputs(executor, result)
     outputs = {
         ep.path: [describe_output(executor, statuses, f, cached) for f in ep.outputs]

@@ -3,12 +3,16 @@ the shape of a file's small persistent metadata."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, TypeVar
-
-if TYPE_CHECKING:
-    from kiln.graph import BuildDependency
+from typing import ClassVar, Protocol, TypeVar
 
 BuildMetaType = TypeVar("BuildMetaType", bound="BuildMeta")
+
+
+class HasMetadata(Protocol):
+    """A graph node (``kiln.graph.BuildDependency``): it holds its metadata by key."""
+
+    @property
+    def _metadata(self) -> dict[str, BuildMeta]: ...
 
 
 class BuildMeta:
@@ -21,7 +25,7 @@ class BuildMeta:
             raise TypeError(f"{type(self).__name__}.KEY must be a str")
 
     @classmethod
-    def get(cls: type[BuildMetaType], dep: BuildDependency) -> BuildMetaType:
+    def get(cls: type[BuildMetaType], dep: HasMetadata) -> BuildMetaType:
         """The instance of this type on ``dep``, created by ``create_default`` if absent."""
         key = getattr(cls, "KEY", None)
         if not isinstance(key, str):

@@ -6,12 +6,12 @@ nodes, finds a cycle if there is one, and yields a topological order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from kiln._gc import gc_paused
 from kiln.errors import BuildDefinitionError
+from kiln.gc_pause import gc_paused
 from kiln.graph import BuildAction, BuildContext, BuildDependency, BuildFile
 
 
@@ -43,18 +43,28 @@ class Plan:
         return [n for n in self.order if isinstance(n, BuildAction)]
 
 
-def make_plan(targets: Iterable[BuildDependency], files: Iterable[BuildFile]) -> Plan:
+def make_plan(
+    targets: Iterable[BuildDependency],
+    files: Iterable[BuildFile],
+    known: Collection[BuildDependency] = (),
+) -> Plan:
     """Analyse the graph under ``targets``; a cycle is a BuildDefinitionError.
 
     ``files`` are all files of the graph: an action's outputs are the files that
-    depend on it, whether or not the targets need them.
+    depend on it, whether or not the targets need them. Nodes in ``known`` (another
+    plan's) are not walked again: they are left out of this plan, as are the nodes
+    only they lead to.
     """
     with gc_paused():
-        return _make_plan(targets, files)
+        return _make_plan(targets, files, known)
 
 
-def _make_plan(targets: Iterable[BuildDependency], files: Iterable[BuildFile]) -> Plan:
-    plan = Plan(list(dict.fromkeys(targets)))
+def _make_plan(
+    targets: Iterable[BuildDependency],
+    files: Iterable[BuildFile],
+    known: Collection[BuildDependency],
+) -> Plan:
+    plan = Plan([t for t in dict.fromkeys(targets) if t not in known])
     # A node is reached once it has an entry in ``consumers``; ``on_path`` holds the
     # nodes on the walk's stack (few, whatever the graph's size), so meeting one of
     # them again closes a cycle. One dict per node keeps the walk's memory traffic
@@ -77,6 +87,8 @@ def _make_plan(targets: Iterable[BuildDependency], files: Iterable[BuildFile]) -
                 continue
             dep = pending.pop()
             users = consumers.get(dep)
+            if users is None and known and dep in known:
+                continue
             if users is None:
                 consumers[dep] = [node]
                 on_path.add(dep)

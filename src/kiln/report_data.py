@@ -1,8 +1,10 @@
-"""What ``kiln report`` shows, read back from the last build's record.
+"""What ``kiln report`` shows, read back from the record of the kept builds.
 
-The last build's events (``.kiln/last-events.jsonl``, see ``kiln.trace.LastBuild``)
-and the manifest are turned into a ``BuildReport``: the actions that ran with
-their lanes and times, the critical path, the failures and the artifacts.
+A kept build's events (``.kiln/last-events.jsonl`` for the last build, see
+``kiln.trace.LastBuild`` for the earlier ones) and, for the last build, the
+manifest are turned into a ``BuildReport``: the actions that ran with their
+lanes and times, the critical path, the failures (each with the earlier kept
+builds it failed in as well) and the artifacts, and a summary of every kept build.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 from kiln import events as ev
 from kiln.errors import NotRegularFile, StateError
 from kiln.layout import MANIFEST
-from kiln.outputs import open_regular, read_regular
-from kiln.trace import LAST_EVENTS
+from kiln.output_dir.ownership import open_regular, read_regular
+from kiln.trace import KEPT_BUILDS, kept_events
 
 _LOG_TAIL_LINES = 40
 
@@ -42,6 +44,32 @@ class ActionRun:
     error: str | None = None
     log: str | None = None
     critical: bool = False
+    failed_before: int = 0  # in how many kept builds just before this one it failed too
+
+    @property
+    def why(self) -> str | None:
+        """Why it ran, and whether it had failed in the builds just before."""
+        if not self.failed_before:
+            return self.reason
+        before = (
+            "the build before"
+            if self.failed_before == 1
+            else f"each of the {self.failed_before} builds before"
+        )
+        return f"{self.reason or 'not recorded'}; it failed in {before}"
+
+
+@dataclass
+class KeptBuild:
+    """A build whose events ``.kiln/`` keeps: ``n`` builds before the last."""
+
+    n: int
+    started: float
+    ok: bool | None
+    interrupted: bool
+    wall_s: float | None
+    counts: dict[str, int]
+    failed: set[str]  # ids of the actions that failed in it
 
 
 @dataclass
@@ -60,6 +88,8 @@ class BuildReport:
     not_run: list[dict[str, Any]] = field(default_factory=list)
     critical: list[str] = field(default_factory=list)
     manifest: dict[str, Any] | None = None
+    build: int = 0  # which kept build: 0 the last, n the one n builds before it
+    kept: list[KeptBuild] = field(default_factory=list)  # every kept build, newest first
 
     @property
     def lanes(self) -> list[str]:
@@ -77,22 +107,68 @@ def _lane_order(lane: str) -> tuple[int, str]:
     return (int(number), head) if number.isdigit() else (-1, lane)
 
 
-def load_report(output_dir: Path) -> BuildReport:
-    """The report of the last build in ``output_dir``; StateError if there is none.
+def load_report(output_dir: Path, build: int = 0) -> BuildReport:
+    """The report of the build ``build`` builds before the last in ``output_dir``
+    (0: the last); StateError if it is not kept.
 
     The record is read as untrusted: only a regular file is read (a FIFO there never
     blocks), undecodable bytes are replaced, and lines that are not JSON objects and
     fields of the wrong type are left out rather than stopping the report."""
-    path = output_dir / ".kiln" / LAST_EVENTS
+    path = output_dir / ".kiln" / kept_events(build)
     try:
-        text = read_regular(path).decode("utf-8", errors="replace")
+        records = _read_records(path)
     except FileNotFoundError:
+        if build:
+            raise StateError(
+                f"no build {build} before the last is kept in {output_dir} (kiln keeps the "
+                f"last {KEPT_BUILDS}); 'kiln report --list' lists them"
+            ) from None
         raise StateError(
             f"no build recorded in {output_dir} (no {path}); run 'kiln build' with "
             f"--output-dir {output_dir} first"
         ) from None
+    if not _is_build(records):
+        raise StateError(f"{path} does not hold a kiln build's events; run 'kiln build' again")
+    report = _from_events(records)
+    report.build = build
+    report.kept = kept_builds(output_dir)
+    for run in report.runs:
+        for earlier in (k for k in report.kept if k.n > build):
+            if run.id not in earlier.failed or earlier.n != build + 1 + run.failed_before:
+                break
+            run.failed_before += 1
+    report.manifest = _read_manifest(output_dir / MANIFEST) if build == 0 else None
+    return report
+
+
+def kept_builds(output_dir: Path) -> list[KeptBuild]:
+    """A summary of each build ``.kiln/`` keeps, newest first; unreadable ones left out."""
+    kept = []
+    for n in range(KEPT_BUILDS):
+        try:
+            records = _read_records(output_dir / ".kiln" / kept_events(n))
+        except (OSError, StateError):
+            continue
+        if not _is_build(records):
+            continue
+        one = _from_events(records)
+        failed = {r.id for r in one.runs if r.status == ev.FAILED}
+        kept.append(
+            KeptBuild(n, one.started, one.ok, one.interrupted, one.wall_s, one.counts, failed)
+        )
+    return kept
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of an events file, line by line (a line cut short by a killed
+    build, or any other that is not an object, left out). FileNotFoundError when it
+    is not there; StateError when it cannot be read or is not a regular file."""
+    try:
+        text = read_regular(path).decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise
     except NotRegularFile as e:
-        raise StateError(f"cannot read the last build's events: {e}") from None
+        raise StateError(f"cannot read the build's events: {e}") from None
     except OSError as e:
         raise StateError(f"cannot read {path}: {e.strerror}") from e
     records = []
@@ -100,18 +176,18 @@ def load_report(output_dir: Path) -> BuildReport:
         try:
             record = json.loads(line)
         except ValueError:
-            continue  # a line cut short by a killed build
+            continue
         if isinstance(record, dict):
             records.append(record)
-    if (
-        not records
-        or records[0].get("event") != ev.BUILD_STARTED
-        or _number(records[0], "time") is None
-    ):
-        raise StateError(f"{path} does not hold a kiln build's events; run 'kiln build' again")
-    report = _from_events(records)
-    report.manifest = _read_manifest(output_dir / MANIFEST)
-    return report
+    return records
+
+
+def _is_build(records: list[dict[str, Any]]) -> bool:
+    return (
+        bool(records)
+        and records[0].get("event") == ev.BUILD_STARTED
+        and _number(records[0], "time") is not None
+    )
 
 
 def _number(rec: dict[str, Any], name: str) -> float | None:

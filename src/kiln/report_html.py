@@ -21,6 +21,8 @@ background:#f6f7f9}
 main{max-width:1400px;margin:0 auto;padding:16px 24px 48px}
 h1{font-size:22px;margin:8px 0}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d6d9e0}
 h3{font-size:15px;margin:16px 0 4px}
+details.more{display:inline}details.more summary{cursor:pointer;color:#364fc7}
+tr.shown td{background:#edf2ff}
 .status{display:inline-block;padding:2px 10px;border-radius:4px;color:#fff;font-weight:600}
 .ok{background:#2b8a3e}.bad{background:#c92a2a}.unknown{background:#868e96}
 .counts{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0}
@@ -156,7 +158,7 @@ def render(report: BuildReport, output_dir: Path) -> str:
                 "duration": round(r.duration, 6),
                 "status": r.status,
                 "critical": r.critical,
-                "reason": r.reason,
+                "reason": r.why,
             }
             for r in report.runs
         ],
@@ -173,6 +175,7 @@ def render(report: BuildReport, output_dir: Path) -> str:
         _slowest(report),
         _failures(report),
         _artifacts(report),
+        _kept(report),
         "</main><div id='tip'></div>",
         f"<script type='application/json' id='kiln-data'>{blob}</script>",
         f"<script>{_JS}</script></body></html>\n",
@@ -200,13 +203,59 @@ def _header(report: BuildReport, output_dir: Path) -> str:
         f"<div class='count' id='count-{key}'><b>{_e(counts.get(key, 0))}</b>{label}</div>"
         for key, label in labels
     )
-    targets = ", ".join(report.targets) or "(none)"
+    which = "the last build" if not report.build else _builds_before(report.build)
     return (
         f"<h1>kiln build report</h1><p><span class='status {cls}' id='status'>{_e(status)}"
-        f"</span> &nbsp;{_e(when.strftime('%Y-%m-%d %H:%M:%S %Z'))}, wall time "
+        f"</span> &nbsp;{_e(which)}, {_e(when.strftime('%Y-%m-%d %H:%M:%S %Z'))}, wall time "
         f"{_seconds(report.wall_s)}, -j {_e(report.jobs)}, output directory "
-        f"<code>{_e(output_dir)}</code></p><p>Targets: {_e(targets)}</p>"
+        f"<code>{_e(output_dir)}</code></p><p id='targets'>Targets: {_targets(report.targets)}</p>"
         f"<div class='counts'>{boxes}</div>"
+    )
+
+
+_TARGETS_SHOWN = 8
+
+
+def _targets(targets: list[str]) -> str:
+    """The requested targets; past the first few, folded (a zoo names 140)."""
+    if not targets:
+        return "(none)"
+    shown = _e(", ".join(targets[:_TARGETS_SHOWN]))
+    rest = targets[_TARGETS_SHOWN:]
+    if not rest:
+        return shown
+    return (
+        f"{shown} <details class='more'><summary>and {len(rest)} more</summary>"
+        f"{_e(', '.join(rest))}</details>"
+    )
+
+
+def _builds_before(n: int) -> str:
+    return "the build before the last" if n == 1 else f"{n} builds before the last"
+
+
+def _kept(report: BuildReport) -> str:
+    """Every build ``.kiln/`` keeps, and how to see each one."""
+    rows = []
+    for k in report.kept:
+        status = "incomplete" if k.ok is None else ("ok" if k.ok else "failed")
+        status = "interrupted" if k.interrupted else status
+        counts = ", ".join(f"{v} {name.replace('_', ' ')}" for name, v in k.counts.items() if v)
+        when = datetime.datetime.fromtimestamp(k.started).astimezone()
+        command = "kiln report" if k.n == 0 else f"kiln report --build {k.n}"
+        mark = " class='shown'" if k.n == report.build else ""
+        rows.append(
+            f"<tr{mark}><td class='num'>{k.n}</td><td>{_e(when.strftime('%Y-%m-%d %H:%M:%S'))}"
+            f"</td><td>{_e(status)}</td><td>{_e(counts or '-')}</td>"
+            f"<td class='num'>{_seconds(k.wall_s)}</td><td><code>{_e(command)}</code></td></tr>"
+        )
+    head = (
+        "<tr><th>builds before the last</th><th>started</th><th>status</th><th>counts</th>"
+        "<th>wall</th><th>its report</th></tr>"
+    )
+    return (
+        f"<section id='kept-builds'><h2>Kept builds ({len(report.kept)})</h2>"
+        f"<table>{head}{''.join(rows)}</table></section>"
     )
 
 
@@ -239,7 +288,7 @@ def _slowest(report: BuildReport) -> str:
     rows = "".join(
         f"<tr><td>{_e(r.desc)}</td><td class='num'>{_seconds(r.duration)}</td>"
         f"<td>{_e(r.status)}{' (critical)' if r.critical else ''}</td><td>{_e(r.lane)}</td>"
-        f"<td>{_e(r.target or '')}</td><td>{_e(r.reason or '')}</td></tr>"
+        f"<td>{_e(r.target or '')}</td><td>{_e(r.why or '')}</td></tr>"
         for r in report.slowest()
     )
     head = (
@@ -277,7 +326,7 @@ def _failure(run: ActionRun) -> str:
     text = [
         f"<article class='failure'><h3>{_e(run.desc)}</h3>",
         f"<p>after {_seconds(run.duration)} on {_e(run.lane)}"
-        f"{'; why it ran: ' + _e(run.reason) if run.reason else ''}</p>",
+        f"{'; why it ran: ' + _e(run.why) if run.why else ''}</p>",
         f"<pre class='error'>{_e(run.error or '')}</pre>",
     ]
     tail = log_tail(run.log)
@@ -293,6 +342,9 @@ def _failure(run: ActionRun) -> str:
 def _artifacts(report: BuildReport) -> str:
     manifest = report.manifest
     parts = ["<section id='artifacts'><h2>Artifacts</h2>"]
+    if report.build:
+        parts.append("<p>The manifest describes the last build: see its report.</p></section>")
+        return "".join(parts)
     if manifest is None:
         parts.append("<p>No manifest.json in the output directory.</p></section>")
         return "".join(parts)

@@ -1,11 +1,8 @@
 """Reporters: readers of the build's event stream, and the plain-line printer.
 
 The scheduler emits ``kiln.events.BuildEvent``s; every reporter reads them
-through ``handle``. ``ProgressReporter.handle`` turns events into the seed's
-methods (``start_graph``, ``start_dep``, ``skip_dep``, ``finish_dep``,
-``report_failure``, ``end_graph``), so a user's subclass that overrides those
-keeps working. ``explain``, ``progress`` and ``message`` are display requests,
-not build facts, and are called directly. ``PlainReporter`` prints one line per
+through ``handle`` (``kiln.progress.ProgressReporter``, the interface a user's
+reporter subclasses, re-exported here). ``PlainReporter`` prints one line per
 started action, with no control characters, for CI logs and pipes. The live
 terminal display is in ``kiln.reporting_rich`` so that rich is imported only
 when it is used. Both print events through ``displayed`` and text through
@@ -16,17 +13,29 @@ escaped (``kiln.terminal``).
 from __future__ import annotations
 
 import threading
-import traceback
-from collections.abc import Set
+import time
+from collections.abc import Callable, Set
 from typing import IO, TYPE_CHECKING
 
 from kiln import events as ev
+from kiln.errors import error_text
 from kiln.graph import BuildAction, BuildDependency
+from kiln.progress import ProgressReporter, display_requests
 from kiln.terminal import printable
 
 if TYPE_CHECKING:
     from kiln.result import BuildResult
 
+__all__ = [
+    "PlainReporter",
+    "ProgressReporter",
+    "displayed",
+    "error_text",
+    "format_root_causes",
+    "format_success",
+    "format_summary",
+    "remote_worker",
+]
 
 # The fields of an event that a reporter prints as (part of) one line.
 _ONE_LINE_FIELDS = ("desc", "lane", "target", "log")
@@ -57,61 +66,6 @@ def remote_worker(event: ev.BuildEvent) -> str | None:
     return lane.removeprefix("dask ") if lane.startswith("dask ") else None
 
 
-class ProgressReporter:
-    """Receives build events; every method may be called from any thread.
-
-    ``handle`` is the one entry point of build facts; the default hands each event
-    to the method of the seed's interface that stands for it.
-    """
-
-    def handle(self, event: ev.BuildEvent) -> None:
-        """Read one event of the stream (the adapter to the methods below)."""
-        kind = event.kind
-        if kind == ev.STARTED:
-            self.start_dep(event.subject)
-        elif kind in (ev.UP_TO_DATE, ev.CACHED):
-            self.skip_dep(event.subject)
-        elif kind == ev.FINISHED:
-            self.finish_dep(event.subject)
-        elif kind == ev.FAILED:
-            self.report_failure(event.subject)
-            self.finish_dep(event.subject)
-        elif kind == ev.BUILD_STARTED:
-            self.start_graph(event.subject)
-        elif kind == ev.BUILD_FINISHED:
-            self.end_graph()
-
-    def reset_display(self) -> None:
-        """Clear any live display so that plain text can be printed."""
-
-    def start_graph(self, all_deps: Set[BuildDependency]) -> None:
-        """A build of these nodes begins."""
-
-    def start_dep(self, dep: BuildDependency) -> None:
-        """An action starts running."""
-
-    def skip_dep(self, dep: BuildDependency) -> None:
-        """An action is up to date and will not run."""
-
-    def finish_dep(self, dep: BuildDependency) -> None:
-        """An action finished (``dep.failure`` says whether it failed)."""
-
-    def report_failure(self, dep: BuildDependency) -> None:
-        """An action failed."""
-
-    def explain(self, dep: BuildDependency, reason: str) -> None:
-        """Why an action runs (``--explain``, ``--dry-run``)."""
-
-    def progress(self, dep: BuildDependency, done: int, total: int | None) -> None:
-        """Byte progress of a running action (a download)."""
-
-    def message(self, text: str) -> None:
-        """A line for the user, printed above any live display."""
-
-    def end_graph(self) -> None:
-        """The build is over."""
-
-
 def count_actions(deps: Set[BuildDependency]) -> int:
     return sum(1 for d in deps if isinstance(d, BuildAction))
 
@@ -119,16 +73,19 @@ def count_actions(deps: Set[BuildDependency]) -> int:
 class PlainReporter(ProgressReporter):
     """``[3/12] Compiling foo`` lines on a stream; failures with their error.
 
-    A reader of the event stream: every line comes from an event's fields.
+    A reader of the event stream: every line comes from an event's fields. While a
+    build runs, a ``Heartbeat`` prints a line for each action that has been running
+    for another ``heartbeat_s`` seconds (0: never), so a long action shows life.
     """
 
-    def __init__(self, stream: IO[str], verbose: int = 0):
+    def __init__(self, stream: IO[str], verbose: int = 0, heartbeat_s: float = 30.0):
         self.stream = stream
         self.verbose = verbose
         self.total = 0
         self.done = 0
         self.started = 0
         self._lock = threading.Lock()
+        self._heartbeat = Heartbeat(heartbeat_s, self._write) if heartbeat_s > 0 else None
 
     def _write(self, line: str) -> None:
         with self._lock:
@@ -137,10 +94,13 @@ class PlainReporter(ProgressReporter):
 
     def handle(self, event: ev.BuildEvent) -> None:
         kind = event.kind
+        display_requests(self, event)
         if kind == ev.UP_TO_DATE and not self.verbose:  # the bulk of a no-op build
             self.done += 1
             return
         event = displayed(event)
+        if self._heartbeat is not None:
+            self._heartbeat.handle(event)
         if kind == ev.STARTED:
             self.started += 1
             self._write(f"[{min(self.done + self.started, self.total)}/{self.total}] {event.desc}")
@@ -171,6 +131,69 @@ class PlainReporter(ProgressReporter):
         self._write(text)
 
 
+class Heartbeat:
+    """Prints ``still running (1m30s): DESC`` for each action every ``interval_s``
+    seconds of its run, from a thread of its own that lives from ``build_started``
+    to ``build_finished``; driven by the events alone.
+
+    Invariant: ``_running`` holds the actions started and not yet ended, each with
+    the monotonic time it started and the next time its line is due.
+    """
+
+    def __init__(self, interval_s: float, write: Callable[[str], None]):
+        self.interval_s = interval_s
+        self._write = write
+        self._running: dict[object, tuple[str, float, float]] = {}
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def handle(self, event: ev.BuildEvent) -> None:
+        kind = event.kind
+        key = event.action or id(event.subject)
+        with self._changed:
+            if kind == ev.STARTED:
+                now = time.monotonic()
+                self._running[key] = (event.desc or "", now, now + self.interval_s)
+                self._changed.notify()
+            elif kind in ev.ENDINGS:
+                self._running.pop(key, None)
+            elif kind == ev.BUILD_STARTED and self._thread is None:
+                self._stopped = False
+                self._thread = threading.Thread(target=self._beat, name="kiln-heartbeat")
+                self._thread.daemon = True
+                self._thread.start()
+            elif kind == ev.BUILD_FINISHED:
+                self._stopped = True
+                self._running.clear()
+                self._changed.notify()
+        if kind == ev.BUILD_FINISHED and self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _beat(self) -> None:
+        with self._changed:
+            while not self._stopped:
+                now = time.monotonic()
+                due = sorted((v[2], v[1], k) for k, v in self._running.items() if v[2] <= now)
+                for _, started, key in due:
+                    desc, _, next_due = self._running[key]
+                    self._running[key] = (desc, started, next_due + self.interval_s)
+                    self._write(f"still running ({elapsed(now - started)}): {desc}")
+                wake = min((v[2] for v in self._running.values()), default=None)
+                self._changed.wait(None if wake is None else max(0.0, wake - time.monotonic()))
+
+
+def elapsed(seconds: float) -> str:
+    """A duration as a person reads it at a glance: ``42s``, ``5m03s``, ``2h07m``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
 def failure_heading(dep: BuildDependency | str) -> str:
     """The first line of a failed action's report (iree.build's wording, which
     scripts and ported tests look for)."""
@@ -182,24 +205,6 @@ def failure_text(event: ev.BuildEvent, verbose: int) -> str:
     if verbose and event.traceback:
         return event.traceback
     return event.error or ""
-
-
-def error_text(error: BaseException | None, verbose: int = 0) -> str:
-    """How a failure reads: kiln's own errors by message, others with a traceback."""
-    if error is None:
-        return ""
-    from kiln.errors import KilnError
-
-    remote = getattr(error, "remote_traceback", None)
-    if remote is not None:  # raised in a worker process: the exception, or its traceback
-        if verbose:
-            return str(remote).rstrip()
-        if isinstance(error, KilnError):
-            return str(error)
-        return f"{type(error).__name__}: {error}"
-    if isinstance(error, KilnError) and not verbose:
-        return str(error)
-    return "".join(traceback.format_exception(error)).rstrip()
 
 
 def indent(text: str, prefix: str = "  ") -> str:

@@ -1,4 +1,5 @@
-"""The live terminal display: an overall progress bar and the running actions.
+"""The live terminal display: an overall progress bar and the running actions, each
+with the time it has been running.
 
 Actions running longer than ``long_threshold_s`` are listed apart, under
 ``Waiting for long running actions:``, so a slow compile stands out from the
@@ -24,9 +25,10 @@ from rich.text import Text
 
 from kiln import events as ev
 from kiln.graph import BuildDependency
+from kiln.progress import ProgressReporter, display_requests
 from kiln.reporting import (
-    ProgressReporter,
     displayed,
+    elapsed,
     failure_heading,
     failure_text,
     indent,
@@ -146,9 +148,10 @@ class RichReporter(ProgressReporter):
         table = Table.grid(padding=(0, 1))
         long_table = Table.grid(padding=(0, 1))
         for dep, started in running[:_MAX_RUNNING_SHOWN]:
-            elapsed = now - started
-            target = long_table if elapsed >= self.long_threshold_s else table
-            target.add_row(Text(f"{elapsed:5.1f}s", style="cyan"), _describe(dep, byte_progress))
+            took = now - started
+            target = long_table if took >= self.long_threshold_s else table
+            shown = f"{took:5.1f}s" if took < 60 else f"{elapsed(took):>6}"
+            target.add_row(Text(shown, style="cyan"), _describe(dep, byte_progress))
         parts: list[Any] = [self._progress] + ([table] if table.row_count else [])
         if self._cached:
             parts.insert(1, Text(f"{self._cached} served from cache", style="green"))
@@ -160,6 +163,7 @@ class RichReporter(ProgressReporter):
 
     def handle(self, event: ev.BuildEvent) -> None:
         kind = event.kind
+        display_requests(self, event)
         if kind == ev.UP_TO_DATE:  # the bulk of a no-op build: nothing to print
             self._progress.advance(self._task)
             return

@@ -3,7 +3,7 @@ and its outputs compared with the build's, byte for byte (the idea of Bazel's
 and Nix's checks).
 
 Where an action can say where its files are (a command, kiln's own import,
-compile and verify: ``_sandbox_command``, ``_sandbox_thunk``), the second run is
+compile and verify: ``sandbox_command``, ``sandbox_thunk``), the second run is
 in a scratch directory under ``.kiln/check/``, laid out as a Dask worker's
 sandbox is: its inputs copied to the same relative places, every path it is
 given relative to where it runs. An output that depends on where it was built
@@ -34,12 +34,18 @@ from pathlib import Path
 
 from kiln.errors import KilnError
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
-from kiln.outputs import open_regular
+from kiln.output_dir.ownership import open_regular
 from kiln.plan import Plan
+from kiln.process.pool import ProcessPool
 from kiln.result import BuildResult
 from kiln.run_context import RunContext
-from kiln.runners import ProcessPool
-from kiln.sandbox import sandbox_paths
+from kiln.sandbox import (
+    RemotableCommand,
+    remotable,
+    sandbox_command,
+    sandbox_paths,
+    sandbox_thunk,
+)
 
 CHECK_DIR = "check"  # under .kiln/
 _CHUNK = 1 << 20
@@ -140,9 +146,9 @@ class ReproducibilityCheck:
         ]
 
     def _second_run(self, action: BuildAction, paths: dict[BuildFile, str], workdir: Path) -> None:
-        command = getattr(action, "_sandbox_command", None)
-        if callable(command):
-            argv, _ = command()
+        command = sandbox_command(action)
+        if command is not None:
+            argv = command[0]
             env = self.context.process_env(getattr(action, "env", None))
             with open(workdir / _OUTPUT_LOG, "wb") as log:
                 proc = subprocess.run(
@@ -158,7 +164,8 @@ class ReproducibilityCheck:
             if proc.returncode != 0:
                 raise KilnError(f"its command exited with status {proc.returncode}")
             return
-        thunk = action._sandbox_thunk(paths.__getitem__)  # type: ignore[attr-defined]
+        thunk = sandbox_thunk(action, paths.__getitem__)
+        assert thunk is not None  # _sandbox_form chose it
         self._process_pool().run(thunk, action.desc, action.timeout, cwd=str(workdir))
 
     # -- in place --------------------------------------------------------------
@@ -192,10 +199,9 @@ class ReproducibilityCheck:
 
 def _sandbox_form(action: BuildAction) -> bool:
     """Whether ``action`` can run with its files at places kiln chooses."""
-    return callable(getattr(action, "_sandbox_command", None)) or (
-        action.concurrency is ActionConcurrency.PROCESS
-        and callable(getattr(action, "_sandbox_thunk", None))
-    )
+    if isinstance(action, RemotableCommand):
+        return True
+    return action.concurrency is ActionConcurrency.PROCESS and remotable(action)
 
 
 def _place(workdir: Path, rel: str) -> Path:

@@ -7,7 +7,6 @@ happened to a node in a build is its ``NodeRun`` in the result.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class SchedulerOptions:
+    """What a build is asked to do."""
+
     jobs: int = os.cpu_count() or 1
     pools: dict[str, int] = field(default_factory=dict)
     fail_fast: bool = False
@@ -41,6 +42,7 @@ class NodeRun:
     invoke_time: float | None = None
     finish_time: float | None = None
     failure: BaseException | None = None
+    worker: str | None = None  # the Dask worker it ran on, when it ran on a cluster
 
 
 @dataclass
@@ -66,6 +68,9 @@ class BuildResult:
     keys: dict[BuildAction, str] = field(default_factory=dict)
     # What ``--check-reproducible`` found not reproduced (``kiln.reproducible``).
     not_reproducible: list[Any] = field(default_factory=list)
+    # The actions of the graph this build did not plan: "stale" or "not built"
+    # (``kiln.unrequested``), for the manifest.
+    unrequested: dict[BuildAction, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -80,26 +85,3 @@ class BuildResult:
         """Why ``node`` failed or did not run in this build; None if it did not fail."""
         run = self.runs.get(node)
         return run.failure if run is not None else None
-
-
-class RunLog:
-    """The latest run of each node of one graph, across its builds: the read-only
-    view behind ``dep.failure``, ``dep.start_time``, ... that reporters written for
-    iree.build read.
-
-    Invariant: a node of the current build is looked up in its runs only, so a
-    failure of an earlier build never shows on a node the current one planned.
-    """
-
-    def __init__(self) -> None:
-        self._current: Mapping[BuildDependency, NodeRun] = {}
-        self._past: dict[BuildDependency, NodeRun] = {}
-
-    def begin(self, runs: Mapping[BuildDependency, NodeRun]) -> None:
-        """A build starts that writes into ``runs`` (holding every node it plans)."""
-        self._past.update(self._current)
-        self._current = runs
-
-    def get(self, node: BuildDependency) -> NodeRun | None:
-        run = self._current.get(node)
-        return run if run is not None else self._past.get(node)

@@ -13,15 +13,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kiln._spawn import CommandRunner
 from kiln.action_env import ActionEnvironment
 from kiln.command_logs import LogSpools
-from kiln.layout import OutputLayout
-from kiln.reporting import ProgressReporter
-from kiln.runners import kill_group
+from kiln.layout import LaidOut, OutputLayout
+from kiln.process.commands import CommandRunner
+from kiln.process.groups import kill_group
+from kiln.progress import ProgressReporter
 
 if TYPE_CHECKING:
-    from kiln.graph import BuildFile, BuildFileMetadata
+    from kiln.graph.host import KeyedFile, Node
+    from kiln.meta import BuildFileMetadata
     from kiln.state import StateStore
 
 
@@ -56,11 +57,11 @@ class RunContext:
     def output_dir(self) -> Path:
         return self.layout.output_dir
 
-    def log_path(self, f: BuildFile) -> str:
+    def log_path(self, f: LaidOut) -> str:
         """The log file of the action producing ``f`` (its directory made)."""
         return self.layout.log_path(f)
 
-    def old_log(self, f: BuildFile) -> str | None:
+    def old_log(self, f: LaidOut) -> str | None:
         """The log an earlier build left for ``f``'s action, if any."""
         return self.layout.old_log(f)
 
@@ -99,11 +100,15 @@ class RunContext:
             found = self._encoded[key] = (entries, env.get("PATH", ""))
         return found
 
+    def progress(self, action: Node, done: int, total: int | None) -> None:
+        """Byte progress of a running action (a download), for the display."""
+        self.reporter.progress(action, done, total)
+
     def write_status(self, message: str) -> None:
         self.reporter.message(message)
 
     def file_metadata(
-        self, f: BuildFile, mutate: Callable[[BuildFileMetadata], bool] | None
+        self, f: KeyedFile, mutate: Callable[[BuildFileMetadata], bool] | None
     ) -> BuildFileMetadata:
         """``f``'s small persistent metadata, changed by ``mutate`` under a lock."""
         with self._metadata_lock:

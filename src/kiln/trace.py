@@ -24,10 +24,38 @@ from typing import IO, Any
 
 from kiln import events as ev
 from kiln.errors import NotRegularFile, StateError, UsageError
-from kiln.outputs import atomic_output, file_kind, open_own_file
+from kiln.output_dir.ownership import open_own_file
+from kiln.output_dir.writing import atomic_output, file_kind
 
 LAST_EVENTS = "last-events.jsonl"
 LAST_TRACE = "last-trace.json"
+KEPT_BUILDS = 5  # the events of the last build and of the 4 before it stay in .kiln/
+
+
+def kept_events(n: int) -> str:
+    """The name, in ``.kiln/``, of the events of the build ``n`` builds before the
+    last (0: the last build)."""
+    return LAST_EVENTS if n == 0 else f"previous-{n}-events.jsonl"
+
+
+def is_kept_events(name: str) -> bool:
+    """Whether ``name`` (in ``.kiln/``) is one of the kept builds' events files."""
+    return any(name == kept_events(n) for n in range(KEPT_BUILDS))
+
+
+def _keep_previous(state_dir: Path) -> None:
+    """Shift the kept builds' events one place back, the oldest dropped, so that a
+    new build's events can start. Only regular files move, each renamed within
+    ``.kiln/`` (nothing is followed; anything else planted there stays where it is,
+    and opening the new events file over it fails with a warning); one that cannot
+    move is left for the next build to drop."""
+    for n in range(KEPT_BUILDS - 1, 0, -1):
+        source = state_dir / kept_events(n - 1)
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(source).st_mode):
+                os.replace(source, state_dir / kept_events(n))
+
+
 _RSS_EVERY_S = 0.02  # at most 50 memory samples a second
 _FLUSH_EVERY_S = 0.5  # the buffered log of .kiln/ is flushed this often
 
@@ -323,7 +351,8 @@ class TraceFile:
 
 
 class LastBuild:
-    """Keeps the last build's events and trace in ``.kiln/`` for ``kiln report``.
+    """Keeps the last build's events and trace in ``.kiln/`` for ``kiln report``,
+    and the events of the ``KEPT_BUILDS - 1`` builds before it (``kept_events``).
 
     The events file holds the stream without ``planned`` and ``up_to_date``
     events (those are counted in ``build_finished``; what ran names its deps in
@@ -341,6 +370,7 @@ class LastBuild:
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
             (state_dir / LAST_TRACE).unlink(missing_ok=True)
+            _keep_previous(state_dir)
             # kiln's own file: never through a link, never blocked on a planted FIFO.
             fd = open_own_file(state_dir / LAST_EVENTS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             self._log = EventLog(os.fdopen(fd, "w", encoding="utf-8"), flush_each=False)

@@ -22,7 +22,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 
-from kiln.outputs import file_kind
+from kiln.output_dir.writing import file_kind
 
 _FORMAT = b"kiln-tree/1\0"
 

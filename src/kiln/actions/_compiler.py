@@ -9,11 +9,11 @@ import importlib.metadata
 import os
 import subprocess
 
-from kiln._redact import redact_urls
-from kiln._template import template_modules
-from kiln.actions._files import atomic_output
 from kiln.actions._logs import open_log, read_tail, short_diagnostic, shown_path
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_output
+from kiln.process.template import template_modules
+from kiln.redact import redact_urls
 
 DIAGNOSTIC_TAIL_LINES = 40
 

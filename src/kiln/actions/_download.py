@@ -1,7 +1,7 @@
 """Download a URL to a file atomically, verifying its SHA-256.
 
 The body is streamed into kiln's temporary file next to the destination
-(``kiln.outputs``) and renamed over it only once it is complete (and matches the expected
+(``kiln.output_dir``) and renamed over it only once it is complete (and matches the expected
 digest), so a failed or interrupted download never leaves a partial or
 corrupt destination behind.  Transient network failures are retried with
 exponential backoff; everything else fails at once with a :class:`ToolError`.
@@ -21,10 +21,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO
 
-from kiln._redact import redact_url
 from kiln.actions._http import Watchdog, make_request, opener
 from kiln.errors import ToolError
-from kiln.outputs import atomic_write
+from kiln.output_dir.writing import atomic_write
+from kiln.redact import redact_url
 
 __all__ = ["download"]
 
@@ -154,7 +154,7 @@ def _normalize_digest(url: str, sha256: str | None) -> str | None:
 def _write_atomically(
     url: str, dest: str, expected: str | None, fill: Callable[[IO[bytes]], str]
 ) -> str:
-    """Let ``fill`` write kiln's temporary for ``dest`` (``kiln.outputs.atomic_write``:
+    """Let ``fill`` write kiln's temporary for ``dest`` (``kiln.output_dir.writing.atomic_write``:
     one naming scheme, one fsync policy), verify it, then commit it over ``dest``.
 
     The temporary file is removed on any failure, including KeyboardInterrupt.
@@ -260,7 +260,7 @@ def _fetch_http(
                 total = _content_length(response)
 
                 def read(size: int) -> bytes:
-                    chunk = response.read1(size)
+                    chunk: bytes = response.read1(size)
                     watchdog.note(len(chunk))
                     return chunk
 

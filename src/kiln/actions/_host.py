@@ -100,7 +100,8 @@ def save(kiln_dir: Path | None) -> None:
     kiln's already (a build keys its actions before it claims a new output
     directory: the compile that runs saves them; the commands that must write
     nothing never save)."""
-    from kiln.outputs import MARKER, atomic_write
+    from kiln.output_dir.ownership import MARKER
+    from kiln.output_dir.writing import atomic_write
 
     if kiln_dir is None or not (kiln_dir / MARKER).is_file() or kiln_dir.is_symlink():
         return
@@ -188,7 +189,7 @@ def _probe(target: list[str]) -> dict[str, str]:
 def _read_memo(kiln_dir: Path | None) -> dict[str, Any]:
     if kiln_dir is None:
         return {}
-    from kiln.outputs import read_regular
+    from kiln.output_dir.ownership import read_regular
 
     try:
         data = json.loads(read_regular(kiln_dir / _MEMO, _MEMO_MAX))

@@ -10,10 +10,10 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from kiln._template import template_modules
-from kiln.actions._files import atomic_write
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_write
+from kiln.process.template import template_modules
 
 
 def _uses_external(tensor: Any) -> bool:

@@ -25,11 +25,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from kiln._template import template_modules
-from kiln.actions._files import atomic_output, atomic_write
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.actions._onnx_import import _opset, _uses_external, check_declared, load_tensor_data
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_output, atomic_write
+from kiln.process.template import template_modules
 
 # ONNX element types whose external bytes are exactly what the archive holds.
 _RAW_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16, 17, 18, 19, 20})
@@ -87,7 +87,7 @@ def _importer_class() -> Any:
         IREENodeImporter,
     )
 
-    class KilnNodeImporter(IREENodeImporter):
+    class KilnNodeImporter(IREENodeImporter):  # type: ignore[misc]  # iree is untyped
         kiln_threshold: int | None = None
         kiln_base = "."
         kiln_locations: dict[str, str] = {}

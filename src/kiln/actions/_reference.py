@@ -15,7 +15,6 @@ import importlib.metadata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kiln.actions._files import atomic_output
 from kiln.actions._logs import shown_path
 from kiln.actions._tensors import (
     InputSpec,
@@ -26,6 +25,7 @@ from kiln.actions._tensors import (
     save_bundle,
 )
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_output
 
 if TYPE_CHECKING:
     import numpy as np
@@ -121,12 +121,19 @@ def check_inputs(
     return arrays, {"source": "generated", "seed": seed, "shapes": chosen}
 
 
+_FATAL_ONLY = 4  # onnxruntime's severities: 0 verbose ... 3 error, 4 fatal
+
+
 def _session(model: str | bytes, where: str) -> Any:
     import onnxruntime as ort
 
+    # onnxruntime logs what it raises (errors in red, with escape sequences) on the
+    # worker's stderr, which is the user's terminal: its exception says it all, and
+    # reaches the console escaped, in the action's failure.
+    ort.set_default_logger_severity(_FATAL_ONLY)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = _FATAL_ONLY
     try:
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as e:

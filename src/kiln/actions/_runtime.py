@@ -5,6 +5,7 @@ pickle into worker processes; iree and numpy are imported on first use."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kiln.actions._logs import short_diagnostic
@@ -13,6 +14,19 @@ from kiln.errors import ToolError
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+@dataclass(frozen=True)
+class Loads:
+    """What a run of a compiled module reads beside the module and its given inputs,
+    as plain values: its parameter archives, ``(scope, path)`` each, and for a module
+    exported from PyTorch (no ONNX model to read a signature from) its example
+    inputs' ``(name, dtype, dims)`` and the file that seeds generated inputs (the
+    digest of the model's weights)."""
+
+    parameters: list[tuple[str, str]] = field(default_factory=list)
+    signature: list[tuple[str, str, tuple[Any, ...]]] | None = None
+    seed_file: str | None = None
 
 
 def _load(module: str, driver: str, parameters: Sequence[tuple[str, str]]) -> Any:

@@ -14,7 +14,6 @@ whole shape, or by symbolic dimension name, one size), else ``DEFAULT_DIM``.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kiln.actions._logs import shown_path
+from kiln.digests import hash_file
 from kiln.errors import ToolError
 
 if TYPE_CHECKING:
@@ -130,11 +130,7 @@ def normalize_shapes(shapes: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def file_seed(path: str) -> int:
     """The generation seed of a model file: its SHA-256's first 64 bits."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return int(digest.hexdigest()[:16], 16)
+    return int(hash_file(path)[:16], 16)
 
 
 def resolve_shape(spec: InputSpec, shapes: Mapping[str, Any]) -> list[int]:
@@ -195,7 +191,8 @@ def _numpy_dtype(name: str) -> np.dtype[Any]:
     except TypeError:
         import ml_dtypes
 
-        return np.dtype(getattr(ml_dtypes, name))
+        found: np.dtype[Any] = np.dtype(getattr(ml_dtypes, name))
+        return found
 
 
 # --- comparing

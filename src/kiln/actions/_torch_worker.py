@@ -20,10 +20,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kiln._template import template_modules
-from kiln.actions._files import atomic_output, atomic_write
 from kiln.actions._logs import short_diagnostic
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_output, atomic_write
+from kiln.process.template import template_modules
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,7 +53,8 @@ def resolve_factory(factory: Callable[..., Any] | str) -> Callable[..., Any]:
         raise ToolError(f"cannot load the model factory {factory!r}: {short_diagnostic(e)}") from e
     if not callable(found):
         raise ToolError(f"the model factory {factory!r} is not callable")
-    return found
+    made: Callable[..., Any] = found
+    return made
 
 
 def make_model(factory: Callable[..., Any] | str, weight_files: Sequence[str]) -> Any:
@@ -208,7 +209,8 @@ def export_model(
     with atomic_output(output) as tmp:
         exported.save_mlir(str(tmp))
     if archive is not None:
-        builder = aot.ParameterArchiveBuilder()
+        new_builder: Callable[[], Any] = aot.ParameterArchiveBuilder  # untyped
+        builder = new_builder()
         for name, tensor in external:
             builder.add_tensor(name, tensor)
         with atomic_output(archive) as tmp:

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.actions._devices import absent_device_reason
-from kiln.actions._files import atomic_output
 from kiln.actions._reference import check_inputs, output_names, read_reference
-from kiln.actions._runtime import run_module
+from kiln.actions._runtime import Loads, run_module
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import VerificationFailed
+from kiln.output_dir.writing import atomic_output
 
 
 @dataclass
@@ -46,11 +46,8 @@ class Check:
     reference: str | None  # the onnxruntime outputs (.npz), if asked for
     tolerances: dict[str, list[float]] = field(default_factory=dict)
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
-    parameters: list[tuple[str, str]] = field(default_factory=list)  # (scope, archive)
     reference_name: str = "onnxruntime"  # what computed ``reference``
-    # Without a model: the inputs' (name, dtype, dims) and the file seeding them.
-    signature: list[tuple[str, str, tuple[Any, ...]]] | None = None
-    seed_file: str | None = None
+    loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
 
 
 def _write(path: str, result: dict[str, Any]) -> None:
@@ -75,11 +72,11 @@ def run_check(check: Check) -> None:
         check.inputs,
         check.shapes,
         check.input_names,
-        signature=check.signature,
-        seed_file=check.seed_file,
+        signature=check.loads.signature,
+        seed_file=check.loads.seed_file,
     )
     function, actual = run_module(
-        check.module, args, check.driver, check.function, check.parameters
+        check.module, args, check.driver, check.function, check.loads.parameters
     )
     names = output_names(check.model) if check.model else []
     wanted: dict[str, list[Any]] = {}

@@ -5,10 +5,17 @@ The action is in the ``machine`` pool and takes it exclusively (``exclusive``):
 it starts only when no import, compile, reference run, verify or other benchmark
 is running, and none of them starts while it runs, so timings stay clean.
 
+Time is bounded by ``time_budget_s``: one call is timed first; the repetitions that
+follow are as many as fit in what is left of the budget (each takes about the
+longer of one call and ``min_time_s``), at most ``repetitions``, at least one. A
+single call longer than the whole budget is measured once, from that call, and
+the result says so (``over_budget``).
+
 Result JSON::
 
     {"status": "measured" | "skipped", "reason": (when skipped), "module", "target",
-     "device" (driver), "function", "repetitions", "min_time_s", "flags",
+     "device" (driver), "function", "repetitions" (at most), "repetitions_run",
+     "min_time_s", "time_budget_s", "single_call_s", "over_budget", "flags",
      "inputs": {...as verify's}, "machine": {"cpu", "cpus", "arch"},
      "devices": [runtime device URIs], "time_unit": "us", "median", "mean",
      "stddev", "min", "max", "samples": [per-repetition mean latency],
@@ -17,6 +24,7 @@ Result JSON::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -28,11 +36,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.actions import _devices
-from kiln.actions._files import atomic_output
 from kiln.actions._logs import read_tail, shown_path
+from kiln.actions._module_run import ModuleRunAction, declare_run
+from kiln.actions._runtime import Loads
 from kiln.errors import BuildDefinitionError, ToolError
-from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
+from kiln.graph import BuildFile
 from kiln.manifest import ManifestMeta
+from kiln.output_dir.writing import atomic_output
 
 _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MAX_RESULTS = 64 << 20  # bytes of JSON results read back; more is not results
@@ -53,11 +63,9 @@ class Bench:
     repetitions: int
     min_time_s: float
     flags: list[str]
+    time_budget_s: float = 5.0
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
-    parameters: list[tuple[str, str]] = field(default_factory=list)  # (scope, archive)
-    # Without a model: the inputs' (name, dtype, dims) and the file seeding them.
-    signature: list[tuple[str, str, tuple[Any, ...]]] | None = None
-    seed_file: str | None = None
+    loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
 
 
 def _write(path: str, result: dict[str, Any]) -> None:
@@ -68,22 +76,25 @@ def _write(path: str, result: dict[str, Any]) -> None:
 def _function(bench: Bench) -> str:
     from kiln.actions._runtime import bind_function
 
-    found = bind_function(bench.module, bench.driver, None, bench.parameters)[1]
+    found = bind_function(bench.module, bench.driver, None, bench.loads.parameters)[1]
     return bench.function or found
 
 
-def _measure(bench: Bench, function: str, input_dir: str, count: int) -> list[dict[str, Any]]:
-    """Run iree-benchmark-module; return its per-repetition records."""
+def _measure(
+    bench: Bench, function: str, input_dir: str, count: int, repetitions: int, min_time: str
+) -> list[dict[str, Any]]:
+    """Run iree-benchmark-module (``min_time``: ``0.1s``, or ``1x`` for one call per
+    repetition); return its per-repetition records."""
     cmd = [
         _devices.runtime_tool("iree-benchmark-module"),
         f"--module={bench.module}",
         f"--device={bench.driver}",
         f"--function={function}",
-        *(f"--parameters={scope}={archive}" for scope, archive in bench.parameters),
+        *(f"--parameters={scope}={archive}" for scope, archive in bench.loads.parameters),
         *(f"--input=@{os.path.join(input_dir, f'{i}.npy')}" for i in range(count)),
-        f"--benchmark_repetitions={bench.repetitions}",
+        f"--benchmark_repetitions={repetitions}",
         "--benchmark_format=json",
-        f"--benchmark_min_time={bench.min_time_s:g}s",
+        f"--benchmark_min_time={min_time}",
         *bench.flags,
     ]
     # Both streams go to files, not memory: the module may print without bound.
@@ -119,6 +130,7 @@ def run_benchmark(bench: Bench) -> None:
         "runtime_version": _devices.runtime_version(),
         "repetitions": bench.repetitions,
         "min_time_s": bench.min_time_s,
+        "time_budget_s": bench.time_budget_s,
         "flags": bench.flags,
     }
     reason = _devices.absent_device_reason(bench.driver)
@@ -130,21 +142,28 @@ def run_benchmark(bench: Bench) -> None:
         bench.inputs,
         bench.shapes,
         bench.input_names,
-        signature=bench.signature,
-        seed_file=bench.seed_file,
+        signature=bench.loads.signature,
+        seed_file=bench.loads.seed_file,
     )
     function = _function(bench)
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         for i, array in enumerate(args):
             np.save(os.path.join(tmp, f"{i}.npy"), array)
-        runs = _measure(bench, function, tmp, len(args))
-    if not runs:
-        raise ToolError(f"iree-benchmark-module reported no runs for {shown_path(bench.module)}")
-    samples = [float(r["real_time"]) * _TO_US[r.get("time_unit", "ns")] for r in runs]
+        probe = _samples(bench, _measure(bench, function, tmp, len(args), 1, "1x"))
+        single_s = probe[0] / 1e6
+        repetitions = _repetitions(bench, single_s)
+        if repetitions:
+            runs = _measure(bench, function, tmp, len(args), repetitions, f"{bench.min_time_s:g}s")
+        else:  # one call is over the whole budget: that call is the measurement
+            runs = [{"real_time": probe[0], "time_unit": "us", "iterations": 1}]
+    samples = _samples(bench, runs)
     _write(
         bench.result_path,
         {
             **head,
+            "repetitions_run": len(samples),
+            "single_call_s": single_s,
+            "over_budget": not repetitions,
             "status": "measured",
             "function": function,
             "inputs": how,
@@ -161,51 +180,52 @@ def run_benchmark(bench: Bench) -> None:
     )
 
 
-class BenchmarkAction(BuildAction):
+def _samples(bench: Bench, runs: list[dict[str, Any]]) -> list[float]:
+    """Each repetition's mean latency in microseconds."""
+    if not runs:
+        raise ToolError(f"iree-benchmark-module reported no runs for {shown_path(bench.module)}")
+    return [float(r["real_time"]) * _TO_US[r.get("time_unit", "ns")] for r in runs]
+
+
+def _repetitions(bench: Bench, single_s: float) -> int:
+    """How many repetitions fit in the budget after one call took ``single_s``: each
+    runs for about the longer of a call and ``min_time_s``. At least one, at most
+    ``repetitions``; 0 when that one call alone took the whole budget."""
+    if single_s >= bench.time_budget_s:
+        return 0
+    each = max(single_s, bench.min_time_s)
+    fit = int((bench.time_budget_s - single_s) // each) if each > 0 else bench.repetitions
+    return max(1, min(bench.repetitions, fit))
+
+
+class BenchmarkAction(ModuleRunAction):
     """Times a compiled module in a worker, alone in the machine pool. Its key holds
     the module's digest, the device (driver and, for GPUs, the devices present),
     the flags, the repetitions and the machine (CPU model, count, architecture)."""
 
-    pool = _devices.MACHINE_POOL
     exclusive = True
     reproducible = False  # it times this machine: never shared with another
+    SPEC = "bench"
 
-    def __init__(
-        self,
-        *,
-        bench: Bench,
-        files: list[BuildFile],
-        output_file: BuildFile,
-        device: dict[str, Any],
-        **kwargs: Any,
-    ):
-        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+    def __init__(self, *, bench: Bench, **kwargs: Any):
         self.bench = bench
-        self.files = files
-        self.output_file = output_file
-        self.device = device
         self.machine = _devices.machine()
-        self.runtime = _devices.runtime_version()
-        self.deps.update(files)
-        output_file.deps.add(self)
+        super().__init__(**kwargs)
+        self.bench = dataclasses.replace(bench, loads=self.loads())
 
-    def params(self) -> dict[str, Any] | None:
-        out = super().params()
-        if out is not None:
-            b = self.bench
-            out["bench"] = {
-                "target": b.target,
-                "driver": b.driver,
-                "function": b.function,
-                "shapes": b.shapes,
-                "repetitions": b.repetitions,
-                "min_time_s": b.min_time_s,
-                "flags": b.flags,
-                "inputs": len(b.inputs),
-                "scopes": [scope for scope, _ in b.parameters],
-                "signature": b.signature,
-            }
-        return out
+    def keyed_spec(self) -> dict[str, Any]:
+        b = self.bench
+        return {
+            "target": b.target,
+            "driver": b.driver,
+            "function": b.function,
+            "shapes": b.shapes,
+            "repetitions": b.repetitions,
+            "min_time_s": b.min_time_s,
+            "time_budget_s": b.time_budget_s,
+            "flags": b.flags,
+            "inputs": len(b.inputs),
+        }
 
     def _remotable_thunk(self) -> Callable[[], None]:
         return functools.partial(run_benchmark, self.bench)
@@ -223,69 +243,65 @@ def benchmark(
     flags: Sequence[str] = (),
     driver: str | None = None,
     function: str | None = None,
+    time_budget_s: float = 5.0,
     parameters: Sequence[Any] | None = None,
 ) -> BuildFile:
     """Declare a benchmark of compiled ``module``; its JSON result goes to ``name``.
 
     ``inputs=None`` generates inputs from the ONNX ``model`` (default: the model the
-    module was imported from), as ``verify`` does. Each of ``repetitions`` runs the
-    function for at least ``min_time_s``; ``flags`` go to iree-benchmark-module. A
-    module compiled from ``torch_export`` generates inputs from its example inputs.
-    The module's parameter archives are loaded (``--parameters=SCOPE=FILE``): those of
+    module was imported from), as ``verify`` does. Each repetition runs the function
+    for at least ``min_time_s``; there are as many as fit in ``time_budget_s`` of
+    measuring, at most ``repetitions`` and at least one (one call longer than the
+    budget is the measurement). ``flags`` go to iree-benchmark-module. A module
+    compiled from ``torch_export`` generates inputs from its example inputs. The
+    module's parameter archives are loaded (``--parameters=SCOPE=FILE``): those of
     its program, or ``parameters`` (files, or ``(scope, file)`` pairs).
     """
-    from kiln.actions._params import parameters_arg
     from kiln.actions._tensors import normalize_shapes
-    from kiln.actions.torch_export import torch_exporter
-    from kiln.actions.verify import module_target, source_model
 
-    context = BuildContext.current()
-    module_file = context.file(module)
-    model_file = context.file(model) if model is not None else source_model(module_file)
-    exporter = torch_exporter(module_file) if model_file is None else None
-    input_files = context.files(list(inputs)) if inputs else []
-    archives = parameters_arg(context, module_file, parameters, f"benchmark of {module_file.path}")
-    if repetitions < 1 or min_time_s <= 0:
+    run = declare_run(module, inputs, model, driver, parameters, kind="benchmark")
+    module_file, model_file, input_files = run.module, run.model, run.inputs
+    if repetitions < 1 or not min_time_s > 0 or not 0 < time_budget_s < float("inf"):
         raise BuildDefinitionError(
-            f"benchmark of {module_file.path}: repetitions must be >= 1 and min_time_s > 0"
+            f"benchmark of {module_file.path}: repetitions must be >= 1, min_time_s > 0 "
+            "and time_budget_s a positive number of seconds"
         )
-    if not input_files and model_file is None and exporter is None:
+    if not input_files and model_file is None and run.exporter is None:
         raise BuildDefinitionError(
             f"benchmark of {module_file.path}: generating inputs needs the ONNX model: pass "
-            "inputs=[...] or model=..., or compile a module imported with onnx_import"
+            "inputs=[...] or model=..., or compile a module imported with onnx_import or "
+            "exported with torch_export"
         )
-    target, default_driver = module_target(module_file)
-    driver = driver or default_driver
-    output = context.allocate_file(name)
+    output = run.context.allocate_file(name)
+    generated = model_file is not None and not input_files
     bench = Bench(
         result_path=output.action_path,
         module=module_file.action_path,
-        target=target or "its own target",
-        driver=driver,
+        target=run.target,
+        driver=run.driver,
         function=function,
-        model=model_file.action_path if model_file is not None and not input_files else None,
+        model=model_file.action_path if generated and model_file is not None else None,
         inputs=[f.action_path for f in input_files],
         input_names=[f.path for f in input_files],
         shapes=normalize_shapes(shapes),
         repetitions=repetitions,
         min_time_s=min_time_s,
         flags=list(flags),
-        parameters=[(scope, f.action_path) for scope, f in archives],
-        signature=exporter.signature if exporter is not None else None,
-        seed_file=exporter.weights.action_path if exporter is not None else None,
+        time_budget_s=float(time_budget_s),
     )
-    files = [module_file, *input_files, *(f for _, f in archives)]
-    if model_file is not None and not input_files:
+    files = [module_file, *input_files]
+    if generated and model_file is not None:
         files.append(model_file)
-    if exporter is not None:
-        files.append(exporter.weights)
     action = BenchmarkAction(
         bench=bench,
         files=files,
         output_file=output,
-        device=_devices.device_key(driver, context.registry.get_context("")),
+        device=run.device_key(),
+        archives=run.archives,
+        exporter=run.exporter,
         desc=f"Benchmarking {module_file.path}",
-        executor=context.executor,
+        executor=run.context.executor,
     )
     ManifestMeta.get(module_file).benchmarks.append((action, output))
+    ManifestMeta.get(output).result_of = ("benchmark", action)
     return output

@@ -11,11 +11,12 @@ from typing import Any
 
 from kiln.actions._compiler import compile_module, compiler_version
 from kiln.actions._devices import MACHINE_POOL, driver_for_flags
+from kiln.actions._gpu_probe import check_target
 from kiln.actions._host import depends_on_host, explicit_flags, resolve
 from kiln.actions._host import save as save_host_answers
 from kiln.actions._params import program_archives
-from kiln.actions._targets import check_target
 from kiln.args import current_args_namespace
+from kiln.compile_targets import target_flags, target_name
 from kiln.errors import BuildDefinitionError, ToolError, UsageError
 from kiln.graph import (
     ActionConcurrency,
@@ -23,10 +24,10 @@ from kiln.graph import (
     BuildContext,
     BuildFile,
     BuildMeta,
+    DefinitionSite,
     FileNamespace,
 )
 from kiln.manifest import ManifestMeta
-from kiln.targets import target_flags, target_name
 
 
 class CompileSourceMeta(BuildMeta):
@@ -62,6 +63,46 @@ NO_TARGET_HELP = (
 )
 
 
+def requested_targets(default: Sequence[str] = ()) -> list[str]:
+    """The compile targets the command line asks for, as ``--target`` specs (``cpu``,
+    ``vmvx``, ``cuda:sm_89``; iree.build's ``--iree-hal-target-device`` spelled so), or
+    ``default`` when it asks for none. Call it in an entrypoint and pass it to
+    ``compile(targets=...)``: the module then takes kiln's targets, with its own as
+    the default (a ``compile(targets=[...])`` of fixed targets ignores them, and a
+    ``--target`` that no compile of the build uses is an error)."""
+    BuildContext.current()  # only in an entrypoint is the command line parsed
+    ns = current_args_namespace()
+    given = list(getattr(ns, "kiln_targets", None) or [])
+    for device in getattr(ns, "iree_hal_target_device", None) or []:
+        given.append(_device_spec(device, ns))
+    if given:
+        return given
+    for spec in default:
+        try:
+            target_name(spec)
+        except UsageError as e:
+            where = DefinitionSite.capture()
+            raise BuildDefinitionError(f"requested_targets(default=...) at {where}: {e}") from None
+    return [str(spec) for spec in default]
+
+
+def _device_spec(device: str, ns: Any) -> str:
+    """iree.build's ``--iree-hal-target-device`` value as a ``--target`` spec."""
+    target = hal_device_target(device, ns)
+    if device == "vmvx":
+        return "vmvx"
+    cpu_features = getattr(ns, "iree_llvmcpu_target_cpu_features", None)
+    if device in ("llvm-cpu", "cpu") and not cpu_features:
+        return "cpu:" + (getattr(ns, "iree_llvmcpu_target_cpu", None) or "generic")
+    if device == "hip":
+        return f"hip:{getattr(ns, 'iree_hip_target', '')}"
+    raise UsageError(
+        f"--iree-hal-target-device={device}: the build module takes --target specs "
+        f"(requested_targets), and {target.name} has none; give --target "
+        "cpu[:CPU], vmvx, hip:CHIP, vulkan:TARGET or cuda:SM instead"
+    )
+
+
 def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
     """The targets of ``explicit`` specs, else of the command line (``--target``,
     ``--iree-hal-target-device``); possibly none."""
@@ -73,11 +114,11 @@ def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
     found = [Target(target_name(s), tuple(target_flags(s))) for s in specs]
     if explicit is None:
         for device in getattr(ns, "iree_hal_target_device", None) or []:
-            found.append(_hal_device_target(device, ns))
+            found.append(hal_device_target(device, ns))
     return found
 
 
-def _hal_device_target(device: str, ns: Any) -> Target:
+def hal_device_target(device: str, ns: Any) -> Target:
     """iree.build's ``--iree-hal-target-device`` spelling of a target, named as
     iree.build names it: ``cpu-<cpu or generic>``, ``hip-<chip>``, else the device."""
     if device in ("llvm-cpu", "cpu"):
@@ -111,6 +152,7 @@ class CompileAction(BuildAction):
         output_file: BuildFile,
         target: Target | None,
         flags: list[str],
+        fixed: bool = False,
         **kwargs: Any,
     ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
@@ -119,6 +161,9 @@ class CompileAction(BuildAction):
         # None: no target device was given. The graph can still be listed; a
         # build that would run this compile stops before it starts.
         self.missing_target = target is None
+        # Whether the module chose this target itself (``targets=``, or
+        # ``target_default=False``) rather than taking the command line's.
+        self.fixed_target = fixed
         target = target if target is not None else Target("", ())
         self.target = target
         self.flags = [*target.flags, *flags]
@@ -174,7 +219,7 @@ class CompileAction(BuildAction):
             save_host_answers(self.run_context.layout.kiln_dir)
         return self._thunk(lambda f: f.action_path, self.log_path)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` in a remote sandbox; its
         warnings log stays there (the failure carries the diagnostics)."""
         return self._thunk(path, path(self.output_file) + ".log")
@@ -201,8 +246,9 @@ def compile(  # noqa: A001 - iree.build's public name
     """Declare one compile of ``source`` per target device, each producing
     ``bin/<context>/<name>_<target>.vmfb``; returns those files.
 
-    ``targets`` (``--target`` specs) overrides the command line's targets;
-    ``target_default=False`` compiles once with only ``flags``.
+    ``targets`` (``--target`` specs) overrides the command line's targets (pass
+    ``requested_targets(default=[...])`` to take them, with a default of the
+    module's); ``target_default=False`` compiles once with only ``flags``.
     """
     context = BuildContext.current()
     input_file = context.file(source)
@@ -227,6 +273,7 @@ def compile(  # noqa: A001 - iree.build's public name
             output_file=output,
             target=target,
             flags=extra,
+            fixed=targets is not None or not target_default,
             desc=_compile_desc(name, input_file, target, target_default),
             executor=context.executor,
         )

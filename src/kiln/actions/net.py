@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln._redact import redact_url, url_digest
 from kiln.actions._download import download
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, FileNamespace
+from kiln.redact import redact_url, url_digest
 
-__all__ = ["FetchHttpAction", "fetch_http", "redact_url"]  # redact_url: kiln._redact's
+__all__ = ["FetchHttpAction", "fetch_http", "redact_url"]  # redact_url: kiln.redact's
 
 
 class FetchHttpAction(BuildAction):
@@ -56,7 +56,6 @@ class FetchHttpAction(BuildAction):
         return {self.output_file: self.sha256.strip().lower()} if self.sha256 else None
 
     def _invoke(self) -> None:
-        reporter = self.run_context.reporter
         path = self.output_file.get_fs_path()
         # iree.build's line, which scripts look for; only when a download happens.
         self.run_context.write_status(f"Fetching URL: {self.url} -> {path}")
@@ -67,7 +66,7 @@ class FetchHttpAction(BuildAction):
             timeout=self.timeout_s,
             stall_timeout=self.stall_timeout_s,
             retries=self.retries,
-            progress=lambda done, total: reporter.progress(self, done, total),
+            progress=lambda done, total: self.run_context.progress(self, done, total),
         )
 
 

@@ -49,9 +49,9 @@ class ImportOnnxAction(BuildAction):
         CompileSourceMeta.get(output_file).input_type = "onnx"
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return self._sandbox_thunk(lambda f: f.action_path)
+        return self.sandbox_thunk(lambda f: f.action_path)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
         data = [path(f) for f in self.data_files]
         if self.param_spec is not None and self.archive is not None:

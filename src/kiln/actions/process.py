@@ -14,10 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kiln._redact import redact_urls
-from kiln._spawn import Ended, Finish, Finished, SpawnsCommand
 from kiln.action_env import check_variables
-from kiln.actions._files import atomic_output
 from kiln.actions._logs import read_tail
 from kiln.errors import ActionFailed, ActionTimeout, BuildDefinitionError, UsageError
 from kiln.graph import (
@@ -27,15 +24,21 @@ from kiln.graph import (
     BuildFile,
     DefinitionSite,
     FileNamespace,
+    Finish,
+    Finished,
+    SpawnsCommand,
     join_namespace,
 )
-from kiln.outputs import temporary_for
+from kiln.output_dir.writing import atomic_output, temporary_for
+from kiln.process.commands import Ended
+from kiln.redact import redact_urls
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
     """A file or directory of the source tree (relative to the calling build module's
     directory), tracked by content (a directory by its tree: names, executable bits,
-    contents). ``name`` is its graph name (default: ``path``)."""
+    contents). ``name`` is its graph name (default: ``path``; for an absolute
+    ``path``, its base name: the machine's directories are no name in the graph)."""
     context = BuildContext.current()
     site = DefinitionSite.capture()
     fs_path = (Path(site.filename).parent / path).resolve()
@@ -45,7 +48,9 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
             f"source file {fs_path} does not exist (source_file({str(path)!r}) in "
             f"entrypoint '{where}', at {site})"
         )
-    return _source(context, fs_path, name or Path(path).as_posix().lstrip("/"))
+    if name is None:
+        name = Path(path).name if Path(path).is_absolute() else Path(path).as_posix()
+    return _source(context, fs_path, name)
 
 
 def _source(context: BuildContext, fs_path: Path, name: str) -> BuildFile:
@@ -71,7 +76,7 @@ class CommandAction(BuildAction, SpawnsCommand):
     failure shows a tail of the log bounded in bytes. Its ``timeout`` kills the
     command and everything it started.
 
-    The command is started by the build's ``CommandRunner`` (``kiln._spawn``):
+    The command is started by the build's ``CommandRunner`` (``kiln.process.commands``):
     no thread waits for it; the runner's reaper thread calls back when it ended.
     """
 
@@ -104,7 +109,7 @@ class CommandAction(BuildAction, SpawnsCommand):
         return self._log
 
     def _invoke(self) -> None:
-        """Run the command and wait for it (the scheduler does not wait: ``_spawn``)."""
+        """Run the command and wait for it (the scheduler does not wait: ``spawn``)."""
         ended = threading.Event()
         rest: list[Finish] = []
 
@@ -112,11 +117,11 @@ class CommandAction(BuildAction, SpawnsCommand):
             rest.append(finish)
             ended.set()
 
-        self._spawn(finished)
+        self.spawn(finished)
         ended.wait()
         rest[0]()
 
-    def _spawn(self, finished: Finished) -> None:
+    def spawn(self, finished: Finished) -> None:
         final = self.output.get_fs_path()
         commit = atomic_output(final, create=False, unique=False)
         tmp = commit.__enter__()
@@ -211,7 +216,7 @@ class CommandAction(BuildAction, SpawnsCommand):
             [f.action_path for f in self.tools],
         )
 
-    def _sandbox_command(self) -> tuple[list[str], dict[BuildFile, str]]:
+    def sandbox_command(self) -> tuple[list[str], dict[BuildFile, str]]:
         """The command line as a Dask worker runs it, in a sandbox laid out as the
         output directory (``kiln.remote_exec``), and where it writes its output."""
         return self.command_line(), {self.output: self.out_path()}

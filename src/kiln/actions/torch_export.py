@@ -167,9 +167,9 @@ class _TorchAction(BuildAction):
             )
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return self._sandbox_thunk(lambda f: f.action_path)
+        return self.sandbox_thunk(lambda f: f.action_path)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         raise NotImplementedError
 
 
@@ -181,7 +181,7 @@ class TorchWeightsAction(_TorchAction):
         self.output_file = output_file
         output_file.deps.add(self)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
         files = [path(f) for f in self.weight_files]
         return functools.partial(write_weights, self.factory, files, path(self.output_file))
@@ -215,7 +215,7 @@ class TorchExportAction(_TorchAction):
             archive.deps.add(self)
             ParamsMeta.get(output_file).archives.append((params.scope, archive))
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
         spec = self.param_spec or Params()
         return functools.partial(
@@ -290,7 +290,7 @@ class TorchReferenceAction(_TorchAction):
         self.deps.update([weights, *inputs])
         output_file.deps.add(self)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
         return functools.partial(
             write_torch_reference,

@@ -10,19 +10,19 @@ import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.actions import _devices
-from kiln.actions._params import parameters_arg
+from kiln.actions._module_run import ModuleRunAction, declare_run, importer
 from kiln.actions._reference import onnxruntime_version, write_reference
 from kiln.actions._tensors import TOLERANCE_DTYPES, normalize_shapes
 from kiln.actions._verifying import Check, run_check
-from kiln.actions.iree import CompileAction
-from kiln.actions.onnx import ImportOnnxAction
-from kiln.actions.torch_export import torch_exporter
 from kiln.errors import BuildDefinitionError
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
 from kiln.manifest import ManifestMeta
+
+if TYPE_CHECKING:
+    from kiln.actions.torch_export import TorchExportAction
 
 REFERENCES = ("onnxruntime", "torch")
 DEFAULT_OPSET = 17  # onnx_import's default: what a model is upgraded to for onnxruntime
@@ -55,9 +55,9 @@ class ReferenceAction(BuildAction):
         output_file.deps.add(self)
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return self._sandbox_thunk(lambda f: f.action_path)
+        return self.sandbox_thunk(lambda f: f.action_path)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The thunk with its files at ``path(file)`` (a remote sandbox's, or here)."""
         return functools.partial(
             write_reference,
@@ -96,15 +96,15 @@ def _reference_file(
         while f"{base}.onnxruntime{n or ''}.npz" in context.registry.all:
             n += 1
         output = context.allocate_file(f"{stem}.onnxruntime{n or ''}.npz")
-        importer = _importer(module)
-        opset = importer.opset_version if importer is not None else None
+        found = importer(module)
+        opset = found.opset_version if found is not None else None
         ReferenceAction(
             model=model,
             inputs=inputs,
             shapes=shapes,
             output_file=output,
             upgrade_to=opset or DEFAULT_OPSET,
-            data_files=importer.data_files if importer is not None else [],
+            data_files=found.data_files if found is not None else [],
             desc=f"Running {model.path} in onnxruntime",
             executor=context.executor,
         )
@@ -112,79 +112,38 @@ def _reference_file(
     return memo[key]
 
 
-def _importer(module: BuildFile) -> ImportOnnxAction | None:
-    compiles = [d for d in module.deps if isinstance(d, CompileAction)]
-    if not compiles:
-        return None
-    imports = [d for d in compiles[0].input_file.deps if isinstance(d, ImportOnnxAction)]
-    return imports[0] if imports else None
-
-
-def source_model(module: BuildFile) -> BuildFile | None:
-    """The ONNX model that ``module`` was compiled from (via onnx_import), if any."""
-    importer = _importer(module)
-    return importer.input_file if importer is not None else None
-
-
-def module_target(module: BuildFile) -> tuple[str, str]:
-    """(target name, runtime driver) of a module compiled in this build, else
-    ("", "local-task")."""
-    compiles = [d for d in module.deps if isinstance(d, CompileAction)]
-    if not compiles:
-        return "", "local-task"
-    return compiles[0].target.name, compiles[0].target.driver
-
-
-class VerifyAction(BuildAction):
+class VerifyAction(ModuleRunAction):
     """Runs a compiled module on inputs and compares with its references, in a
     worker. Its key holds every file it reads, the tolerances, the runtime's
     version and, for GPU drivers, the devices present."""
 
     # 3: dtypes of different kinds fail; NaN and inf are counted in the result.
     VERSION = 3
-    pool = _devices.MACHINE_POOL
+    SPEC = "check"
 
-    def __init__(
-        self,
-        *,
-        check: Check,
-        files: list[BuildFile],
-        output_file: BuildFile,
-        device: dict[str, Any],
-        **kwargs: Any,
-    ):
-        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+    def __init__(self, *, check: Check, **kwargs: Any):
         self.check = check
-        self.files = files
-        self.output_file = output_file
-        self.device = device
-        self.runtime = _devices.runtime_version()
-        self.deps.update(files)
-        output_file.deps.add(self)
+        super().__init__(**kwargs)
+        self.check = dataclasses.replace(check, loads=self.loads())
 
-    def params(self) -> dict[str, Any] | None:
-        out = super().params()
-        if out is not None:
-            c = self.check
-            out["check"] = {
-                "target": c.target,
-                "driver": c.driver,
-                "function": c.function,
-                "shapes": c.shapes,
-                "tolerances": c.tolerances,
-                "reference": bool(c.reference),
-                "inputs": [f.key for f in self.files[1 : 1 + len(c.inputs)]],
-                "expected": len(c.expected),
-                "scopes": [scope for scope, _ in c.parameters],
-                "reference_name": c.reference_name,
-                "signature": c.signature,
-            }
-        return out
+    def keyed_spec(self) -> dict[str, Any]:
+        c = self.check
+        return {
+            "target": c.target,
+            "driver": c.driver,
+            "function": c.function,
+            "shapes": c.shapes,
+            "tolerances": c.tolerances,
+            "reference": bool(c.reference),
+            "reference_name": c.reference_name,
+            "inputs": [f.key for f in self.files[1 : 1 + len(c.inputs)]],
+            "expected": len(c.expected),
+        }
 
     def _remotable_thunk(self) -> Callable[[], None]:
         return functools.partial(run_check, self.check)
 
-    def _sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The check with every path of its files replaced by ``path(file)``."""
         where = {f.action_path: path(f) for f in [*self.files, self.output_file]}
         c = self.check
@@ -200,8 +159,7 @@ class VerifyAction(BuildAction):
             inputs=[where.get(p, p) for p in c.inputs],
             expected=[where.get(p, p) for p in c.expected],
             reference=moved(c.reference),
-            parameters=[(scope, where.get(p, p)) for scope, p in c.parameters],
-            seed_file=moved(c.seed_file),
+            loads=self.loads(path),
         )
         return functools.partial(run_check, check)
 
@@ -272,15 +230,12 @@ def verify(
     module's parameter archives are loaded (those of its program, or ``parameters``:
     files, or ``(scope, file)`` pairs).
     """
-    context = BuildContext.current()
-    module_file = context.file(module)
-    model_file = context.file(model) if model is not None else source_model(module_file)
-    exporter = torch_exporter(module_file) if model is None else None
-    input_files = context.files(list(inputs)) if inputs else []
+    run = declare_run(module, inputs, model, driver, parameters, kind="verify")
+    context, module_file, model_file, input_files = run.context, run.module, run.model, run.inputs
+    exporter = run.exporter
     expected_files = context.files(list(expected)) if expected else []
     shape_map = normalize_shapes(shapes)
     where = f"verify of {module_file.path}"
-    archives = parameters_arg(context, module_file, parameters, where)
     _check_arguments(
         module_file, model_file, reference, input_files, expected_files, exporter is not None
     )
@@ -289,16 +244,13 @@ def verify(
         ref_file = exporter.reference(context, input_files, shape_map)
     elif reference and model_file is not None:
         ref_file = _reference_file(context, module_file, model_file, input_files, shape_map)
-    target, default_driver = module_target(module_file)
-    driver = driver or default_driver
     output = context.allocate_file(name)
-    label = model_file.path if model_file is not None else module_file.path
     check = Check(
         result_path=output.action_path,
         module=module_file.action_path,
-        label=label,
-        target=target or "its own target",
-        driver=driver,
+        label=_label(module_file, model_file, exporter),
+        target=run.target,
+        driver=run.driver,
         function=function,
         model=model_file.action_path if model_file is not None else None,
         inputs=[f.action_path for f in input_files],
@@ -307,29 +259,30 @@ def verify(
         expected=[f.action_path for f in expected_files],
         reference=ref_file.action_path if ref_file is not None else None,
         tolerances=_tolerances(where, rtol, atol, tolerances),
-        parameters=[(scope, f.action_path) for scope, f in archives],
         reference_name=reference or "onnxruntime",
-        signature=exporter.signature if exporter is not None and model_file is None else None,
-        seed_file=exporter.weights.action_path if exporter is not None else None,
     )
-    if exporter is not None:
-        label = exporter.output_file.path
-        check.label = label
     files = [module_file, *input_files, *expected_files]
     files += [f for f in (model_file, ref_file) if f is not None]
-    files += [f for _, f in archives]
-    if exporter is not None:
-        files.append(exporter.weights)
     action = VerifyAction(
         check=check,
         files=files,
         output_file=output,
-        device=_devices.device_key(driver, context.registry.get_context("")),
+        device=run.device_key(),
+        archives=run.archives,
+        exporter=exporter,
         desc=f"Verifying {module_file.path}",
         executor=context.executor,
     )
     ManifestMeta.get(module_file).verifications.append((action, output))
+    ManifestMeta.get(output).result_of = ("verification", action)
     return output
+
+
+def _label(module: BuildFile, model: BuildFile | None, exporter: TorchExportAction | None) -> str:
+    """What a check names in its messages: the model as the build names it."""
+    if model is not None:
+        return model.path
+    return exporter.output_file.path if exporter is not None else module.path
 
 
 def _check_arguments(

@@ -31,13 +31,12 @@ from kiln.cache.entry import (
 from kiln.cache.local import LocalCache
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.outputs import atomic_output, process_umask, read_regular
-from kiln.state import StatKey, stat_key
+from kiln.output_dir.ownership import read_regular
+from kiln.output_dir.writing import atomic_output, process_umask
+from kiln.state import Produced, stat_key
 
 if TYPE_CHECKING:  # imported only by a build that has a remote cache
     from kiln.cache.remote import RemoteCache
-
-Produced = dict[BuildFile, tuple[StatKey, str]]
 
 
 class _Miss(Exception):

@@ -10,7 +10,7 @@ Layout, format 1 (``kiln.cache.local`` says what the files hold)::
     v1/builds.log                    one JSON line per build
 
 The cache is shared by every project of a user, often by a team, so ``CacheDir``
-holds the trust model of the output directory (``kiln.outputs``) for it, by
+holds the trust model of the output directory (``kiln.output_dir``) for it, by
 construction: nothing else in kiln touches the cache directory by path.
 
 - **Ownership.** kiln uses a cache directory only when it is kiln's
@@ -43,8 +43,9 @@ from pathlib import Path
 from kiln.cache.entry import is_digest, is_entry_name
 from kiln.cache.ownership import FORMAT_DIR, cache_dir_state, claim_cache_dir
 from kiln.errors import ConfinementError, NotRegularFile, StateError
-from kiln.output_tree import OutputTree
-from kiln.outputs import file_kind, link_text, open_own_file, open_regular
+from kiln.output_dir.ownership import open_own_file, open_regular
+from kiln.output_dir.tree import OutputTree
+from kiln.output_dir.writing import file_kind, link_text
 
 __all__ = ["AREAS", "FORMAT_DIR", "CacheDir", "cache_dir_state", "claim_cache_dir"]
 

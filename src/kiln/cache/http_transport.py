@@ -7,6 +7,17 @@ deadline for the whole of it, connecting, the TLS handshake, headers and body
 (``kiln.cache.deadlines``: a server that drips a byte a second is cut at the
 deadline); what kiln reads of a reply is bounded (``Capped``, ``skim``). The URL
 is checked before anything is sent (``check_url``); it is shown only redacted.
+
+Why not urllib3: its ``Timeout(total=...)`` bounds the connect and each socket
+read, not the request. Measured with urllib3 2.8.0 against a server on
+127.0.0.1 that sends its headers and then one byte of a 40-byte body every
+0.25 s: ``PoolManager(timeout=Timeout(total=2.0), retries=False)`` returned the
+body after 10.06 s, five times its "total". A cache that must never hang a
+build needs the deadline on the whole request, which is what ``Deadlines`` does
+here over ``http.client`` (the same server is cut at the deadline:
+``tests/test_hostile_remote.py``); the rest (a pool of kept-alive connections,
+one retry on a stale one, basic auth from the URL) is small, and kiln takes no
+dependency for it.
 """
 
 from __future__ import annotations
@@ -20,10 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from kiln._redact import redact_url
 from kiln.cache.deadlines import Deadlines, Request
 from kiln.errors import NotRegularFile
-from kiln.outputs import open_regular
+from kiln.output_dir.ownership import open_regular
+from kiln.redact import redact_url
 
 _IDLE_CONNECTIONS = 64
 _CHUNK = 1 << 20

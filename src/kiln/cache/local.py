@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import time
@@ -35,8 +34,10 @@ from typing import IO, Any
 
 from kiln.cache.cache_dir import FORMAT_DIR, CacheDir
 from kiln.cache.entry import MAX_ENTRY_SIZE, key_name
+from kiln.digests import hash_fd, hash_stream
 from kiln.errors import ConfinementError
-from kiln.outputs import open_regular
+from kiln.output_dir.ownership import open_regular
+from kiln.output_dir.writing import written
 
 __all__ = ["FORMAT_DIR", "CacheUsage", "LocalCache", "copy_verified"]
 
@@ -65,17 +66,9 @@ def _reflink(src: IO[bytes], dst: IO[bytes]) -> bool:
 def _copy_hashing(fin: IO[bytes], fout: IO[bytes]) -> str:
     """Copy ``fin`` into ``fout`` (a reflink where the file system has them) and
     return the SHA-256 of what ``fout`` now holds (``fout`` open for reading too)."""
-    h = hashlib.sha256()
     if _reflink(fin, fout):
-        fd, offset = fout.fileno(), 0
-        while chunk := os.pread(fd, _CHUNK, offset):
-            h.update(chunk)
-            offset += len(chunk)
-        return h.hexdigest()
-    while chunk := fin.read(_CHUNK):
-        h.update(chunk)
-        fout.write(chunk)
-    return h.hexdigest()
+        return hash_fd(fout.fileno())
+    return hash_stream(fin.read, fout.write)
 
 
 def copy_verified(src: str | Path | int, dst: str | Path) -> str:
@@ -172,13 +165,11 @@ class LocalCache:
     def put_stream(self, digest: str, read: Callable[[int], bytes]) -> bool:
         """Store what ``read`` yields until it returns b'' as blob ``digest``; False
         (nothing stored) when those bytes have another digest."""
-        h = hashlib.sha256()
         target = self.dir.blob_file(digest)
-        with self._writing(target, expect=lambda: h.hexdigest() == digest) as f:
-            while chunk := read(_CHUNK):
-                h.update(chunk)
-                f.write(chunk)
-        return h.hexdigest() == digest
+        found: list[str] = []
+        with self._writing(target, expect=lambda: found == [digest]) as f:
+            found.append(hash_stream(read, f.write))
+        return found == [digest]
 
     @contextlib.contextmanager
     def _writing(
@@ -188,19 +179,19 @@ class LocalCache:
         and ``expect()`` holds, removed otherwise. A link or another kind of file in
         the way of ``target``'s directories is reported and nothing is stored."""
         fd, name = self.dir.new_tmp("w-")
-        committed = False
-        try:
-            with os.fdopen(fd, "wb") as f:
-                yield f
-            if expect():
-                try:
-                    self.dir.commit(name, target, mode)
-                    committed = True
-                except ConfinementError as e:
-                    self.dir.skip(target, str(e))
-        finally:
-            if not committed:
-                self.dir.discard(name)
+
+        def commit() -> bool:
+            if not expect():
+                return False
+            try:
+                self.dir.commit(name, target, mode)
+            except ConfinementError as e:
+                self.dir.skip(target, str(e))
+                return False
+            return True
+
+        with written(fd, "wb", commit, lambda: self.dir.discard(name)) as f:
+            yield f
 
     # -- size, eviction ------------------------------------------------------
 

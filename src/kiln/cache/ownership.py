@@ -18,15 +18,8 @@ import stat
 from pathlib import Path
 
 from kiln.errors import NotRegularFile, StateError, UsageError
-from kiln.outputs import (
-    KILN_DIR,
-    MARKER,
-    TMP_PREFIX,
-    atomic_write,
-    link_text,
-    own_dir_checked,
-    read_regular,
-)
+from kiln.output_dir.ownership import KILN_DIR, MARKER, own_dir_checked, read_regular
+from kiln.output_dir.writing import TMP_PREFIX, atomic_write, link_text
 
 FORMAT_DIR = "v1"
 FORMAT_NAME = "kiln-cache"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from kiln.cli.executor_options import open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
-from kiln.cli.targets import output_paths, resolve_targets
+from kiln.cli.requested import check_compile_targets, output_paths, resolve_targets
 from kiln.errors import UsageError
 from kiln.reporting import format_root_causes, format_success, format_summary
 from kiln.result import SchedulerOptions
@@ -70,7 +70,9 @@ def run(inv: Invocation) -> int:
     targets = resolve_targets(executor, inv.ns.targets)
     options = options_from(inv)
     skipped: list[str] = []
+    over_budget: list[str] = []
     plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
+    check_compile_targets(executor, plan.actions)
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
     remote = open_remote(inv.ns, executor.cache, executor.reporter.message)
@@ -85,7 +87,7 @@ def run(inv: Invocation) -> int:
             from kiln.manifest import skipped_checks, write_manifest
 
             write_manifest(executor, result)
-            skipped = skipped_checks(executor, result)
+            skipped, over_budget = skipped_checks(executor, result)
     reporter = executor.reporter
     if result.failed:
         reporter.message(format_root_causes(result, inv.ns.verbose))
@@ -99,6 +101,11 @@ def run(inv: Invocation) -> int:
         if len(skipped) > 10:
             shown.append(f"  ... and {len(skipped) - 10} more (see manifest.json)")
         reporter.message(f"{len(skipped)} check(s) skipped:\n" + "\n".join(shown))
+    if over_budget:
+        reporter.message(
+            f"{len(over_budget)} benchmark(s) over budget:\n"
+            + "\n".join(f"  {line}" for line in over_budget)
+        )
     if result.ok and not options.dry_run:
         reporter.message(format_success(result))
     reporter.message(format_summary(result))

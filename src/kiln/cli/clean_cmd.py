@@ -19,9 +19,11 @@ from typing import IO
 from kiln.cli.options import KilnArgumentParser, output_dir
 from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST, output_rel_path
 from kiln.lock import OutputLock
-from kiln.outputs import KILN_DIR, MARKER, is_temporary, output_dir_state, remove_quietly
-from kiln.prefilled import USER_FILES
-from kiln.state_snapshot import StateSnapshot
+from kiln.output_dir.ownership import KILN_DIR, MARKER, output_dir_state
+from kiln.output_dir.prefilled import USER_FILES
+from kiln.output_dir.writing import is_temporary, remove_quietly
+from kiln.state.snapshot import StateSnapshot
+from kiln.trace import is_kept_events
 
 _SHOWN = 5
 
@@ -143,6 +145,7 @@ class _Remover:
             ours = (
                 name.startswith("state.db")
                 or name in _LAST_BUILD
+                or is_kept_events(name)
                 or (name in (MARKER, "lock", USER_FILES) and not keep_marker)
             )
             if ours and not entry.is_dir(follow_symlinks=False):

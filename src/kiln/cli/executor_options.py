@@ -15,7 +15,7 @@ from kiln.remote_exec.spec import parse_executor
 
 if TYPE_CHECKING:  # imported when a build runs on a cluster, not on every build
     from kiln.cache import BuildCache
-    from kiln.remote_exec.runner import RemoteRunner
+    from kiln.remote_exec.offload import ClusterOffload
 
 
 def add_executor_options(p: argparse.ArgumentParser) -> None:
@@ -40,7 +40,7 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
 @contextlib.contextmanager
 def open_remote(
     ns: argparse.Namespace, cache: BuildCache | None, warn: Callable[[str], None]
-) -> Iterator[RemoteRunner | None]:
+) -> Iterator[ClusterOffload | None]:
     """The cluster a build with options ``ns`` runs on (None: this machine), closed
     (and, for ``dask-local``, shut down) when the build ends."""
     text = getattr(ns, "executor", None) or os.environ.get("KILN_EXECUTOR") or "local"
@@ -58,13 +58,13 @@ def open_remote(
             f"--executor {text} needs uploads to the remote cache: drop --remote-cache-upload no"
         )
     from kiln.remote_exec.dask_executor import DaskExecutor
-    from kiln.remote_exec.runner import RemoteRunner
+    from kiln.remote_exec.offload import ClusterOffload
 
     executor = DaskExecutor(
         spec, cache.remote.url, connect_timeout_s=getattr(ns, "executor_timeout", 10.0)
     )
     try:
         warn(f"kiln: {executor.describe()}")
-        yield RemoteRunner(executor, cache, warn)
+        yield ClusterOffload(executor, cache, warn)
     finally:
         executor.close()

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from kiln.cli.build_cmd import options_from
 from kiln.cli.invocation import Invocation
-from kiln.cli.targets import resolve_targets
+from kiln.cli.requested import check_compile_targets, resolve_targets
 
 
 def run(inv: Invocation) -> int:
     executor = inv.executor
     targets = resolve_targets(executor, inv.ns.targets)
-    result = executor.run(targets, options_from(inv, dry_run=True))
+    plan = executor.checked_plan(targets)
+    check_compile_targets(executor, plan.actions)
+    result = executor.run(targets, options_from(inv, dry_run=True), plan)
     for action, reason in result.would_run:
         print(f"{action}: {reason}", file=inv.stdout)
     if inv.ns.verbose:

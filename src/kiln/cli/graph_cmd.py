@@ -1,11 +1,16 @@
-"""``kiln graph``: the targets' graph in Graphviz dot format on stdout."""
+"""``kiln graph``: the targets' graph in Graphviz dot format on stdout.
+
+kiln writes the text itself; rendering it takes Graphviz's ``dot`` (``kiln graph
+m.py | dot -Tsvg > graph.svg``), which kiln names on stderr when it is missing.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 from kiln.cli.invocation import Invocation
-from kiln.cli.targets import resolve_targets
+from kiln.cli.requested import resolve_targets
 from kiln.graph import BuildAction
 from kiln.plan import node_name
 
@@ -23,4 +28,11 @@ def run(inv: Invocation) -> int:
             lines.append(f"  {ids[dep]} -> {nid};")
     lines.append("}")
     print("\n".join(lines), file=inv.stdout)
+    if shutil.which("dot") is None:
+        print(
+            "kiln: note: this is Graphviz dot text; Graphviz's dot, which draws it "
+            "(kiln graph ... | dot -Tsvg > graph.svg), is not installed here "
+            "(apt-get install graphviz, brew install graphviz)",
+            file=inv.stderr,
+        )
     return 0

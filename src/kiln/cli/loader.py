@@ -16,9 +16,9 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import TypeVar
 
-from kiln._iree_shim import activated as iree_build_shim
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, BuildInterrupted, UsageError
+from kiln.iree_shim import activated as iree_build_shim
 from kiln.modnames import build_module_name, is_build_module_name
 
 _T = TypeVar("_T")
@@ -32,7 +32,7 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
     A module loaded by path is registered for pickling by value, so the thunks
     of its process actions reach worker processes that cannot import it. While it
     loads, its ``iree.build`` imports (and its libraries') give kiln's compatible
-    API (``kiln._iree_shim``), unless ``KILN_NO_IREE_BUILD_SHIM`` is set.
+    API (``kiln.iree_shim``), unless ``KILN_NO_IREE_BUILD_SHIM`` is set.
     """
     with iree_build_shim():
         return _load(os.fspath(spec), as_module)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import difflib
 import gc
 import importlib
 import io
@@ -23,26 +24,25 @@ from collections.abc import Iterator
 from types import MappingProxyType, ModuleType
 from typing import IO, cast
 
-from kiln._iree_shim import activated as iree_build_shim
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import user_line
-from kiln.cli.options import parser_streams
+from kiln.cli.options import COMMAND_HELP, parser_streams
 from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError
+from kiln.iree_shim import activated as iree_build_shim
 from kiln.terminal import TerminalStream, printable
 
-USAGE = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
-       kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]
+USAGE_LINES = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
+       kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]"""
 
-commands:
-  build     build the targets (default: every entrypoint)
-  list      list the entrypoints (--all: every file and action)
-  explain   say which actions would run and why, running nothing
-  graph     print the build graph in Graphviz dot format
-  clean     remove the output directory's build products and state
-  report    write an HTML report of the last build (no module needed)
-  cache     stats|gc|clear of the shared cache (kiln cache --help)
 
-Run 'kiln COMMAND MODULE --help' for the options of a command and module."""
+def usage() -> str:
+    """``kiln --help``: the two forms of the command line and the commands."""
+    commands = "\n".join(f"  {name:<9} {text}" for name, text in COMMAND_HELP.items())
+    return (
+        f"{USAGE_LINES}\n\ncommands:\n{commands}\n\n"
+        "Run 'kiln COMMAND --help' for a command's options, and 'kiln COMMAND MODULE.py "
+        "--help' for those of a build module too."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +127,7 @@ def run_cli(
     err = cast(IO[str], TerminalStream(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
     # While kiln runs, the build module's (and its libraries') ``import iree.build``
-    # gives kiln's compatible API (``kiln._iree_shim``), unless turned off.
+    # gives kiln's compatible API (``kiln.iree_shim``), unless turned off.
     shim = False if "--no-iree-build-shim" in argv else None
     try:
         with _signals_interrupt(out, err), parser_streams(out, err), iree_build_shim(shim):
@@ -194,23 +194,27 @@ def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[
     command, rest = _split_command(argv, module is not None)
     if command is None:
         if argv and argv[0] in ("-h", "--help"):
-            print(USAGE, file=out)
+            print(usage(), file=out)
             return 0
         if argv and not argv[0].startswith("-"):
+            close = difflib.get_close_matches(argv[0], COMMAND_HELP, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'? " if close else ""
             print(
-                f"kiln: unknown command '{argv[0]}' (a build module is FILE.py, "
+                f"kiln: unknown command '{argv[0]}' ({hint}a build module is FILE.py, "
                 f"or -m {argv[0]} for one on the Python path)",
                 file=err,
             )
-        print(USAGE, file=err)
+        print(usage(), file=err)
         return 2
     commands = importlib.import_module(f"kiln.cli.{command}_cmd")
     if command in ("clean", "report", "cache"):  # no build module needed
-        return commands.run(rest, out, err)
+        code: int = commands.run(rest, out, err)
+        return code
     from kiln.cli.session import open_session
 
     with open_session(command, rest, module, out, err) as inv, argument_namespace_context(inv.args):
-        return commands.run(inv)
+        status: int = commands.run(inv)
+        return status
 
 
 def _split_command(argv: list[str], in_module: bool) -> tuple[str | None, list[str]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import contextvars
+import difflib
 import os
 import sys
 from collections.abc import Iterator
@@ -21,14 +22,26 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any
 
-from kiln._iree_shim import NO_SHIM_ENV
 from kiln.args import ClArg, check_cl_args
 from kiln.cli.cache_options import add_cache_options
 from kiln.cli.executor_options import add_executor_options
+from kiln.compile_targets import target_name
 from kiln.errors import BuildDefinitionError, HelpShown, UsageError
-from kiln.targets import target_name
+from kiln.iree_shim import NO_SHIM_ENV
 
-COMMANDS = ("build", "list", "explain", "clean", "graph", "report", "cache")
+# Each command and what it does, as ``kiln --help`` lists them.
+COMMAND_HELP = MappingProxyType(
+    {
+        "build": "build the targets (default: every entrypoint)",
+        "list": "list the entrypoints (--all: every file and action)",
+        "explain": "say which actions would run and why, running nothing",
+        "graph": "print the build graph as Graphviz dot text (render it with dot -Tsvg)",
+        "clean": "remove the output directory's build products and state",
+        "report": "write an HTML report of the last builds (no module needed)",
+        "cache": "stats|gc|clear of the shared cache (kiln cache --help)",
+    }
+)
+COMMANDS = tuple(COMMAND_HELP)
 # The options iree.build's command line has itself: a build module cannot declare
 # them under iree.build either, so kiln keeps them.
 IREE_BUILD_OPTIONS = MappingProxyType(
@@ -79,7 +92,24 @@ class KilnArgumentParser(argparse.ArgumentParser):
     SystemExit is known to come from the user's code."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(f"{self.prog}: {message}{self._suggestion(message)}")
+
+    def _suggestion(self, message: str) -> str:
+        """For options argparse did not recognise, the closest ones this parser
+        has (``--jbos`` -> ``--jobs``), as target names are suggested."""
+        head, sep, rest = message.partition("unrecognized arguments: ")
+        if not sep or head:
+            return ""
+        known = [s for s in self._option_string_actions if s.startswith("--")]
+        hints = []
+        for word in rest.split():
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("-") or flag == "-":
+                continue
+            close = difflib.get_close_matches(flag, known, n=3, cutoff=0.6)
+            if close:
+                hints.append(f"{flag}: did you mean {' or '.join(close)}?")
+        return f" ({'; '.join(hints)})" if hints else ""
 
     def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
         if message:
@@ -135,6 +165,17 @@ def target_spec(text: str) -> str:
     except UsageError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def seconds_or_off(text: str) -> float:
+    """A number of seconds, 0 for off."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive number, got {text}")
+    return value
 
 
 def pool_limit(text: str) -> tuple[str, int]:
@@ -216,6 +257,14 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             "outputs byte for byte; what differs is listed, exits 1 and is never shared",
         )
         p.add_argument("--explain", action="store_true", help="say why each action runs")
+        p.add_argument(
+            "--heartbeat",
+            type=seconds_or_off,
+            default=30.0,
+            metavar="SECONDS",
+            help="plain output: a line for each action still running, every SECONDS of "
+            "its run (default: 30; 0: none)",
+        )
         p.add_argument(
             "--no-wait",
             action="store_true",

@@ -1,19 +1,28 @@
-"""``kiln report [--output-dir DIR] [-o FILE]``: an HTML page of the last build.
+"""``kiln report [--output-dir DIR] [-o FILE] [--build N | --list]``: an HTML page of
+the last build, or of one of the builds before it that ``.kiln/`` keeps.
 
 Reads what the last build kept in ``DIR/.kiln/`` and ``DIR/manifest.json``;
-needs no build module. Prints the page's path on stdout.
+needs no build module. Prints the page's path on stdout. A page written inside
+the output directory is recorded in its state as kiln's (``kiln clean`` removes
+it, as it removes what builds wrote); one written elsewhere is the user's.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import os
 from pathlib import Path
 from typing import IO
 
 from kiln.cli.options import KilnArgumentParser
-from kiln.errors import UsageError
-from kiln.outputs import atomic_output
-from kiln.report_data import load_report
+from kiln.errors import StateError, UsageError
+from kiln.output_dir.ownership import output_dir_state
+from kiln.output_dir.writing import atomic_output
+from kiln.report_data import kept_builds, load_report
 from kiln.report_html import render
+from kiln.terminal import printable
+from kiln.trace import KEPT_BUILDS
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
@@ -31,19 +40,92 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
         type=Path,
         default=None,
         metavar="FILE",
-        help="where to write the page (default: OUTPUT_DIR/report.html)",
+        help="where to write the page (default: OUTPUT_DIR/report.html; with --build N, "
+        "OUTPUT_DIR/report-N.html)",
+    )
+    parser.add_argument(
+        "--build",
+        type=build_number,
+        default=0,
+        metavar="N",
+        help=f"the build N builds before the last (kiln keeps the last {KEPT_BUILDS}; "
+        "default 0: the last)",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the kept builds on stdout; write no page"
     )
     ns = parser.parse_args(argv)
-    report = load_report(ns.output_dir)
-    target: Path = ns.output if ns.output is not None else ns.output_dir / "report.html"
+    if ns.list:
+        return _list(ns.output_dir, out)
+    report = load_report(ns.output_dir, ns.build)
+    default = "report.html" if not ns.build else f"report-{ns.build}.html"
+    target: Path = ns.output if ns.output is not None else ns.output_dir / default
     if not target.parent.is_dir():
         raise UsageError(f"-o {target}: no directory {target.parent} to write it in")
     page = render(report, ns.output_dir.absolute())
+    _claim(ns.output_dir.absolute(), target.absolute(), err)
     try:
         with atomic_output(target) as tmp:
             tmp.write_text(page, encoding="utf-8")
     except OSError as e:
         raise UsageError(f"-o {target}: cannot write it: {e.strerror}") from e
     print(target, file=out)
-    print(f"kiln: report of the last build in {ns.output_dir} written to {target}", file=err)
+    which = "the last build" if not ns.build else f"build {ns.build} before the last"
+    print(f"kiln: report of {which} in {ns.output_dir} written to {target}", file=err)
     return 0
+
+
+def build_number(text: str) -> int:
+    """A ``--build`` value: how many builds before the last, 0 for the last."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < KEPT_BUILDS:
+        raise argparse.ArgumentTypeError(
+            f"kiln keeps the last {KEPT_BUILDS} builds: give 0 (the last) to {KEPT_BUILDS - 1}"
+        )
+    return value
+
+
+def _list(output_dir: Path, out: IO[str]) -> int:
+    """``--list``: one line per kept build, newest first."""
+    kept = kept_builds(output_dir)
+    if not kept:
+        raise StateError(f"no build recorded in {output_dir}; run 'kiln build' first")
+    for k in kept:
+        status = "incomplete" if k.ok is None else ("ok" if k.ok else "failed")
+        status = "interrupted" if k.interrupted else status
+        when = datetime.datetime.fromtimestamp(k.started).astimezone()
+        counts = ", ".join(f"{v} {name.replace('_', ' ')}" for name, v in k.counts.items() if v)
+        wall = f"{k.wall_s:.2f}s" if k.wall_s is not None else "?"
+        print(
+            printable(
+                f"{k.n}\t{when.strftime('%Y-%m-%d %H:%M:%S')}\t{status}\t{wall}\t{counts or '-'}"
+            ),
+            file=out,
+        )
+    return 0
+
+
+def _claim(root: Path, target: Path, err: IO[str]) -> None:
+    """Record ``target`` as kiln's in ``root``'s state when it lies inside ``root``
+    (before writing it: a report killed half-way is kiln's to clean up too)."""
+    rel = os.path.relpath(target, root)
+    if rel == ".." or rel.startswith(".." + os.sep):
+        return
+    from kiln.state import StateStore
+
+    try:
+        if output_dir_state(root) != "kiln":
+            return
+    except (UsageError, StateError):
+        return
+    try:
+        store = StateStore(root, warn=lambda m: print(m, file=err))
+        try:
+            store.claim_outputs([rel.replace(os.sep, "/")])
+        finally:
+            store.close()
+    except StateError as e:
+        print(f"kiln: warning: {e}; kiln clean will keep {target}", file=err)

@@ -18,11 +18,18 @@ from kiln.args import argument_namespace_context
 from kiln.cli.cache_options import open_cache
 from kiln.cli.invocation import Invocation
 from kiln.cli.loader import collect_entrypoints, guarded, loaded_for_command
-from kiln.cli.options import add_cl_args, check_report_file, command_parser, module_values
+from kiln.cli.options import (
+    COMMAND_HELP,
+    add_cl_args,
+    check_report_file,
+    command_parser,
+    module_values,
+)
 from kiln.entrypoints import Entrypoint
-from kiln.errors import BuildDefinitionError, UsageError
+from kiln.errors import BuildDefinitionError, HelpShown, UsageError
 from kiln.executor import Executor
-from kiln.reporting import PlainReporter, ProgressReporter
+from kiln.progress import ProgressReporter
+from kiln.reporting import PlainReporter
 
 
 @contextlib.contextmanager
@@ -149,7 +156,7 @@ def _check_requested(
 def _module_first(argv: list[str]) -> list[str]:
     """``argv`` with the build module (``FILE.py``, or ``-m NAME``) moved to the front
     when options come before it (``kiln list --all FILE.py``)."""
-    if not argv or not argv[0].startswith("-") or argv[0] in ("-m", "-h", "--help"):
+    if not argv or not argv[0].startswith("-") or argv[0] == "-m":
         return argv
     for i, word in enumerate(argv):
         if word == "-m" and i + 1 < len(argv):
@@ -163,10 +170,14 @@ def _load_from_argv(
     command: str, argv: list[str], stack: contextlib.ExitStack
 ) -> tuple[ModuleType, list[str], str]:
     argv = _module_first(argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv and argv[0].startswith("-") and argv[0] != "-m":  # options, no module
+        if "-h" in argv or "--help" in argv:
+            _help_without_module(command)
+        argv = []
+    if not argv:
         raise UsageError(
             f"kiln {command}: give the build module: kiln {command} MODULE.py "
-            f"or kiln {command} -m package.module"
+            f"or kiln {command} -m package.module (kiln {command} --help lists the options)"
         )
     if argv[0] == "-m":
         if len(argv) < 2:
@@ -174,6 +185,19 @@ def _load_from_argv(
         module = stack.enter_context(loaded_for_command(argv[1], as_module=True))
         return module, argv[2:], f"kiln {command} -m {argv[1]}"
     return stack.enter_context(loaded_for_command(argv[0])), argv[1:], f"kiln {command} {argv[0]}"
+
+
+def _help_without_module(command: str) -> None:
+    """``kiln COMMAND --help`` before any module: kiln's own options of the command
+    (a module's ``cl_arg`` options are listed with ``kiln COMMAND MODULE.py --help``)."""
+    parser = command_parser(
+        command,
+        f"kiln {command} MODULE.py|-m MODULE",
+        f"{COMMAND_HELP.get(command, '')}. The build module's own options (its "
+        f"entrypoints' cl_args) are listed by 'kiln {command} MODULE.py --help'.",
+    )
+    parser.print_help()
+    raise HelpShown(0)
 
 
 def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
@@ -190,4 +214,4 @@ def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
 
         threshold = getattr(ns, "test_long_display_time_threshold", 5.0)
         return RichReporter(err, verbose=verbose, long_threshold_s=threshold, force_terminal=True)
-    return PlainReporter(err, verbose=verbose)
+    return PlainReporter(err, verbose=verbose, heartbeat_s=getattr(ns, "heartbeat", 30.0))

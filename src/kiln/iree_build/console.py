@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import IO
 
-from kiln.reporting import PlainReporter, ProgressReporter
+from kiln.progress import ProgressReporter
+from kiln.reporting import PlainReporter
 
 __all__ = ["ConsoleProgressReporter"]
 

@@ -10,8 +10,8 @@ puts the outputs into the CAS and returns their digests
 (``kiln.remote_exec.dask_executor``).
 
 An action is remotable when it can say where its files are in a sandbox:
-``CommandAction`` through ``_sandbox_command``, the built-in process actions
-through ``_sandbox_thunk(path)``; any other action runs locally.
+``CommandAction`` through ``sandbox_command``, the built-in process actions
+through ``sandbox_thunk(path)``; any other action runs locally.
 """
 
 from __future__ import annotations

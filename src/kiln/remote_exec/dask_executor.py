@@ -28,14 +28,14 @@ from typing import Any
 
 import cloudpickle
 
-from kiln._iree_shim import active as iree_build_shim_active
-from kiln.errors import ActionFailed, UsageError
+from kiln.errors import ActionFailed, SandboxFailure, UsageError
 from kiln.graph import BuildAction, BuildFile
+from kiln.iree_shim import active as iree_build_shim_active
 from kiln.remote_exec.batching import Batcher, Slot
 from kiln.remote_exec.probe import probe
 from kiln.remote_exec.spec import ExecutorSpec
-from kiln.remote_exec.task import RemoteResult, RemoteTask, _SandboxFailure, warm_template
-from kiln.sandbox import sandbox_paths
+from kiln.remote_exec.task import RemoteResult, RemoteTask, warm_template
+from kiln.sandbox import sandbox_command, sandbox_paths, sandbox_thunk
 
 RETRIES = 2
 _CONNECT_TIMEOUT_S = 10.0
@@ -173,11 +173,12 @@ class DaskExecutor:
             executable=tuple(paths[f] for f in inputs if os.access(f.fs_str, os.X_OK)),
             iree_build_shim=iree_build_shim_active(),
         )
-        command = getattr(action, "_sandbox_command", None)
-        if callable(command):
-            argv, _ = command()
-            return RemoteTask(command=tuple(argv), **common)  # type: ignore[arg-type]
-        thunk = action._sandbox_thunk(paths.__getitem__)  # type: ignore[attr-defined]
+        command = sandbox_command(action)
+        if command is not None:
+            return RemoteTask(command=tuple(command[0]), **common)  # type: ignore[arg-type]
+        thunk = sandbox_thunk(action, paths.__getitem__)
+        if thunk is None:
+            raise ActionFailed(f"'{action.desc}' is not remotable: it makes no sandbox thunk")
         return RemoteTask(thunk=cloudpickle.dumps(thunk), **common)  # type: ignore[arg-type]
 
     def _result(self, action: BuildAction, slot: Slot) -> RemoteResult:
@@ -195,7 +196,7 @@ class DaskExecutor:
                 f"'{action.desc}': every Dask worker that ran it died ({e.allowed_failures + 1} "
                 f"tries); the last was {e.last_worker.address}"
             ) from None
-        except _SandboxFailure as e:
+        except SandboxFailure as e:
             raise ActionFailed(f"'{action.desc}': {e} (after {RETRIES + 1} tries)") from None
         except Exception as e:  # noqa: BLE001 - the connection, not the action, failed
             if _connection_lost(e) or self.client.status not in ("running", "connecting"):
@@ -292,7 +293,7 @@ def _connect(client: Callable[..., Any], address: str, timeout_s: float) -> Any:
 def _connection_lost(error: BaseException) -> bool:
     """Whether ``error`` says the client lost its scheduler (kiln cancels futures
     only when the build stops, and then no longer waits for them)."""
-    from distributed.utils import CancelledError
+    from concurrent.futures import CancelledError  # what distributed.utils raises
 
     return isinstance(error, CancelledError | OSError | TimeoutError)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kiln._redact import redact_url
 from kiln.errors import UsageError
+from kiln.redact import redact_url
 from kiln.terminal import printable
 
 _ADDRESS = re.compile(r"^dask://(?P<host>[^:/\s]+):(?P<port>\d{1,5})/?$")

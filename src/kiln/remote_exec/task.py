@@ -9,7 +9,7 @@ remote CAS and returns their digests (a small output's bytes too, so that kiln
 need not fetch it back). The sandbox is removed afterwards.
 
 A command runs as a child process. A thunk runs in a worker forked from kiln's
-clean, pre-imported template (``kiln.runners.ProcessPool``), as it would on
+clean, pre-imported template (``kiln.process.pool.ProcessPool``), as it would on
 kiln's machine, instead of a fresh interpreter importing kiln's tools each time.
 What a Dask worker process keeps between tasks (``_WorkerState``): its CAS
 client with its kept-alive connections, one per build.
@@ -26,7 +26,6 @@ import multiprocessing
 import os
 import select
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
@@ -37,21 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from kiln._iree_shim import activated as iree_build_shim
 from kiln.action_env import ActionEnvironment
 from kiln.cache.local import LocalCache
 from kiln.cache.remote import SMALL_BLOB, RemoteCache
-from kiln.state import hash_file
+from kiln.digests import hash_file
+from kiln.errors import SandboxFailure
+from kiln.iree_shim import activated as iree_build_shim
+from kiln.process.groups import kill_group, pidfd
 
 if TYPE_CHECKING:  # imported when a thunk first runs
-    from kiln.runners import ProcessPool
+    from kiln.process.pool import ProcessPool
 
 _TAIL_BYTES = 4000
 _POLL_S = 0.1
-
-
-class _SandboxFailure(Exception):
-    """The sandbox could not be prepared or the outputs not stored (Dask retries it)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ class RemoteTask:
     timeout: float | None = None
     env: tuple[tuple[str, str], ...] = ()  # the declared variables (``kiln.action_env``)
     executable: tuple[str, ...] = ()  # the inputs that are programs: made executable
-    # Whether the thunk's ``iree.build`` imports resolve to kiln (``kiln._iree_shim``),
+    # Whether the thunk's ``iree.build`` imports resolve to kiln (``kiln.iree_shim``),
     # as in the kiln that sent it.
     iree_build_shim: bool = False
 
@@ -94,7 +91,7 @@ def inside(root: Path, rel: str) -> Path:
     """``rel`` under ``root``; a path that would leave it is refused."""
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or not p.parts:
-        raise _SandboxFailure(f"refusing sandbox path {rel!r}")
+        raise SandboxFailure(f"refusing sandbox path {rel!r}")
     return root.joinpath(*p.parts)
 
 
@@ -116,7 +113,7 @@ class _WorkerState:
         """This worker process's pool of fresh processes for the declared variables
         ``env``, forked from one template that lives as long as the Dask worker
         (each thunk still gets a new process, in its own sandbox directory)."""
-        from kiln.runners import ProcessPool
+        from kiln.process.pool import ProcessPool
 
         with self.lock:
             pool = self._pools.get(env)
@@ -174,7 +171,7 @@ def run_task(task: RemoteTask) -> RemoteResult:
             return RemoteResult(worker.address, str(sandbox), error=str(e))
         if remote.disabled or not remote.uploads:
             why = "; ".join(state.warnings) or "uploads refused"
-            raise _SandboxFailure(
+            raise SandboxFailure(
                 f"cannot store the outputs of '{task.desc}' in the remote cache: {why}"
             )
         return RemoteResult(worker.address, str(sandbox), outputs=outputs, inline=inline)
@@ -186,14 +183,14 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: Remo
     for rel, digest in task.inputs:
         dest = inside(sandbox, rel)
         if not cas.has_blob(digest) and not remote.fetch_blob(digest, cas):
-            raise _SandboxFailure(
+            raise SandboxFailure(
                 f"input {rel} of '{task.desc}' (sha256 {digest}) is not in "
                 f"the remote cache {remote.shown}"
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
         if cas.copy_blob(digest, dest) != digest:
             cas.remove_blob(digest)
-            raise _SandboxFailure(
+            raise SandboxFailure(
                 f"input {rel} of '{task.desc}': the worker's cached copy was damaged; removed it"
             )
         os.chmod(dest, 0o755 if rel in task.executable else 0o644)
@@ -237,12 +234,12 @@ def _wait(
     task is cancelled (the build was interrupted), and say which. The wait sleeps
     on a pidfd, so that the end of the command is seen at once."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pidfd = _pidfd(proc.pid)
+    fd = pidfd(proc.pid)
     try:
         while True:
             left = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
-            if pidfd is not None:
-                select.select([pidfd], [], [], max(0.0, left))
+            if fd is not None:
+                select.select([fd], [], [], max(0.0, left))
                 ended = proc.poll() is not None
             else:
                 try:
@@ -254,22 +251,14 @@ def _wait(
                 return None
             late = deadline is not None and time.monotonic() > deadline
             if late or cancelled():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                kill_group(proc.pid)
                 proc.wait()
                 if late:
                     return f"ran past its timeout of {timeout:g} s and was killed"
                 return "cancelled: the build stopped"
     finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfds here: poll instead
-        return None
+        if fd is not None:
+            os.close(fd)
 
 
 def _run_thunk(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
@@ -374,5 +363,5 @@ def _store_outputs(
     return outputs, inline
 
 
-class _Missing(_SandboxFailure):
+class _Missing(SandboxFailure):
     """The action ran but its output is not there."""

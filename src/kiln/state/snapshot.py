@@ -15,15 +15,18 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from kiln._statecheck import Untrusted, check_kiln_database, is_corruption
-from kiln.errors import NotRegularFile, StateError
-from kiln.outputs import KILN_DIR, check_own_file, open_regular, output_dir_state
-from kiln.state import _META, _NONREPRODUCIBLE, _SCHEMA, _WRITTEN, SCHEMA_VERSION, StateStore
+from kiln.errors import NotRegularFile, StateError, Untrusted
+from kiln.output_dir.ownership import KILN_DIR, check_own_file, open_regular, output_dir_state
+from kiln.state.database import StateDatabase, add_later_tables
+from kiln.state.integrity import check_kiln_database, is_corruption
+from kiln.state.schema import META, SCHEMA_VERSION, TABLES
+from kiln.state.store import StateStore
 
 
 def _empty() -> sqlite3.Connection:
     db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    db.executescript(f"BEGIN;{_SCHEMA}{_WRITTEN}{_NONREPRODUCIBLE}{_META};COMMIT;")
+    db.executescript(f"BEGIN;{TABLES}{META};COMMIT;")
+    add_later_tables(db, set())
     return db
 
 
@@ -37,14 +40,14 @@ def _copy_regular(source: str, dest: str) -> bool:
     return True
 
 
-class StateSnapshot(StateStore):
-    """The state of an output directory, read into memory; writes stay in memory.
+class SnapshotDatabase(StateDatabase):
+    """A copy of the state database in memory.
 
     Invariant: nothing under the output directory is created, changed or removed.
     A missing state reads as empty; an unreadable one as empty, with a warning.
     """
 
-    def _open(self) -> sqlite3.Connection:
+    def open(self) -> sqlite3.Connection:
         if output_dir_state(self.output_dir) != "kiln" or not (self.output_dir / KILN_DIR).is_dir():
             return _empty()
         for suffix in ("", "-wal", "-shm"):
@@ -66,22 +69,28 @@ class StateSnapshot(StateStore):
                 finally:
                     disk.close()
             except (sqlite3.Error, Untrusted, NotRegularFile, OSError) as e:
-                return self._replace_corrupt(e)
-        memory.execute(_WRITTEN)
-        memory.execute(_NONREPRODUCIBLE)
+                return self.replace_corrupt(e)
+        add_later_tables(memory, tables)
         return memory
 
-    def _replace_corrupt(
+    def replace_corrupt(
         self, error: BaseException, old: sqlite3.Connection | None = None
     ) -> sqlite3.Connection:
         """Trust nothing, change nothing: the next build moves the database aside."""
         if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):
             raise StateError(f"cannot read the build state {self.path}: {error}") from error
         if isinstance(error, sqlite3.Error) and not is_corruption(error):
-            raise self._unusable(error) from error  # a full disk, I/O: not damage
+            raise self.unusable(error) from error  # a full disk, I/O: not damage
         reason = " ".join(str(error).split())
-        self._warn(
+        self.warn(
             f"warning: build state {self.path} is unreadable ({reason}); treating every "
             "action as never built (the next build moves it aside to state.db.corrupt-*)"
         )
         return _empty()
+
+
+class StateSnapshot(StateStore):
+    """The state of an output directory, read into memory (``SnapshotDatabase``);
+    writes stay in memory."""
+
+    database_class = SnapshotDatabase

@@ -1,21 +1,15 @@
-"""Where actions run: worker threads, worker processes, or in-line.
-
-``ThreadWorkers`` starts daemon threads as actions arrive, at most ``-j`` of
-them; each runs one action at a time. A PROCESS action's thread hands the
-action's thunk to a ``ProcessPool`` and waits. Each PROCESS action runs in a
-worker of its own, forked from a clean template process (``kiln._template``), so
-no action sees what an earlier one did to its process (environment, working
+"""Worker processes for PROCESS actions: a ``ProcessPool`` runs each thunk in a
+worker of its own, forked from a clean template process (``kiln.process.template``),
+so no action sees what an earlier one did to its process (environment, working
 directory, module globals, monkey-patches), and when a worker dies only its
-action fails.
+action fails. The thread that runs the action hands its thunk to the pool and
+waits.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import os
 import pickle
-import queue
 import select
 import signal
 import socket
@@ -25,10 +19,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kiln._iree_shim import active as iree_build_shim_active
-from kiln._template import Template, _TemplateGone, modules_for
-from kiln._worker import CHUNK, PAYLOAD, REPLY, send_framed
-from kiln.errors import ActionFailed, ActionTimeout, RemoteError, WorkerCrashed
+from kiln.errors import ActionFailed, ActionTimeout, RemoteError, TemplateGone, WorkerCrashed
+from kiln.iree_shim import active as iree_build_shim_active
+from kiln.process.template import Template, modules_for
+from kiln.process.worker import CHUNK, PAYLOAD, REPLY, Frames, send_framed
 
 _GONE_WAIT_S = 5.0  # for the template to report a killed worker gone
 
@@ -44,16 +38,10 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    """Signal the process group led by ``pid`` (a worker and its children)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
 class ProcessPool:
     """One fresh worker process per thunk, forked from a clean template.
 
-    Invariants: at most one template process (``kiln._template``) serves the
+    Invariants: at most one template process (``kiln.process.template``) serves the
     pool at a time; a new one replaces it if it died. When ``run`` returns, the
     kill of its worker's process group has been asked for (after a reply the
     worker is exiting anyway); when it raises, the worker is gone. Every worker
@@ -116,7 +104,7 @@ class ProcessPool:
                 template = self._template
             try:
                 return (template, *template.fork(modules))
-            except _TemplateGone:
+            except TemplateGone:
                 continue
         raise ActionFailed("kiln's worker template process keeps dying")
 
@@ -138,7 +126,7 @@ class _Awaited:
         self._template = template
         self._ident = ident
         self._sock = sock
-        self._pieces: list[bytes] = []
+        self._reply = Frames(REPLY)
         self.reply: tuple[Any, ...] | None = None
         self.ended: tuple[int | None, str] | None = None
         self.eof = False
@@ -191,10 +179,10 @@ class _Awaited:
             if tag == b"E":
                 self.ended = pickle.loads(message[1:])
                 return True
-            if tag in (REPLY, REPLY.lower()) and self.reply is None:
-                self._pieces.append(message[1:])
-                if tag == REPLY.lower():
-                    self.reply = pickle.loads(b"".join(self._pieces))
+            if self.reply is None and self._reply.takes(message):
+                whole = self._reply.add(message)
+                if whole is not None:
+                    self.reply = pickle.loads(whole)
                     return True
 
 
@@ -208,93 +196,3 @@ def _rebuild_exception(type_name: str, message: str, tb: str, blob: bytes | None
         except Exception:  # noqa: BLE001 - fall back to the text form
             pass
     return RemoteError(type_name, message, tb)
-
-
-Task = Callable[[], None]
-
-
-class ThreadWorkers:
-    """Up to ``count`` daemon threads running submitted callables in FIFO order.
-
-    Threads start as work arrives: a submitted task that finds no idle thread
-    starts one more, so a large ``-j`` costs only the threads the build keeps
-    busy. Invariant: ``_idle`` counts the threads waiting for a task that no
-    submitted task has claimed yet. Daemon threads let an interrupted build exit
-    without waiting for Python code that cannot be cancelled.
-    """
-
-    def __init__(self, count: int):
-        self._count = count
-        self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    @property
-    def started(self) -> int:
-        """How many threads were started."""
-        return len(self._threads)
-
-    def _loop(self) -> None:
-        while (task := self._queue.get()) is not None:
-            task()
-            with self._lock:
-                self._idle += 1
-
-    def submit(self, task: Task) -> None:
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-            elif len(self._threads) < self._count:
-                self._start_thread()
-        self._queue.put(task)
-
-    def _start_thread(self) -> None:
-        thread = threading.Thread(target=self._loop, name=f"kiln-{len(self._threads)}", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError as e:  # the system's thread limit: make do with those running
-            if not self._threads:
-                raise ActionFailed(f"cannot start a worker thread: {e}") from e
-            self._count = len(self._threads)
-            return
-        self._threads.append(thread)
-
-    def shutdown(self, wait_s: float) -> None:
-        with self._lock:
-            threads = list(self._threads)
-        for _ in threads:
-            self._queue.put(None)
-        deadline = time.monotonic() + wait_s
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-
-
-def run_with_deadline(work: Callable[[], None], desc: str, timeout: float) -> None:
-    """Run ``work`` (a THREAD action's body) on a thread of its own and wait at most
-    ``timeout`` seconds for it. A Python thread cannot be killed: one still running
-    then is abandoned (a daemon thread, so it never holds up kiln's exit) and the
-    action fails with ActionTimeout; what it writes later goes to a temporary
-    name that the next build removes, and no record ever counts it as built."""
-    outcome: list[BaseException | None] = []
-    context = contextvars.copy_context()  # the build's context variables, as in-line
-
-    def body() -> None:
-        try:
-            context.run(work)
-            outcome.append(None)
-        except BaseException as e:  # noqa: BLE001 - re-raised on the waiting thread
-            outcome.append(e)
-
-    thread = threading.Thread(
-        target=body, name=f"{threading.current_thread().name}-timed", daemon=True
-    )
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise ActionTimeout(
-            f"'{desc}' ran past its timeout of {timeout:g} s; its thread cannot be killed "
-            "and was abandoned (it may still be running in the background)"
-        )
-    if outcome and outcome[0] is not None:
-        raise outcome[0]

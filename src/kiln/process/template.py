@@ -42,10 +42,13 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
+from kiln.errors import TemplateGone
+from kiln.process.groups import kill_group
+
 # Imported once, in the template, at its start: what every worker needs. Never a
 # build module: the template must stay clean. The kiln module a thunk's function
 # comes from is imported on the first request that needs it (``modules_for``).
-TEMPLATE_MODULES = ("cloudpickle", "kiln._worker", "kiln.errors")
+TEMPLATE_MODULES = ("cloudpickle", "kiln.process.worker", "kiln.errors")
 _MODULES_ATTR = "kiln_template_modules"
 _STOP_WAIT_S = 5.0
 
@@ -81,10 +84,11 @@ def bootstrap_code(fd: int) -> str:
     with kiln's module search path. kiln itself is imported from where this kiln
     lives, first: a build module's directory (first on that path) may hold a
     ``kiln.py`` of its own, which must not stand in for kiln."""
-    home = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = sys.modules["kiln"].__file__ or ""  # imported before any of its modules
+    home = os.path.dirname(os.path.dirname(os.path.abspath(package)))
     return (
-        f"import sys; sys.path[:] = {[home, *sys.path]!r}; import kiln._template; "
-        f"sys.path[:] = {sys.path!r}; kiln._template.serve({fd})"
+        f"import sys; sys.path[:] = {[home, *sys.path]!r}; import kiln.process.template; "
+        f"sys.path[:] = {sys.path!r}; kiln.process.template.serve({fd})"
     )
 
 
@@ -96,7 +100,7 @@ def serve(fd: int) -> NoReturn:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in TEMPLATE_MODULES:
         importlib.import_module(name)
-    from kiln._reaper import set_subreaper
+    from kiln.process.reaper import set_subreaper
 
     set_subreaper(True)
     server = _Server(control, env, cwd)
@@ -127,7 +131,7 @@ class _Server:
         self.workers: dict[int, tuple[int, socket.socket]] = {}
         self.by_pid: dict[int, int] = {}
         self.failed: set[str] = set()
-        from kiln._worker import pdeathsig_setter
+        from kiln.process.worker import pdeathsig_setter
 
         self.set_pdeathsig = pdeathsig_setter()
         self.wake_r, self.wake_w = os.pipe()
@@ -180,7 +184,7 @@ class _Server:
         if message[:1] == b"F" and len(fds) == 1:
             self.fork(ident, socket.socket(fileno=fds[0]), pickle.loads(message[9:]))
         elif message[:1] == b"K" and ident in self.workers:
-            _kill_group(self.workers[ident][0])
+            kill_group(self.workers[ident][0])
         else:
             for fd in fds:
                 os.close(fd)
@@ -214,7 +218,7 @@ class _Server:
         """In the new worker: drop the template's descriptors, run one action, exit."""
         code = 1
         try:
-            from kiln._worker import become_worker, run_one
+            from kiln.process.worker import become_worker, run_one
 
             template = os.getppid()
             self.selector.close()
@@ -243,7 +247,7 @@ class _Server:
     def _reap(self, pid: int) -> None:
         ident = self.by_pid.pop(pid, None)
         if ident is not None:
-            _kill_group(pid)  # the dead leader's pid still holds the group's number
+            kill_group(pid)  # the dead leader's pid still holds the group's number
         try:
             _, status = os.waitpid(pid, 0)
         except ChildProcessError:
@@ -257,14 +261,9 @@ class _Server:
         """Kill every worker's group and reap the workers (what they left that
         escaped their group stays, for kiln's end-of-build sweep)."""
         for pid, _ in self.workers.values():
-            _kill_group(pid)
+            kill_group(pid)
         for pid in list(self.by_pid):
             self._reap(pid)
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _notify(sock: socket.socket, exitcode: int | None, note: str) -> None:
@@ -274,10 +273,6 @@ def _notify(sock: socket.socket, exitcode: int | None, note: str) -> None:
         sock.send(b"E" + pickle.dumps((exitcode, note)))
     except OSError:
         pass
-
-
-class _TemplateGone(Exception):
-    """The template process is not there to fork a worker (start another)."""
 
 
 class Template:
@@ -344,7 +339,7 @@ class Template:
             self._control.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         except OSError as e:
             mine.close()
-            raise _TemplateGone(str(e)) from e
+            raise TemplateGone(str(e)) from e
         finally:
             theirs.close()
         return ident, mine

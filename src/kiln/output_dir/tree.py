@@ -1,6 +1,6 @@
 """The directories of the output tree, made and checked one component at a time.
 
-Part of the core module ``kiln.outputs`` (see its docstring for the trust model):
+Part of ``kiln.output_dir`` (see its docstring for the trust model):
 below the output root, kiln creates directories with ``mkdir`` after an ``lstat``
 of each component, so a pre-planted link (``genfiles/<entrypoint> -> /elsewhere``)
 is never written through.
@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kiln.errors import ConfinementError
-from kiln.outputs import claim_output_dir, file_kind, is_temporary, link_text, remove_quietly
+from kiln.output_dir.ownership import claim_output_dir
+from kiln.output_dir.writing import file_kind, is_temporary, link_text, remove_quietly
 
 
 class OutputTree:

@@ -1,4 +1,4 @@
-"""A kiln worker process: the child the template (``kiln._template``) forks for
+"""A kiln worker process: the child the template (``kiln.process.template``) forks for
 one PROCESS action, and the framing kiln and its workers talk in.
 
 A worker runs exactly one action. It is forked from the clean template, which
@@ -7,7 +7,7 @@ group (and session) of its own, so that the template can kill it together with
 every subprocess it started, and the kernel kills it when the template dies
 (``PR_SET_PDEATHSIG``). It reads one pickled ``(sys.path, cwd, shim, cloudpickled
 thunk)`` from its socket (``shim``: whether ``iree.build`` imports resolve to kiln,
-as in the kiln that sent it: ``kiln._iree_shim``), runs the thunk, answers with a
+as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk, answers with a
 pickled tuple, ``("ok",)`` or
 ``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
 exits: nothing an action does to its process reaches another action.
@@ -44,17 +44,34 @@ def send_framed(sock: socket.socket, tag: bytes, data: bytes) -> None:
     sock.send(last + view)
 
 
+class Frames:
+    """Puts one ``tag`` pickle sent by ``send_framed`` together from its pieces."""
+
+    def __init__(self, tag: bytes) -> None:
+        self.more, self.last = tag.upper(), tag.lower()
+        self._pieces: list[bytes] = []
+
+    def takes(self, message: bytes) -> bool:
+        """Whether ``message`` is one of this pickle's pieces."""
+        return message[:1] in (self.more, self.last)
+
+    def add(self, message: bytes) -> bytes | None:
+        """Add a piece (``takes`` said so); the whole pickle once this was the last."""
+        self._pieces.append(message[1:])
+        return b"".join(self._pieces) if message[:1] == self.last else None
+
+
 def recv_framed(sock: socket.socket, tag: bytes) -> bytes | None:
     """Receive one ``tag`` pickle sent by ``send_framed``; None at end of file or on a
     message that is not one of its pieces."""
-    pieces = []
+    frames = Frames(tag)
     while True:
         message = sock.recv(CHUNK + 1)
-        if not message or message[:1] not in (tag.upper(), tag.lower()):
+        if not message or not frames.takes(message):
             return None
-        pieces.append(message[1:])
-        if message[:1] == tag.lower():
-            return b"".join(pieces)
+        whole = frames.add(message)
+        if whole is not None:
+            return whole
 
 
 def pdeathsig_setter() -> Callable[[int], object]:
@@ -97,7 +114,7 @@ def run_one(sock: socket.socket) -> None:
         if cwd is not None:
             os.chdir(cwd)
         if shim:
-            from kiln._iree_shim import install
+            from kiln.iree_shim import install
 
             install()
         import cloudpickle

@@ -15,9 +15,9 @@ import os
 import subprocess
 import tempfile
 
+from kiln.compile_targets import parse_target, target_flags
 from kiln.errors import ToolError, UsageError
 from kiln.graph import BuildDependency, BuildMeta
-from kiln.targets import parse_target, target_flags
 
 # Names to probe, newest first, for the suggestion after a rejected target.
 CANDIDATES = {

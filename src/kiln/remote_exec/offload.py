@@ -16,12 +16,10 @@ from kiln.graph import ActionConcurrency, BuildAction, BuildFile
 from kiln.remote_exec.dask_executor import DaskExecutor
 from kiln.remote_exec.task import RemoteResult
 from kiln.sandbox import remotable, sandbox_paths
-from kiln.state import StatKey
-
-Produced = dict[BuildFile, tuple[StatKey, str]]
+from kiln.state import Produced
 
 
-class RemoteRunner:
+class ClusterOffload:
     """Runs remotable actions on ``executor`` and materializes their outputs through
     ``cache`` (which has a remote). Invariant: each action type that stays local is
     reported once."""
@@ -45,7 +43,7 @@ class RemoteRunner:
             self._note(
                 kind,
                 f"kiln: {kind} actions run on this machine, not on the cluster: "
-                "they define no _sandbox_thunk(path) to say where their files are "
+                "they define no sandbox_thunk(path) to say where their files are "
                 "in a remote sandbox",
             )
         return False
@@ -71,8 +69,6 @@ class RemoteRunner:
                 f"'{action.desc}' ran on Dask worker {result.worker}, but its "
                 "outputs cannot be fetched from the remote cache"
             )
-        # For the manifest: which worker made these outputs (``kiln.manifest``).
-        action.remote_worker = result.worker  # type: ignore[attr-defined]
         return produced, result.worker
 
     def _keep_inline(

@@ -161,17 +161,6 @@ def kill_and_reap(pids: Iterable[int]) -> None:
             time.sleep(0.01)
 
 
-def reap_group(pgid: int) -> None:
-    """Reap this process's zombie children in process group ``pgid``, except its
-    leader: a group kiln started (a worker's) whose members kiln adopted."""
-    me = os.getpid()
-    for pid in descendants(me):
-        st = _stat(pid)
-        if st is not None and pid != pgid and st[1] == me and st[2] == pgid and st[0] in "ZX":
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-
-
 def kill_leftovers(env_entry: str, skip: Collection[int] = ()) -> list[str]:
     """Kill the descendants of kiln that carry ``env_entry`` (``NAME=VALUE``) in their
     environment: what a command left running. Returns how each live one reads (pid
@@ -216,7 +205,7 @@ def _tagged_children(entry: bytes, skip: Collection[int]) -> list[int]:
 def _own_helpers() -> set[int]:
     """kiln's own long-lived helper processes: multiprocessing's resource tracker,
     and its fork server, the clean template kiln's process workers fork from
-    (``kiln._template``), which lives as long as kiln's process."""
+    (``kiln.process.template``), which lives as long as kiln's process."""
     tracker = sys.modules.get("multiprocessing.resource_tracker")
     server = sys.modules.get("multiprocessing.forkserver")
     pids = (

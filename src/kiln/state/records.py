@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from kiln._statecheck import BAD, decode_field
+from kiln.state.integrity import BAD, decode_field
 
 # A JSON string literal as ``json.dumps`` writes it (ASCII only).
 _JSON_STR: Callable[[str], str] = json.encoder.encode_basestring_ascii
@@ -70,22 +70,22 @@ class ActionRecord:
             text = self._values[2]
             if type(text) is str and text == f"{{{_JSON_STR(key)}: {_JSON_STR(digest)}}}":
                 return True
-        return self._field(2).get(key) == digest
+        return bool(self._field(2).get(key) == digest)
 
     def _fields(self) -> tuple[Any, Any, Any]:
         return (self._field(0), self._field(1), self._field(2))
 
     @property
     def params(self) -> dict[str, Any] | None:
-        return self._field(0)
+        return cast("dict[str, Any] | None", self._field(0))
 
     @property
     def inputs(self) -> dict[str, str]:
-        return self._field(1)
+        return cast("dict[str, str]", self._field(1))
 
     @property
     def outputs(self) -> dict[str, str]:
-        return self._field(2)
+        return cast("dict[str, str]", self._field(2))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ActionRecord):

@@ -10,16 +10,14 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from kiln.action_record import ActionRecord
+from kiln.digests import hash_file
 from kiln.errors import ActionFailed, NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.output_tree import OutputTree
-from kiln.outputs import TemporarySweeper, file_kind, read_regular, remove_partial
-from kiln.prefilled import USER_FILES
-from kiln.state import StateStore, StatKey, hash_file, stat_key
-
-# What an action wrote: each output's stat key and digest.
-Produced = dict[BuildFile, tuple[StatKey, str]]
+from kiln.output_dir.ownership import read_regular
+from kiln.output_dir.prefilled import USER_FILES
+from kiln.output_dir.tree import OutputTree
+from kiln.output_dir.writing import TemporarySweeper, file_kind, remove_partial
+from kiln.state import ActionRecord, Produced, StateStore, stat_key
 
 
 class ActionOutputs:
@@ -30,7 +28,7 @@ class ActionOutputs:
     an output outside the output directory (``BuildFile.source`` set: a file an
     action of the user's writes where it chooses) is never claimed, prepared or
     removed: kiln only reads it; nor is a file the user placed in the output
-    directory before kiln took it over (``kiln.prefilled``) while kiln has not
+    directory before kiln took it over (``kiln.output_dir.prefilled``) while kiln has not
     written it: an action that would write there fails, naming it;
     ``_written`` is the state's ledger of what kiln wrote, read once, when first
     needed. Without a ``tree`` (a dry run) nothing on disk is touched but the
@@ -42,7 +40,7 @@ class ActionOutputs:
         self._tree = tree
         self._sweeper = TemporarySweeper()
         self._written: set[str] | None = None
-        self._user_files: frozenset[str] | None = None  # ``kiln.prefilled``'s, read once
+        self._user_files: frozenset[str] | None = None  # ``kiln.output_dir.prefilled``'s, read once
         self._claimed: set[BuildFile] = set()  # claimed by ``claim``, not yet prepared
 
     def claim(
@@ -104,7 +102,7 @@ class ActionOutputs:
         the programs of actions find them (``BuildFile.action_path``)."""
         for f in inputs:
             if f.source is not None:
-                f.layout.link_source(f)
+                f.layout.link_source(f.action_path, str(f.source))
 
     @staticmethod
     def hash(action: BuildAction, outputs: Iterable[BuildFile]) -> Produced:

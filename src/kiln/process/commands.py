@@ -3,11 +3,11 @@
 A ``CommandRunner`` starts a command (no shell of its own: the argv as given, in
 the directory and with the environment the action gives it, in a new session,
 both output streams straight into a log file by the spawn's file actions, so
-kiln reads none of it; ``kiln._spawn_libc``) and returns at once. One place waits for every
+kiln reads none of it; ``kiln.process.posix_spawn``) and returns at once. One place waits for every
 command it started at once (a ``pidfd`` each, in one ``epoll``; where the kernel
 has no pidfds, a small thread per command waits instead), enforces their
 timeouts by killing their process group, reaps them, kills what each left
-running (found through the tag in its environment, as ``kiln._reaper`` does),
+running (found through the tag in its environment, as ``kiln.process.reaper`` does),
 and reports the end to the command's ``on_exit``. That place is the scheduler's
 own thread when it ``attach``es as the runner's driver and calls ``drive``
 whenever it waits (no thread hands the GIL back and forth with it), else a
@@ -34,8 +34,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kiln._reaper import kill_leftovers
-from kiln._spawn_libc import find_program, spawn
+from kiln.process.groups import kill_group
+from kiln.process.posix_spawn import find_program, spawn
+from kiln.process.reaper import kill_leftovers
 
 # The environment variable that marks every process of one command.
 COMMAND_TAG = "KILN_COMMAND_ID"
@@ -247,8 +248,7 @@ class CommandRunner:
     def kill_all(self, sig: int = signal.SIGKILL) -> None:
         """Signal every running command's process group (the reaper reports them)."""
         for pid in self.running():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, sig)
+            kill_group(pid, sig)
 
     def close(self) -> None:
         """No more commands: the reaper ends once those running ended, and the
@@ -302,8 +302,7 @@ class CommandRunner:
             command = heapq.heappop(self._deadlines).command
             if self._live.get(command.pid) is command and not command.timed_out:
                 command.timed_out = True
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(command.pid, signal.SIGKILL)
+                kill_group(command.pid)
         if self._deadlines:
             wait = min(wait, self._deadlines[0].at - now)
         return max(0.0, wait)
@@ -385,21 +384,3 @@ def _waitpid(pid: int, pidfd: int = -1) -> int:
     except ChildProcessError:
         return -signal.SIGKILL
     return os.waitstatus_to_exitcode(status)
-
-
-# What a command action hands back when its command ended: the rest of its work
-# (the checks, committing its output), which raises the action's failure.
-Finish = Callable[[], None]
-# Called once when the command ended, with that rest and the bytes the command
-# wrote (a hint: a large output is better committed and hashed off the reaper).
-Finished = Callable[[Finish, int], None]
-
-
-class SpawnsCommand:
-    """An action whose work is one command run by a ``CommandRunner``: ``_spawn``
-    starts it and returns at once; its ``finished`` is called once, on the runner's
-    reaper thread, when the command ended. ``_spawn`` raises (``ActionFailed``) when
-    the command cannot start, and then never calls ``finished``."""
-
-    def _spawn(self, finished: Finished) -> None:
-        raise NotImplementedError

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from kiln.errors import BuildDefinitionError
-from kiln.graph import BuildContext, BuildFile
+from kiln.graph.context import BuildContext, BuildEntrypoint
+from kiln.graph.host import RunRecord
+from kiln.graph.nodes import BuildDependency, BuildFile
 from kiln.layout import OutputLayout
-from kiln.output_names import OutputNames
-from kiln.result import RunLog
-
-if TYPE_CHECKING:
-    from kiln.graph import BuildEntrypoint
+from kiln.output_dir.names import OutputNames
 
 # A mark to roll back to: (nodes, entrypoints, output names).
 Checkpoint = tuple[int, int, int]
@@ -92,3 +90,26 @@ class GraphRegistry:
         names = [p for p, n in self.all.items() if p and (not files or isinstance(n, BuildFile))]
         close = difflib.get_close_matches(path, names, n=5, cutoff=0.5)
         return f"; did you mean: {', '.join(close)}?" if close else ""
+
+
+class RunLog:
+    """The latest run of each node of one graph, across its builds: the read-only
+    view behind ``dep.failure``, ``dep.start_time``, ... that reporters written for
+    iree.build read.
+
+    Invariant: a node of the current build is looked up in its runs only, so a
+    failure of an earlier build never shows on a node the current one planned.
+    """
+
+    def __init__(self) -> None:
+        self._current: Mapping[BuildDependency, RunRecord] = {}
+        self._past: dict[BuildDependency, RunRecord] = {}
+
+    def begin(self, runs: Mapping[BuildDependency, RunRecord]) -> None:
+        """A build starts that writes into ``runs`` (holding every node it plans)."""
+        self._past.update(self._current)
+        self._current = runs
+
+    def get(self, node: BuildDependency) -> RunRecord | None:
+        run = self._current.get(node)
+        return run if run is not None else self._past.get(node)

@@ -14,7 +14,8 @@ import os
 import re
 
 from kiln.errors import BuildDefinitionError
-from kiln.outputs import NAME_MAX, PATH_MAX, TMP_PREFIX
+from kiln.output_dir.ownership import NAME_MAX, PATH_MAX
+from kiln.output_dir.writing import TMP_PREFIX
 
 # Unicode's control characters (category Cc): C0, DEL and C1.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")

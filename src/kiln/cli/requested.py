@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kiln.errors import UsageError
 from kiln.executor import Executor
-from kiln.graph import BuildDependency, BuildEntrypoint, BuildFile
+from kiln.graph import BuildAction, BuildDependency, BuildEntrypoint, BuildFile
 from kiln.result import BuildResult
 
 
@@ -31,6 +31,25 @@ def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependenc
             raise UsageError(f"unknown target '{name}'{hint}")
         found.append(node)
     return list(dict.fromkeys(found))  # a target named twice is built and printed once
+
+
+def check_compile_targets(executor: Executor, actions: list[BuildAction]) -> None:
+    """A ``--target`` that no compile among ``actions`` compiles for is a usage error
+    (``kiln.actions._target_use``), spelled as this module's command line spells it;
+    compiles that fix targets leaving out one asked for are named in a warning."""
+    if not actions:
+        return
+    from kiln.actions._target_use import check_targets_used
+
+    module_flags = {
+        d.flag
+        for ep in executor.entrypoints
+        for d in getattr(getattr(ep, "entrypoint", None), "cl_arg_defs", ())
+    }
+    flag = "--kiln-target" if "--target" in module_flags else "--target"
+    warning = check_targets_used(actions, flag)
+    if warning is not None:
+        executor.reporter.message(warning)
 
 
 def output_paths(

@@ -1,0 +1,44 @@
+"""SHA-256 of files and streams: the one place kiln reads bytes to hash them,
+a chunk at a time (a file of any size costs ``CHUNK`` bytes of memory)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from kiln.output_dir.ownership import open_regular
+
+CHUNK = 1 << 20
+
+
+def hash_stream(
+    read: Callable[[int], bytes], write: Callable[[bytes], object] | None = None
+) -> str:
+    """The SHA-256 of what ``read`` yields until it returns ``b""``, each chunk also
+    handed to ``write`` when given (a copy that hashes what it copies)."""
+    h = hashlib.sha256()
+    while chunk := read(CHUNK):
+        h.update(chunk)
+        if write is not None:
+            write(chunk)
+    return h.hexdigest()
+
+
+def hash_fd(fd: int) -> str:
+    """The SHA-256 of the file open on ``fd``, read from its start (``pread``: the
+    descriptor's offset is left where it is)."""
+    h = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, CHUNK, offset):
+        h.update(chunk)
+        offset += len(chunk)
+    return h.hexdigest()
+
+
+def hash_file(path: Path | str, follow: bool = True) -> str:
+    """SHA-256 of a regular file's content (NotRegularFile for anything else; without
+    ``follow``, a final symlink is not followed)."""
+    with os.fdopen(open_regular(path, follow=follow), "rb") as f:
+        return hash_stream(f.read)

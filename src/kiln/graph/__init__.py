@@ -1,0 +1,56 @@
+"""The build graph: files, actions, contexts and entrypoints, and the registry of
+one graph's nodes. Definitions only: a build's runs live in its ``BuildResult``.
+
+    nodes.py     ``BuildDependency``, ``BuildFile``; how namespaces and names join
+    action.py    ``BuildAction``, ``ActionConcurrency``, ``SpawnsCommand``
+    context.py   ``BuildContext``, ``BuildEntrypoint``
+    registry.py  ``GraphRegistry``: every node by path; ``RunLog``
+    host.py      the interfaces nodes reach outside the graph (``GraphHost``, ...)
+"""
+
+from __future__ import annotations
+
+from kiln.definition_site import DefinitionSite
+from kiln.graph.action import (
+    ActionConcurrency,
+    BuildAction,
+    Finish,
+    Finished,
+    SpawnsCommand,
+)
+from kiln.graph.context import BuildContext, BuildEntrypoint
+from kiln.graph.host import GraphHost, NodeRegistry, RunRecord, RunServices
+from kiln.graph.nodes import (
+    KEYING_ONLY,
+    BuildDependency,
+    BuildFile,
+    as_namespace,
+    join_namespace,
+)
+from kiln.layout import FileNamespace, namespace_dir, platform_tag
+from kiln.meta import BuildFileMetadata, BuildMeta
+
+__all__ = [
+    "KEYING_ONLY",
+    "ActionConcurrency",
+    "BuildAction",
+    "BuildContext",
+    "BuildDependency",
+    "BuildEntrypoint",
+    "BuildFile",
+    "BuildFileMetadata",
+    "BuildMeta",
+    "DefinitionSite",
+    "FileNamespace",
+    "Finish",
+    "Finished",
+    "GraphHost",
+    "NodeRegistry",
+    "RunRecord",
+    "RunServices",
+    "SpawnsCommand",
+    "as_namespace",
+    "join_namespace",
+    "namespace_dir",
+    "platform_tag",
+]

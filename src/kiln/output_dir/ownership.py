@@ -1,0 +1,209 @@
+"""Whose the output directory is, and how kiln opens its own files there and
+reads outputs (the trust model is in ``kiln.output_dir``'s docstring)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+
+from kiln.errors import NotRegularFile, StateError, UsageError
+from kiln.output_dir.prefilled import USER_FILES, is_prefilled, list_user_files
+from kiln.output_dir.writing import NOFOLLOW, TMP_PREFIX, atomic_write, file_kind, link_text
+
+KILN_DIR = ".kiln"
+MARKER = "format"
+FORMAT_NAME = "kiln-output"
+FORMAT_VERSION = 1
+NAME_MAX = 255
+PATH_MAX = 4096
+# What a kiln made before the marker existed keeps in .kiln/ (adopted as kiln's).
+_LEGACY_NAMES = frozenset(
+    {"lock", "state.db", "state.db-wal", "state.db-shm", "logs", "tmp", USER_FILES}
+)
+
+
+# -- ownership -------------------------------------------------------------------
+
+
+def _refuse(root: Path, why: str) -> UsageError:
+    return UsageError(
+        f"refusing to use {root} as the output directory: {why}; kiln writes only into "
+        "a new, empty or kiln-made directory: choose another with --output-dir"
+    )
+
+
+def output_dir_state(root: Path) -> str:
+    """``missing``, ``empty``, ``prefilled`` (``kiln.output_dir.prefilled``) or ``kiln`` for an
+    output directory kiln may use; raise
+    UsageError (naming it and ``--output-dir``) for any other, StateError when it
+    cannot be a directory. Reads only."""
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        raise StateError(
+            f"cannot write to the output directory {root}: {e.strerror}; "
+            "choose another with --output-dir"
+        ) from e
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError(
+            f"cannot write to the output directory {root}: Not a directory; "
+            "choose another with --output-dir"
+        )
+    kiln_dir = root / KILN_DIR
+    try:
+        kst = os.lstat(kiln_dir)
+    except FileNotFoundError:
+        with os.scandir(root) as entries:
+            if next(entries, None) is None:
+                return "empty"
+        if is_prefilled(root):
+            return "prefilled"
+        raise _refuse(
+            root, f"it is not empty and is not a kiln output directory (no {KILN_DIR}/{MARKER})"
+        ) from None
+    if not stat.S_ISDIR(kst.st_mode):
+        what = link_text(kiln_dir) if stat.S_ISLNK(kst.st_mode) else f"{kiln_dir} is not"
+        raise _refuse(
+            root, f"{what} a directory kiln made" if "link" not in what else f"{what} is not kiln's"
+        )
+    _check_marker(root, kiln_dir)
+    return "kiln"
+
+
+def _check_marker(root: Path, kiln_dir: Path) -> None:
+    marker = kiln_dir / MARKER
+    try:
+        text = read_regular(marker, limit=256).decode(errors="replace").strip()
+    except FileNotFoundError:
+        names = set(os.listdir(kiln_dir))
+        if all(
+            n in _LEGACY_NAMES or n.startswith(("state.db.corrupt-", TMP_PREFIX)) for n in names
+        ):
+            return  # made by a kiln before the marker, or killed writing it: adopted
+        raise _refuse(root, f"{kiln_dir} holds files kiln did not make") from None
+    except (NotRegularFile, OSError) as e:
+        raise _refuse(root, f"its marker {marker} is unreadable ({e})") from None
+    name, _, version = text.partition("/")
+    if name != FORMAT_NAME or not version.isdigit():
+        raise _refuse(root, f"its marker {marker} is not kiln's ({text[:40]!r})")
+    if int(version) > FORMAT_VERSION:
+        raise _refuse(root, f"it was made by a newer kiln (format {version})")
+
+
+def claim_output_dir(root: Path) -> Path:
+    """Make ``root`` kiln's (creating it if new) and return its ``.kiln`` directory.
+    The only function that creates ``.kiln/``."""
+    root = Path(root).absolute()
+    state = output_dir_state(root)
+    kiln_dir = root / KILN_DIR
+    try:
+        if state == "missing":
+            os.makedirs(root, exist_ok=True)
+        if state != "kiln":
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(kiln_dir)
+        if state == "prefilled":  # what is there stays the user's
+            with atomic_write(kiln_dir / USER_FILES, "w") as f:
+                json.dump(list_user_files(root), f)
+        if not os.path.lexists(kiln_dir / MARKER):
+            with atomic_write(kiln_dir / MARKER, "w") as f:
+                f.write(f"{FORMAT_NAME}/{FORMAT_VERSION}\n")
+    except OSError as e:
+        raise StateError(
+            f"cannot write to the output directory {root}: {e.strerror}; "
+            "choose another with --output-dir or fix its permissions"
+        ) from e
+    own_dir_checked(kiln_dir)
+    return kiln_dir
+
+
+def own_dir_checked(path: Path) -> None:
+    """Raise StateError unless ``path`` (one of kiln's own directories) is a real one."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        what = link_text(path) if stat.S_ISLNK(st.st_mode) else f"{path} ({file_kind(st.st_mode)})"
+        raise StateError(
+            f"kiln's directory {what} is not a directory; kiln never writes "
+            "through links: remove it"
+        )
+
+
+def check_own_file(path: Path | str) -> None:
+    """Raise StateError when kiln's own file ``path`` exists as anything but a regular
+    file (SQLite, for one, would follow a link)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        what = link_text(path) if stat.S_ISLNK(st.st_mode) else f"{path} ({file_kind(st.st_mode)})"
+        raise StateError(
+            f"kiln's file {what} is not a regular file; kiln never writes through links: remove it"
+        )
+
+
+def open_own_file(path: Path | str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` for kiln's own files: never follows a link, never blocks on a FIFO."""
+    check_own_file(path)
+    try:
+        fd = os.open(path, flags | NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            check_own_file(path)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        check_own_file(path)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def clear_for_own_file(path: Path | str) -> None:
+    """Make room for kiln's own file ``path`` (committed by rename, which replaces a
+    link or FIFO without following it): an empty directory there is removed, any
+    other directory is a StateError naming it."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StateError(
+            f"{path} is a directory ({e.strerror}), where kiln writes its own file: move it away"
+        ) from None
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+def open_regular(path: Path | str, *, follow: bool = False) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file; else NotRegularFile.
+    Never blocks on a FIFO; with ``follow`` false never follows a final symlink."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFile(f"{path} is a symbolic link, not a regular file") from None
+        if e.errno in (errno.ENXIO, errno.EISDIR):  # a socket; a directory
+            st = os.lstat(path)
+            raise NotRegularFile(f"{path} is {file_kind(st.st_mode)}, not a regular file") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(f"{path} is {file_kind(mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_regular(path: Path | str, limit: int = -1) -> bytes:
+    """The bytes of ``path`` (at most ``limit``) if it is a regular file."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        return f.read(limit)

@@ -1,0 +1,17 @@
+"""The parts of running one plan, each behind a narrow interface; the loop that
+ties them is ``kiln.scheduler.Scheduler`` (as Ninja's ``Builder::Build`` ties
+its ``Plan`` and ``CommandRunner``).
+
+    ready.py         ``ReadyQueue``: what may start; the failure cascade; which
+                     waiting action starts first (critical path)
+    shared.py        ``Shared``: what the scheduler and the dispatch share (the
+                     completions inbox, the run records, the events, stopping)
+    dispatch.py      ``Dispatcher``: where a started action runs (in-line, a worker
+                     thread, the process pool, the cluster) or is served from
+                     the cache
+    command_lanes.py ``CommandLanes``: commands started without a thread, each in a
+                     lane, finished when the build's command runner reaps them
+    recording.py     ``Recorder``: the records of finished actions, written in
+                     groups (one transaction per round)
+    interruption.py  stopping a build: what runs is killed, what it half-wrote removed
+"""

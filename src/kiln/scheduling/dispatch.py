@@ -1,0 +1,214 @@
+"""Where a started action runs: in-line on the scheduler's thread, on a worker
+thread (a THREAD action; a PROCESS action handing its thunk to the process pool;
+an action the cluster runs), or as a command without a thread
+(``kiln.scheduling.command_lanes``); or whether the cache serves it instead.
+
+Whatever happens, each action started posts exactly one completion to the
+scheduler's inbox (``Shared.done``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kiln.graph import ActionConcurrency, BuildAction, SpawnsCommand
+from kiln.incremental import Decision
+from kiln.limits import TinyActions
+from kiln.process.commands import CommandRunner
+from kiln.process.pool import ProcessPool
+from kiln.scheduling.action_outputs import ActionOutputs
+from kiln.scheduling.command_lanes import CommandLanes
+from kiln.scheduling.ready import Waiting
+from kiln.scheduling.shared import CANCELLED, Shared
+from kiln.state import Produced
+from kiln.threads import ThreadWorkers, run_with_deadline
+
+if TYPE_CHECKING:  # imported only by a build with a remote executor
+    from kiln.graph import BuildFile
+    from kiln.remote_exec.offload import ClusterOffload
+
+
+class Dispatcher:
+    """Invariants: at most ``jobs`` worker threads exist, made as actions need them;
+    one process pool, made on first use, serves every PROCESS action of the build;
+    ``_queue`` is a heap of the actions handed to the worker threads and not yet
+    taken, best first, one ``_execute_next`` queued per entry; ``served`` holds
+    the actions the cache served, with the lane that restored them, until the
+    scheduler takes their completions."""
+
+    def __init__(
+        self,
+        shared: Shared,
+        jobs: int,
+        remote: ClusterOffload | None,
+        digests: dict[BuildFile, str | None],
+        environment: Callable[[], tuple[dict[str, str], str]],
+        commands: Callable[[], CommandRunner] | None,
+    ) -> None:
+        self.shared = shared
+        self.jobs = jobs
+        self.remote = remote
+        self.tiny = TinyActions()
+        self.served: dict[BuildAction, str] = {}
+        self._digests = digests  # every file's digest known this build
+        self._environment = environment  # what every worker process starts with
+        self._lock = threading.Lock()  # the pools: the reaper thread asks for them too
+        self._threads: ThreadWorkers | None = None
+        self._processes: ProcessPool | None = None
+        self._queue: list[Waiting] = []
+        self._queue_lock = threading.Lock()
+        self.lanes = CommandLanes(shared, self.workers, commands)
+
+    # -- where an action runs ----------------------------------------------------
+
+    def runs_inline(self, action: BuildAction) -> bool:
+        """In-line: an action that asks for it, or a thread action of a tiny type
+        (``TinyActions``) that needs no deadline thread and no cluster."""
+        concurrency = action.concurrency
+        if concurrency is ActionConcurrency.NONE:
+            return True
+        return (
+            concurrency is ActionConcurrency.THREAD
+            and self.tiny.is_tiny(action)
+            and action.timeout is None
+            and (self.remote is None or not self.remote.takes(action))
+        )
+
+    def spawns(self, action: BuildAction) -> bool:
+        """Whether ``action`` is a command started here and reaped by the runner."""
+        return isinstance(action, SpawnsCommand) and (
+            self.remote is None or not self.remote.takes(action)
+        )
+
+    def start(self, action: BuildAction, decision: Decision, order: tuple[float, int]) -> None:
+        """Run ``action`` (its outputs prepared): now when it runs in-line or is a
+        command (a cache lookup is left to a worker), else on a worker thread."""
+        if self.runs_inline(action) or (
+            self.spawns(action) and not self.shared.cache.applies(action, decision)
+        ):
+            self.execute(action, decision)
+            return
+        # The worker that takes this turn runs the best action queued by then, so one
+        # that became ready later but lies on a longer path overtakes the queue.
+        with self._queue_lock:
+            heapq.heappush(self._queue, (*order, action, decision))
+        self.workers().submit(self._execute_next)
+
+    def _execute_next(self) -> None:
+        with self._queue_lock:
+            _, _, action, decision = heapq.heappop(self._queue)
+        self.execute(action, decision)
+
+    def execute(self, action: BuildAction, decision: Decision) -> None:
+        """Run one action and hash what it wrote. Whatever goes wrong, its completion
+        is posted: a worker thread never ends with the build waiting for an action
+        it took (a reporter that raises, say)."""
+        try:
+            self._execute(action, decision)
+        except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            if isinstance(e, KeyboardInterrupt) and self.shared.on_scheduler_thread():
+                raise  # Ctrl-C on the scheduler's thread: stop the build
+            self.shared.done.put((action, decision, e, {}))
+
+    def _execute(self, action: BuildAction, decision: Decision) -> None:
+        shared = self.shared
+        if shared.stopping:  # queued before the build stopped: never started
+            shared.done.put((action, decision, CANCELLED, {}))
+            return
+        run = shared.runs[action]
+        run.start_time = run.invoke_time = time.time()
+        if self._serve_from_cache(action, decision):
+            return
+        if self.spawns(action):
+            lane = self.lanes.lane(action)
+            run.start_time = run.invoke_time = time.time()  # within its lane
+            shared.events.started(action, decision, lane)
+            self.lanes.spawn(action, decision)
+            return
+        shared.events.started(action, decision)
+        error: BaseException | None = None
+        produced: Produced = {}
+        inline = shared.on_scheduler_thread()
+        cpu, wall = time.thread_time(), time.perf_counter()  # the run's own cost
+        spent: tuple[float, float] | None = None  # ... up to its outputs' hashes
+        try:
+            produced = self._run(action)
+            spent = (time.thread_time() - cpu, time.perf_counter() - wall)
+            shared.cache.save(action, decision, produced)
+        except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
+            if isinstance(e, KeyboardInterrupt) and inline:
+                # Ctrl-C reached an in-line action, on the scheduler's thread: stop the build.
+                shared.running.discard(action)
+                raise
+            error = e
+            shared.failed_action()  # now, so that no queued action starts after it
+        run.finish_time = time.time()
+        if action.concurrency is ActionConcurrency.THREAD:  # judged by itself, not the cache
+            spent = spent or (time.thread_time() - cpu, time.perf_counter() - wall)
+            self.tiny.observe(action, *spent, inline)
+        shared.done.put((action, decision, error, produced))
+
+    def _run(self, action: BuildAction) -> Produced:
+        """Run ``action`` where it runs; what it wrote."""
+        if self.remote is not None and self.remote.takes(action):
+            return self._run_remote(action)
+        if action.concurrency is ActionConcurrency.PROCESS:
+            thunk = action._remotable_thunk()
+            self.process_pool().run(thunk, action.desc, action.timeout)
+        elif action.timeout is not None and not action.enforces_own_timeout:
+            run_with_deadline(action._invoke, action.desc, action.timeout)
+        else:
+            action._invoke()
+        return ActionOutputs.hash(action, self.shared.plan.outputs[action])
+
+    def _run_remote(self, action: BuildAction) -> Produced:
+        assert self.remote is not None
+        plan = self.shared.plan
+        inputs = {f: self._digests[f] or "" for f in plan.inputs[action]}
+        produced, worker = self.remote.run(action, inputs, plan.outputs[action])
+        self.shared.runs[action].worker = worker  # in the build's record, never on the node
+        self.shared.events.set_lane(action, f"dask {worker}")
+        return produced
+
+    def _serve_from_cache(self, action: BuildAction, decision: Decision) -> bool:
+        """On a cache hit, materialize the outputs and report the action done."""
+        produced = self.shared.cache.restore(action, decision)
+        if produced is None:
+            return False
+        name = threading.current_thread().name
+        self.served[action] = "main" if name == "MainThread" else name
+        self.shared.runs[action].finish_time = time.time()
+        self.shared.done.put((action, decision, None, produced))
+        return True
+
+    # -- the pools ----------------------------------------------------------------
+
+    def workers(self) -> ThreadWorkers:
+        with self._lock:
+            if self._threads is None:
+                self._threads = ThreadWorkers(self.jobs)
+            return self._threads
+
+    def process_pool(self) -> ProcessPool:
+        with self._lock:
+            if self._processes is None:
+                self._processes = ProcessPool(*self._environment())
+            return self._processes
+
+    def stop(self) -> None:
+        """Stop what runs out of this process (the build was interrupted): the
+        cluster's tasks are cancelled, the worker processes killed."""
+        if self.remote is not None:
+            self.remote.cancel_all()
+        if self._processes is not None:
+            self._processes.shutdown()
+
+    def shutdown(self, interrupted: bool) -> None:
+        if self._processes is not None:
+            self._processes.shutdown()
+        if self._threads is not None:
+            self._threads.shutdown(wait_s=0 if interrupted else 1.0)

@@ -1,0 +1,77 @@
+"""The build state: what each action last produced, and a file-digest cache.
+
+    store.py         ``StateStore``: the state of one output directory, by concern
+    database.py      the SQLite connection: opened, checked, moved aside, written
+    file_digests.py  the digest cache (``files``) and ``DigestStore``
+    records.py       ``ActionRecord``, one row of ``actions``
+    snapshot.py      ``StateSnapshot``: a read-only copy in memory
+    schema.py        the tables; integrity.py: checking what is read
+
+Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
+
+``meta(name TEXT PRIMARY KEY, value TEXT)``
+    ``app`` = ``kiln``, ``schema`` = ``1``. Anything else is a foreign database.
+``files(path TEXT PRIMARY KEY, size, mtime_ns, ino, ctime_ns, sha256 TEXT)``
+    SHA-256 of a file, valid while its stat still matches the four numbers, so a
+    no-op build reads no file contents.
+``actions(id TEXT PRIMARY KEY, key TEXT, params TEXT, inputs TEXT, outputs TEXT)``
+    One row per action that last succeeded. ``id`` names the action by its
+    outputs; ``key`` is the digest deciding whether it must run again;
+    ``params`` is its parameters as JSON; ``inputs`` and ``outputs`` are JSON
+    objects mapping file keys to SHA-256 digests.
+``file_metadata(path TEXT PRIMARY KEY, data TEXT)``
+    ``BuildFile.access_metadata`` dictionaries as JSON.
+``written(path TEXT PRIMARY KEY)``
+    Every output path (relative to the output directory) kiln let an action
+    write, recorded before the action starts: what ``kiln clean`` may delete.
+``nonreproducible(key TEXT PRIMARY KEY, why TEXT)``
+    The keys whose results ``kiln build --check-reproducible`` found not
+    reproduced, with what differed (``kiln.reproducible``): no build of this
+    output directory puts them into or takes them from a cache.
+``durations(id TEXT PRIMARY KEY, seconds REAL)``
+    How long each action (by ``id``, as in ``actions``) took the last time it
+    ran, successful or not: the weights of critical-path scheduling
+    (``kiln.priority``). Durations are written with the action records and
+    at the end of a build; a killed build may lose those of its last actions,
+    which only makes the next build's order less informed.
+
+The records of the actions that finished in one round of the scheduler are
+written in one transaction (``StateStore.commit_round``), before any of their
+dependents starts, so a build killed at any point keeps the records of what it
+finished and nothing else (a kill in the middle of a round loses that round's
+records, and those actions run again). An action that is about to run loses its
+old record first, so a half-run action is never trusted.
+
+A database that fails the integrity check (not SQLite, truncated, another
+program's, another schema or other tables, a damaged page found while the
+tables are read, as kiln reads them whole) is moved aside to
+``state.db.corrupt-<time>``, unchanged, replacing any earlier such copy (at most
+one is kept), and replaced by an empty one. Any other failure to open it (a
+full disk, an I/O error, a lock held by another program, no permission) is not
+corruption: the state is kept and ``StateError`` names the OS's reason. Every
+table is ``WITHOUT ROWID``: its primary key is its only b-tree, so reading a
+table reads all of its pages. A row of the right tables holding values of the
+wrong types (a key that is not text, fields that are not the JSON objects
+described above) is a damaged record: its action runs again.
+
+``written``, ``nonreproducible`` and ``durations`` were added to schema 1
+compatibly: a database that lacks them (written by an older kiln) gets them,
+empty, when opened, and an older kiln ignores them.
+"""
+
+from kiln.digests import hash_file
+from kiln.state.file_digests import DigestStore, Produced, StatKey, stat_key
+from kiln.state.records import ActionRecord
+from kiln.state.schema import SCHEMA_VERSION
+from kiln.state.store import StateStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ActionRecord",
+    "DigestStore",
+    "Produced",
+    "StatKey",
+    "StateStore",
+    "hash_file",
+    "stat_key",
+]

@@ -1,0 +1,29 @@
+"""The tables of the state database (described in ``kiln.state``'s docstring)."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = "1"
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS files(
+    path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ino INTEGER,
+    ctime_ns INTEGER, sha256 TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS actions(
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT, inputs TEXT NOT NULL,
+    outputs TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS file_metadata(
+    path TEXT PRIMARY KEY, data TEXT NOT NULL) WITHOUT ROWID;
+"""
+# The tables added to schema 1 later: created on open in a database that lacks them.
+WRITTEN = "CREATE TABLE IF NOT EXISTS written(path TEXT PRIMARY KEY) WITHOUT ROWID;"
+NONREPRODUCIBLE = (
+    "CREATE TABLE IF NOT EXISTS nonreproducible(key TEXT PRIMARY KEY, why TEXT NOT NULL) "
+    "WITHOUT ROWID;"
+)
+DURATIONS = (
+    "CREATE TABLE IF NOT EXISTS durations(id TEXT PRIMARY KEY, seconds REAL NOT NULL) "
+    "WITHOUT ROWID;"
+)
+LATER_TABLES = {"written": WRITTEN, "nonreproducible": NONREPRODUCIBLE, "durations": DURATIONS}
+META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"

@@ -1,0 +1,190 @@
+"""``StateStore``: the state of one output directory, by concern: the database
+(``kiln.state.database``), the digest cache (``kiln.state.file_digests``), the
+action records (``kiln.state.records``), the durations, the outputs kiln let
+actions write, the keys found not reproduced and per-file metadata."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kiln.state import file_digests
+from kiln.state.database import StateDatabase
+from kiln.state.file_digests import FileDigests, StatKey
+from kiln.state.integrity import metadata_dict
+from kiln.state.records import ActionRecord
+
+
+class StateStore:
+    """The state database of one output directory.
+
+    Invariant: rows are read once at open; the records of finished actions are
+    written in groups (``commit_round``: one transaction per scheduler round), so
+    a kill keeps a round's records all or none. Safe to call from several threads.
+    """
+
+    database_class: type[StateDatabase] = StateDatabase
+
+    def __init__(self, output_dir: Path, warn: Callable[[str], None]):
+        self.output_dir = output_dir
+        self.path = output_dir / ".kiln" / "state.db"
+        self._warn = warn
+        self.database = self.database_class(output_dir, self.path, warn)
+        self._lock = self.database.lock
+        self._records: dict[str, ActionRecord] | None = None
+        self._durations: dict[str, float] | None = None
+        self._new_durations: dict[str, float] = {}
+        try:
+            # Tables are WITHOUT ROWID (no separate index b-trees): reading them whole
+            # touches every page, so damage shows now rather than at a later write.
+            self.files = FileDigests(self.database.read(file_digests.TYPED_ROWS))
+            self.database.read("SELECT count(data) FROM file_metadata")
+        except sqlite3.Error as e:
+            self.database.recover(e)
+            self.files = FileDigests([])
+        # The digest cache, as every caller uses it.
+        self.digest = self.files.digest
+        self.cached_digest = self.files.cached_digest
+
+    def close(self) -> None:
+        with self._lock:
+            self.flush()
+            self.database.close()
+
+    def remember_digest(self, path: str, skey: StatKey, digest: str) -> None:
+        self.files.remember(path, skey, digest)
+
+    def flush(self) -> None:
+        """Write pending digest-cache entries and durations."""
+        self.commit_round([], [], [])
+
+    # -- durations -------------------------------------------------------------
+
+    def durations(self) -> dict[str, float]:
+        """Seconds each action took when it last ran, by action id (read once)."""
+        with self._lock:
+            if self._durations is None:
+                try:
+                    rows = self.database.read("SELECT id, seconds FROM durations")
+                except sqlite3.DatabaseError as e:
+                    self._warn(f"warning: cannot read past durations from {self.path}: {e}")
+                    rows = []
+                self._durations = {aid: float(sec) for aid, sec in rows}
+            return self._durations
+
+    def remember_duration(self, action_id: str, seconds: float) -> None:
+        """Note how long an action took; written with the next round or flush."""
+        with self._lock:
+            self.durations()[action_id] = seconds
+            self._new_durations[action_id] = seconds
+
+    # -- action records ------------------------------------------------------
+
+    def records(self) -> dict[str, ActionRecord]:
+        with self._lock:
+            if self._records is None:
+                try:
+                    rows = self.database.read(
+                        "SELECT id, key, params, inputs, outputs FROM actions"
+                    )
+                    self._records = {
+                        aid: ActionRecord(key, params, inputs, outputs, raw=True)
+                        for aid, key, params, inputs, outputs in rows
+                        if type(aid) is str  # another type names no action
+                    }
+                except sqlite3.Error as e:
+                    self.database.recover(e)
+                    self.files.forget_all()
+                    self._records = {}
+            return self._records
+
+    def record(self, action_id: str, rec: ActionRecord) -> None:
+        """Record a finished action and its outputs' digests, in one transaction."""
+        self.commit_round([(action_id, rec)], [], [])
+
+    def claim_outputs(self, paths: list[str]) -> None:
+        """Record that kiln lets an action write ``paths`` (relative to the output dir)."""
+        self.commit_round([], [], paths)
+
+    def commit_round(
+        self,
+        finished: list[tuple[str, ActionRecord]],
+        starting: list[str],
+        paths: list[str],
+    ) -> None:
+        """One round of the scheduler in one transaction: record the ``finished``
+        actions (with the digests and durations remembered so far), drop the records
+        of the actions ``starting`` (a half-run action is never trusted) and record
+        that kiln lets them write ``paths``. A kill keeps all of it or none."""
+        with self._lock:
+            records = self.records() if finished or starting else {}
+            durations = list(self._new_durations.items())
+            actions = [
+                (
+                    aid,
+                    rec.key,
+                    json.dumps(rec.params),
+                    json.dumps(rec.inputs),
+                    json.dumps(rec.outputs),
+                )
+                for aid, rec in finished
+            ]
+            gone = [(a,) for a in starting if a in records]
+            self.database.transaction(
+                [
+                    (file_digests.UPSERT, self.files.take_pending()),
+                    ("INSERT OR REPLACE INTO durations VALUES (?,?)", durations),
+                    ("INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)", actions),
+                    ("DELETE FROM actions WHERE id = ?", gone),
+                    ("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths]),
+                ]
+            )
+            self._new_durations.clear()
+            records.update(finished)
+            for (a,) in gone:
+                records.pop(a, None)
+
+    # -- what kiln may delete, what is never shared, per-file metadata ----------
+
+    def written_outputs(self) -> set[str]:
+        """Every output path kiln ever let an action write here."""
+        try:
+            return {r[0] for r in self.database.read("SELECT path FROM written")}
+        except sqlite3.DatabaseError:
+            return set()
+
+    def nonreproducible(self) -> frozenset[str]:
+        """The keys whose results a check found not reproduced (read once per call)."""
+        try:
+            rows = self.database.read("SELECT key FROM nonreproducible")
+        except sqlite3.DatabaseError:
+            return frozenset()
+        return frozenset(r[0] for r in rows if isinstance(r[0], str))
+
+    def mark_nonreproducible(self, key: str, why: str) -> None:
+        """Remember that the results of ``key`` were not reproduced (``why``)."""
+        self.database.transaction(
+            [("INSERT OR REPLACE INTO nonreproducible VALUES (?, ?)", [(key, why)])]
+        )
+
+    def file_metadata(
+        self, key: str, mutate: Callable[[dict[str, Any]], bool] | None
+    ) -> dict[str, Any]:
+        """The metadata dict of ``key``; ``mutate`` edits it under the lock and returns
+        True to persist."""
+        with self._lock:
+            found = self.database.read("SELECT data FROM file_metadata WHERE path = ?", (key,))
+            data = metadata_dict(found[0][0]) if found else {}
+            if mutate is not None and mutate(data):
+                self.database.transaction(
+                    [
+                        (
+                            "INSERT OR REPLACE INTO file_metadata VALUES (?, ?)",
+                            [(key, json.dumps(data, sort_keys=True))],
+                        )
+                    ]
+                )
+            return data
