@@ -21,8 +21,9 @@ the importer: RUSAGE_CHILDREN):
 4. again, with a new local cache: served by the remote;
 5. ``kiln clean``.
 
-It also says how much disk serving the outputs from the local cache took: on a file
-system with reflinks (XFS, btrfs) the output shares the cache blob's bytes.
+It also says whether the archive served from the local cache shares its bytes with
+the cache's blob (a reflink, on XFS or btrfs: per ``filefrag``) or is a copy, and
+how much disk the copy takes.
 """
 
 from __future__ import annotations
@@ -115,11 +116,6 @@ def kiln(work: Path, *args: str) -> tuple[float, int, int]:
     return wall, int(own) // 1024, int(child) // 1024
 
 
-def _free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
 def _shared(path: Path) -> bool:
     """Whether the file shares extents with another (a reflink), per ``filefrag``."""
     proc = subprocess.run(["filefrag", "-v", str(path)], capture_output=True, text=True)
@@ -154,15 +150,14 @@ def run(root: Path, layers: int) -> str:
         archive = work / "kiln-out/params/big/big.irpa"
         archive_size = archive.stat().st_size
         rows.append(("kiln clean", kiln(work, "clean")))
-        free = _free(root)
         rows.append(
             (
                 "after kiln clean: served by the local cache",
                 kiln(work, *build, "--cache-dir", local, *remote),
             )
         )
-        served_bytes = free - _free(root)
         shared = _shared(archive)
+        copied = archive.stat().st_blocks * 512
         rows.append(("kiln clean", kiln(work, "clean")))
         rows.append(
             (
@@ -176,12 +171,13 @@ def run(root: Path, layers: int) -> str:
     lines = [
         f"{layers} MatMul layers, {size / 2**30:.2f} GiB of external weights -> an archive of "
         f"{archive_size / 2**30:.2f} GiB; work directory on {_fs_type(root)} "
-        f"({datetime.date.today()}; model written in {made:.1f} s). Serving the outputs "
-        f"from the local cache took {max(served_bytes, 0) / 2**20:.0f} MiB of disk: the "
+        f"({datetime.date.today()}; model written in {made:.1f} s). Served from the local "
+        "cache, the archive "
         + (
-            "archive shares its bytes with the cache's blob (a reflink)."
+            "shares its bytes with the cache's blob (a reflink)."
             if shared
-            else "archive is a copy of the cache's blob (no reflinks on this file system)."
+            else f"is a copy of the cache's blob, {copied / 2**20:.0f} MiB more on disk "
+            "(no reflinks on this file system)."
         ),
         "",
         "| step | wall s | kiln's peak RSS MiB | largest child's peak RSS MiB |",
