@@ -52,8 +52,11 @@ def _model_build(name: str, factory: str, shape: tuple[int, ...]):  # type: igno
                     name=f"verify_{target}.json",
                     module=module,
                     reference="torch",
-                    rtol=1e-3,
-                    atol=1e-4,
+                    # Relative only: with torchvision's initialization in eval mode
+                    # some models' outputs are about 1e-14, which any absolute
+                    # tolerance would pass whatever IREE computed.
+                    rtol=1e-2,
+                    atol=0.0,
                 )
             )
             checks.append(
@@ -95,8 +98,8 @@ def _row(outputs: list[dict]) -> tuple[dict[str, str], dict[str, str]]:  # type:
             cells[f"bench {target}"] = _duration(bench[0]["median"])
         checks = module.get("verification", [])
         if status[f"verify {target}"] == "built":
-            err = checks[0]["references"]["torch"]["outputs"][0]["max_abs_err"]
-            cells[f"verify {target}"] = f"ok ({err:.1e})"
+            out = checks[0]["references"]["torch"]["outputs"][0]
+            cells[f"verify {target}"] = f"ok (rel {out['max_rel_err']:.1e})"
     for stage, value in status.items():
         cells.setdefault(stage, MARKS.get(value, value))
     return status, cells
