@@ -69,6 +69,13 @@ CHECKS: dict[str, str | Syntax | Covered] = {
     "simple__test_sequence_model8": Covered(
         "tests/test_model_zoo.py::test_the_readmes_two_models_through_every_stage"
     ),
+    ".venv/bin/pip install -q -e '.[iree,torch]' && .venv/bin/python examples/torch_zoo.py -j 2": (
+        Syntax(
+            f"{_NET}; the four torchvision models take many minutes of both cores; "
+            "tests/test_torch_export.py runs the same actions on small modules",
+            ".venv/bin/python examples/torch_zoo.py --help",
+        )
+    ),
     "bash scripts/test": Syntax(
         "it is the command that runs this test", "bash -n scripts/test && test -x .ci/run"
     ),
@@ -253,7 +260,11 @@ def project(tmp_path: Path) -> Iterator[Path]:
     model = tmp_path / "model.onnx"
     _add_model(model)
     data = model.read_bytes()
-    (module,) = [b for b in blocks(ROOT / "README.md") if b.lang == "python"]
+    (module,) = [
+        b
+        for b in blocks(ROOT / "README.md")
+        if b.lang == "python" and b.text.startswith("from kiln import *")
+    ]
     with HTTPTestServer() as server:
         url = server.serve("/mnist-12.onnx", data)
         text = module.text.replace("https://example.com/mnist-12.onnx", url)

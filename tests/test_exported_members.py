@@ -23,6 +23,7 @@ KILN_ALL = [
     "KilnError",
     "NotRegularFile",
     "OutputDirLocked",
+    "Params",
     "RemoteError",
     "StateError",
     "ToolError",
@@ -54,6 +55,7 @@ KILN_ALL = [
     "run_command",
     "source_file",
     "target_machine",
+    "torch_export",
     "verify",
 ]
 # Modules, as ``from iree.build import *`` gives them.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +60,8 @@ def test_the_readmes_two_models_through_every_stage(tmp_path: Path):
         "bench vmvx",
     ]
     row = next(line for line in lines if line.startswith(model)).split("\t")[1:]
-    assert row[:7] == ["ok"] * 7 and all(c.endswith("us") for c in row[7:])
+    # A latency, as the zoo prints it (us, or ms when a loaded machine is slow).
+    assert row[:7] == ["ok"] * 7 and all(re.fullmatch(r"[\d.]+(us|ms|s)", c) for c in row[7:])
     bad = next(line for line in lines if line.startswith(wrong)).split("\t")[1:]
     assert bad[3:7] == ["FAILED"] * 4  # wrong against the shipped outputs and onnxruntime
     assert "1 verified on every target" in proc.stdout

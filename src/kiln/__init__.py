@@ -48,6 +48,7 @@ __all__ = [
     "KilnError",
     "NotRegularFile",
     "OutputDirLocked",
+    "Params",
     "RemoteError",
     "StateError",
     "ToolError",
@@ -79,6 +80,7 @@ __all__ = [
     "run_command",
     "source_file",
     "target_machine",
+    "torch_export",
     "verify",
 ]
 
@@ -94,6 +96,8 @@ _LAZY = {
     "requested_targets": "kiln.actions.iree",
     "verify": "kiln.actions.verify",
     "benchmark": "kiln.actions.bench",
+    "torch_export": "kiln.actions.torch_export",
+    "Params": "kiln.actions._params",
 }
 
 

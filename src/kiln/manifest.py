@@ -21,7 +21,8 @@ Format (``"format": "kiln-manifest/2"``)::
              failed)}] (one per verify) and "benchmark": [{"status"
              ("measured", "skipped", "failed", ...), "reason", "device",
              "median", "mean", "stddev", "min", "max", "time_unit" ("us"),
-             "repetitions", "machine", "devices"}]}
+             "repetitions", "machine", "devices"}], and "parameters": [{"scope",
+             "path", "status", "sha256", "size"}] (the archives it loads)}
           ]
         }
       }
@@ -86,6 +87,8 @@ class ManifestMeta(BuildMeta):
         self.verifications: list[tuple[BuildAction, BuildFile]] = []
         # (benchmark action, its JSON result file) for each benchmark of this file.
         self.benchmarks: list[tuple[BuildAction, BuildFile]] = []
+        # (scope, parameter archive) for each archive a compiled module loads.
+        self.archives: list[tuple[str, BuildFile]] = []
         # On a check's or benchmark's own result file: ("verification" or
         # "benchmark", the action), so that its entry carries the verdict.
         self.result_of: tuple[str, BuildAction] | None = None
@@ -262,12 +265,24 @@ def describe_output(
         entry["verification"] = [_verification(statuses, a, r) for a, r in meta.verifications]
     if meta.benchmarks:
         entry["benchmark"] = [_benchmark(statuses, a, r) for a, r in meta.benchmarks]
+    if meta.archives:
+        entry["parameters"] = [_archive(executor, statuses, s, a) for s, a in meta.archives]
     if meta.result_of is not None:  # a check's own result: its verdict, as the module's
         kind, action = meta.result_of
         judge = _verification if kind == "verification" else _benchmark
         entry[kind] = verdict = judge(statuses, action, f)
         if verdict.get("status") == "skipped":
             entry["status"] = "skipped"
+    return entry
+
+
+def _archive(executor: Executor, statuses: Statuses, scope: str, f: BuildFile) -> dict[str, Any]:
+    """A module's parameter archive: its scope, path, status and, when built, digest."""
+    status = statuses.file(f)
+    entry: dict[str, Any] = {"scope": scope, "path": _manifest_path(executor, f), "status": status}
+    digest = statuses.digests.get(f) if status == "built" else None
+    if digest is not None:
+        entry.update(sha256=digest, size=os.lstat(f.fs_str).st_size)
     return entry
 
 

@@ -1,17 +1,22 @@
 """What ``verify`` and ``benchmark`` share: a compiled module run on a device in a
 worker process, in the machine pool, keyed by the files it reads, a summary of
 what it is asked to do, the runtime's version and the device; and how a
-declaration finds the module's target, its source model and its inputs."""
+declaration finds the module's target, its source model, its inputs and what the
+module loads with it (its parameter archives; for a module exported from PyTorch,
+the example inputs to generate inputs from)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kiln.actions import _devices
+from kiln.actions._params import parameters_arg
+from kiln.actions._runtime import Loads
 from kiln.actions.iree import CompileAction
 from kiln.actions.onnx import ImportOnnxAction
+from kiln.actions.torch_export import TorchExportAction, torch_exporter
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 
 
@@ -20,7 +25,13 @@ class ModuleRunAction(BuildAction):
 
     ``SPEC`` names the attribute holding the run's description as plain values
     (paths included, so that it pickles into a worker); its key holds
-    ``keyed_spec()`` instead, which names files by their keys, never by path."""
+    ``keyed_spec()`` instead, which names files by their keys, never by path.
+
+    What the module loads is held here, for every kind of run alike: ``archives``
+    (``(scope, archive)``, loaded with the module) and ``exporter`` (the
+    ``torch_export`` of its program, whose example inputs and weights' digest
+    generate inputs when there is no ONNX model). Both are inputs, keyed with the
+    scopes and the example inputs; ``loads(path)`` gives them to the worker."""
 
     pool = _devices.MACHINE_POOL
     SPEC = ""
@@ -31,6 +42,8 @@ class ModuleRunAction(BuildAction):
         files: list[BuildFile],
         output_file: BuildFile,
         device: dict[str, Any],
+        archives: Sequence[tuple[str, BuildFile]] = (),
+        exporter: TorchExportAction | None = None,
         **kwargs: Any,
     ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
@@ -38,16 +51,36 @@ class ModuleRunAction(BuildAction):
         self.output_file = output_file
         self.device = device
         self.runtime = _devices.runtime_version()
+        # Keyed by params() (an action is no key value): private.
+        self._archives = list(archives)
+        self._exporter = exporter
         self.deps.update(files)
+        self.deps.update(f for _, f in self._archives)
+        if exporter is not None:
+            self.deps.add(exporter.weights)
         output_file.deps.add(self)
 
     def keyed_spec(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def loads(self, path: Callable[[BuildFile], str] = lambda f: f.action_path) -> Loads:
+        """What the worker loads beside the module, each file at ``path(file)``."""
+        exporter = self._exporter
+        return Loads(
+            parameters=[(scope, path(f)) for scope, f in self._archives],
+            signature=exporter.signature if exporter is not None else None,
+            seed_file=path(exporter.weights) if exporter is not None else None,
+        )
+
     def params(self) -> dict[str, Any] | None:
         out = super().params()
         if out is not None:
-            out[self.SPEC] = self.keyed_spec()
+            spec = self.keyed_spec()
+            if self._archives:
+                spec["parameters"] = [[scope, f.key] for scope, f in self._archives]
+            if self._exporter is not None:
+                spec["signature"] = self._exporter.signature
+            out[self.SPEC] = spec
         return out
 
 
@@ -61,6 +94,8 @@ class ModuleRun:
     inputs: list[BuildFile]
     target: str  # the compile target's name, or "its own target"
     driver: str
+    archives: list[tuple[str, BuildFile]]  # the parameter archives it loads
+    exporter: TorchExportAction | None  # with no ONNX model: the torch_export, if any
 
     def device_key(self) -> dict[str, Any]:
         return _devices.device_key(self.driver, self.context.registry.get_context(""))
@@ -71,12 +106,17 @@ def declare_run(
     inputs: Sequence[BuildFile | str] | None,
     model: BuildFile | str | None,
     driver: str | None,
+    parameters: Sequence[Any] | None = None,
+    kind: str = "run",
 ) -> ModuleRun:
-    """Resolve the files and the device of a run of ``module``."""
+    """Resolve the files and the device of a run of ``module`` (a ``kind``, for
+    errors): the archives are ``parameters`` when given (``kiln.actions._params.
+    parameters_arg``), else those of the module's program."""
     context = BuildContext.current()
     module_file = context.file(module)
     model_file = context.file(model) if model is not None else source_model(module_file)
     target, default_driver = module_target(module_file)
+    where = f"{kind} of {module_file.path}"
     return ModuleRun(
         context=context,
         module=module_file,
@@ -84,6 +124,8 @@ def declare_run(
         inputs=context.files(list(inputs)) if inputs else [],
         target=target or "its own target",
         driver=driver or default_driver,
+        archives=parameters_arg(context, module_file, parameters, where),
+        exporter=torch_exporter(module_file) if model_file is None else None,
     )
 
 

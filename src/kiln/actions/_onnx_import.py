@@ -7,12 +7,82 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.errors import ToolError
 from kiln.output_dir.writing import atomic_write
 from kiln.process.template import template_modules
+
+
+def _uses_external(tensor: Any) -> bool:
+    return bool(tensor.HasField("data_location") and tensor.data_location == 1)
+
+
+def external_locations(model: Any, source: str) -> dict[str, str]:
+    """Each initializer stored outside the model: its name -> the path of its data
+    file, as the worker names it (relative to where it runs)."""
+    from onnx.external_data_helper import ExternalDataInfo
+
+    base = os.path.dirname(source)
+    found = {}
+    for tensor in model.graph.initializer:
+        if _uses_external(tensor):
+            location = ExternalDataInfo(tensor).location
+            found[tensor.name] = os.path.normpath(os.path.join(base, location))
+    return found
+
+
+def check_declared(model: Any, source: str, data_files: Sequence[str]) -> dict[str, str]:
+    """``external_locations``, each of which must be a declared input; a ToolError
+    naming the file and the fix otherwise."""
+    declared = {os.path.normpath(p) for p in data_files}
+    locations = external_locations(model, source)
+    for path in sorted(set(locations.values())):
+        if path not in declared:
+            raise ToolError(
+                f"ONNX model {shown_path(source)} keeps weights in "
+                f"{os.path.basename(path)!r}, which the build does not declare: pass it to "
+                "onnx_import(..., external_data=[...]) so that kiln keys it"
+            )
+    return locations
+
+
+def read_range(path: str, offset: int, length: int | None) -> bytes:
+    """``length`` bytes (all the rest when None) of ``path`` from ``offset``; a
+    ToolError when the file is shorter."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        length = size - offset if length is None else length
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ToolError(
+                f"external data range {offset}+{length} lies outside {shown_path(path)}"
+            )
+        f.seek(offset)
+        return f.read(length)
+
+
+def load_external(model: Any, locations: dict[str, str]) -> None:
+    """Read each external initializer's bytes into the model (``locations``: name ->
+    data file). kiln reads them itself: onnx refuses a data file reached through a
+    link, as a source file is (``.kiln/src``)."""
+    for tensor in model.graph.initializer:
+        where = locations.get(tensor.name)
+        if where is not None:
+            load_tensor_data(tensor, where)
+
+
+def load_tensor_data(tensor: Any, where: str) -> None:
+    """Read an external initializer's bytes from its data file ``where`` into it."""
+    from onnx import TensorProto
+    from onnx.external_data_helper import ExternalDataInfo
+
+    info = ExternalDataInfo(tensor)
+    length = int(info.length) if info.length is not None else None
+    tensor.raw_data = read_range(where, int(info.offset or 0), length)
+    tensor.data_location = TensorProto.DEFAULT
+    del tensor.external_data[:]
 
 
 def _opset(model: Any) -> int:
@@ -39,16 +109,20 @@ def _infer_shapes(model: Any, source: str) -> Any:
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
 
 
-def _load_onnx(source: str, opset_version: int | None) -> Any:
-    """Load, optionally upgrade, check and shape-infer an ONNX model."""
+def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str] = ()) -> Any:
+    """Load (with its external data, which must be among ``data_files``), optionally
+    upgrade, check and shape-infer an ONNX model."""
     import onnx
 
     try:
-        model = onnx.load(source)
+        model = onnx.load(source, load_external_data=False)
     except Exception as e:
         raise ToolError(
             f"cannot read ONNX model {shown_path(source)}: {short_diagnostic(e)}"
         ) from e
+    locations = check_declared(model, source, data_files)
+    if locations:
+        load_external(model, locations)
     try:
         if not model.graph.name:  # the checker rejects it; the function needs a name
             model.graph.name = "main_graph"
@@ -63,7 +137,9 @@ def _load_onnx(source: str, opset_version: int | None) -> Any:
 
 
 @template_modules("onnx", "iree.compiler.extras.onnx_importer", "iree.compiler.ir")
-def import_onnx(source: str, output: str, opset_version: int | None) -> None:
+def import_onnx(
+    source: str, output: str, opset_version: int | None, data_files: Sequence[str] = ()
+) -> None:
     """Import an ONNX model to MLIR (torch-mlir ONNX form) at exactly `output`.
 
     The function is named after the ONNX graph ("main_graph" when unnamed); with
@@ -72,7 +148,7 @@ def import_onnx(source: str, output: str, opset_version: int | None) -> None:
     from iree.compiler.extras import onnx_importer
     from iree.compiler.ir import Context
 
-    model = _load_onnx(source, opset_version)
+    model = _load_onnx(source, opset_version, data_files)
     try:
         info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=Context()).operation

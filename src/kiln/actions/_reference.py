@@ -103,17 +103,25 @@ def check_inputs(
     inputs: Sequence[str],
     shapes: Mapping[str, Any],
     names: Sequence[str] | None = None,
+    *,
+    signature: Sequence[tuple[str, str, tuple[Any, ...]]] | None = None,
+    seed_file: str | None = None,
 ) -> tuple[list[np.ndarray], dict[str, Any]]:
     """The arrays a check runs on, and how they were made (recorded in its result):
     the given files (by their ``names`` in the build, which do not depend on where
-    it is, else their paths), else inputs generated from ``model``'s signature."""
+    it is, else their paths), else inputs generated from ``model``'s signature, or
+    from ``signature`` ((name, dtype, dims) per input) seeded by ``seed_file``."""
     if inputs:
         files = list(names) if names else list(inputs)
         return [load_tensor(p) for p in inputs], {"source": "given", "files": files}
-    if model is None:
+    if signature is not None and seed_file is not None:
+        specs = [InputSpec(name, dtype, tuple(dims)) for name, dtype, dims in signature]
+        seed = file_seed(seed_file)
+    elif model is not None:
+        specs, seed = model_signature(model), file_seed(model)
+    else:
         raise ToolError("no inputs given and no ONNX model to generate them from")
-    seed = file_seed(model)
-    arrays, chosen = generate_inputs(model_signature(model), seed, shapes)
+    arrays, chosen = generate_inputs(specs, seed, shapes)
     return arrays, {"source": "generated", "seed": seed, "shapes": chosen}
 
 

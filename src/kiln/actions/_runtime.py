@@ -5,6 +5,7 @@ pickle into worker processes; iree and numpy are imported on first use."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kiln.actions._logs import short_diagnostic
@@ -15,12 +16,44 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def bind_function(module: str, driver: str, function: str | None) -> tuple[Any, str]:
-    """Load `module` on `driver`; return (invoker, name) of `function` or the only export."""
+@dataclass(frozen=True)
+class Loads:
+    """What a run of a compiled module reads beside the module and its given inputs,
+    as plain values: its parameter archives, ``(scope, path)`` each, and for a module
+    exported from PyTorch (no ONNX model to read a signature from) its example
+    inputs' ``(name, dtype, dims)`` and the file that seeds generated inputs (the
+    digest of the model's weights)."""
+
+    parameters: list[tuple[str, str]] = field(default_factory=list)
+    signature: list[tuple[str, str, tuple[Any, ...]]] | None = None
+    seed_file: str | None = None
+
+
+def _load(module: str, driver: str, parameters: Sequence[tuple[str, str]]) -> Any:
+    """The bound module, behind an I/O parameters module serving ``parameters``
+    (``(scope, archive)`` pairs) when there are any."""
     import iree.runtime as rt
 
+    if not parameters:
+        return rt.load_vm_flatbuffer_file(module, driver=driver)
+    config = rt.Config(driver_name=driver)
+    providers = []
+    for scope, archive in parameters:
+        index = rt.ParameterIndex()
+        index.load(archive)
+        providers.append(index.create_provider(scope=scope))
+    io_params = rt.create_io_parameters_module(config.vm_instance, *providers)
+    vm_module = rt.VmModule.mmap(config.vm_instance, module)
+    return rt.load_vm_modules(io_params, vm_module, config=config)[-1]
+
+
+def bind_function(
+    module: str, driver: str, function: str | None, parameters: Sequence[tuple[str, str]] = ()
+) -> tuple[Any, str]:
+    """Load `module` on `driver` (with its parameter archives, ``(scope, path)``);
+    return (invoker, name) of `function` or the only export."""
     try:
-        bound = rt.load_vm_flatbuffer_file(module, driver=driver)
+        bound = _load(module, driver, parameters)
     except Exception as e:
         raise ToolError(
             f"cannot load module {module} on driver {driver}: {short_diagnostic(e)}"
@@ -35,13 +68,18 @@ def bind_function(module: str, driver: str, function: str | None) -> tuple[Any, 
 
 
 def run_module(
-    module: str, args: Sequence[Any], driver: str = "local-task", function: str | None = None
+    module: str,
+    args: Sequence[Any],
+    driver: str = "local-task",
+    function: str | None = None,
+    parameters: Sequence[tuple[str, str]] = (),
 ) -> tuple[str, list[np.ndarray]]:
-    """Run `function` (or the only export) of a compiled module on host arrays;
-    return the function's name and its outputs as host arrays."""
+    """Run `function` (or the only export) of a compiled module on host arrays, its
+    parameter archives (``(scope, path)``) loaded; return the function's name and its
+    outputs as host arrays."""
     import numpy as np
 
-    invoker, function = bind_function(module, driver, function)
+    invoker, function = bind_function(module, driver, function, parameters)
     try:
         result = invoker(*args)
     except Exception as e:

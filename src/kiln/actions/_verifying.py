@@ -23,7 +23,7 @@ from typing import Any
 
 from kiln.actions._devices import absent_device_reason
 from kiln.actions._reference import check_inputs, output_names, read_reference
-from kiln.actions._runtime import run_module
+from kiln.actions._runtime import Loads, run_module
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import VerificationFailed
 from kiln.output_dir.writing import atomic_output
@@ -46,6 +46,8 @@ class Check:
     reference: str | None  # the onnxruntime outputs (.npz), if asked for
     tolerances: dict[str, list[float]] = field(default_factory=dict)
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
+    reference_name: str = "onnxruntime"  # what computed ``reference``
+    loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
 
 
 def _write(path: str, result: dict[str, Any]) -> None:
@@ -65,14 +67,23 @@ def run_check(check: Check) -> None:
     if reason is not None:
         _write(check.result_path, {**head, "status": "skipped", "passed": None, "reason": reason})
         return
-    args, how = check_inputs(check.model, check.inputs, check.shapes, check.input_names)
-    function, actual = run_module(check.module, args, check.driver, check.function)
+    args, how = check_inputs(
+        check.model,
+        check.inputs,
+        check.shapes,
+        check.input_names,
+        signature=check.loads.signature,
+        seed_file=check.loads.seed_file,
+    )
+    function, actual = run_module(
+        check.module, args, check.driver, check.function, check.loads.parameters
+    )
     names = output_names(check.model) if check.model else []
     wanted: dict[str, list[Any]] = {}
     if check.expected:
         wanted["shipped"] = [load_tensor(p) for p in check.expected]
     if check.reference:
-        wanted["onnxruntime"] = read_reference(check.reference)
+        wanted[check.reference_name] = read_reference(check.reference)
     refs = {ref: compare_all(actual, want, check.tolerances, names) for ref, want in wanted.items()}
     passed = all(r["passed"] for r in refs.values())
     summary = "\n".join(f"against {ref}: {r['summary']}" for ref, r in refs.items())

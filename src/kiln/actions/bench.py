@@ -24,6 +24,7 @@ Result JSON::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -37,6 +38,7 @@ from typing import Any
 from kiln.actions import _devices
 from kiln.actions._logs import read_tail, shown_path
 from kiln.actions._module_run import ModuleRunAction, declare_run
+from kiln.actions._runtime import Loads
 from kiln.errors import BuildDefinitionError, ToolError
 from kiln.graph import BuildFile
 from kiln.manifest import ManifestMeta
@@ -63,6 +65,7 @@ class Bench:
     flags: list[str]
     time_budget_s: float = 5.0
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
+    loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
 
 
 def _write(path: str, result: dict[str, Any]) -> None:
@@ -70,10 +73,11 @@ def _write(path: str, result: dict[str, Any]) -> None:
         tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
 
-def _function(module: str, driver: str, function: str | None) -> str:
+def _function(bench: Bench) -> str:
     from kiln.actions._runtime import bind_function
 
-    return function or bind_function(module, driver, None)[1]
+    found = bind_function(bench.module, bench.driver, None, bench.loads.parameters)[1]
+    return bench.function or found
 
 
 def _measure(
@@ -86,6 +90,7 @@ def _measure(
         f"--module={bench.module}",
         f"--device={bench.driver}",
         f"--function={function}",
+        *(f"--parameters={scope}={archive}" for scope, archive in bench.loads.parameters),
         *(f"--input=@{os.path.join(input_dir, f'{i}.npy')}" for i in range(count)),
         f"--benchmark_repetitions={repetitions}",
         "--benchmark_format=json",
@@ -134,8 +139,15 @@ def run_benchmark(bench: Bench) -> None:
     if reason is not None:
         _write(bench.result_path, {**head, "status": "skipped", "reason": reason})
         return
-    args, how = check_inputs(bench.model, bench.inputs, bench.shapes, bench.input_names)
-    function = _function(bench.module, bench.driver, bench.function)
+    args, how = check_inputs(
+        bench.model,
+        bench.inputs,
+        bench.shapes,
+        bench.input_names,
+        signature=bench.loads.signature,
+        seed_file=bench.loads.seed_file,
+    )
+    function = _function(bench)
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         for i, array in enumerate(args):
             np.save(os.path.join(tmp, f"{i}.npy"), array)
@@ -201,6 +213,7 @@ class BenchmarkAction(ModuleRunAction):
         self.bench = bench
         self.machine = _devices.machine()
         super().__init__(**kwargs)
+        self.bench = dataclasses.replace(bench, loads=self.loads())
 
     def keyed_spec(self) -> dict[str, Any]:
         b = self.bench
@@ -233,6 +246,7 @@ def benchmark(
     driver: str | None = None,
     function: str | None = None,
     time_budget_s: float = 5.0,
+    parameters: Sequence[Any] | None = None,
 ) -> BuildFile:
     """Declare a benchmark of compiled ``module``; its JSON result goes to ``name``.
 
@@ -240,21 +254,25 @@ def benchmark(
     module was imported from), as ``verify`` does. Each repetition runs the function
     for at least ``min_time_s``; there are as many as fit in ``time_budget_s`` of
     measuring, at most ``repetitions`` and at least one (one call longer than the
-    budget is the measurement). ``flags`` go to iree-benchmark-module.
+    budget is the measurement). ``flags`` go to iree-benchmark-module. A module
+    compiled from ``torch_export`` generates inputs from its example inputs. The
+    module's parameter archives are loaded (``--parameters=SCOPE=FILE``): those of
+    its program, or ``parameters`` (files, or ``(scope, file)`` pairs).
     """
     from kiln.actions._tensors import normalize_shapes
 
-    run = declare_run(module, inputs, model, driver)
+    run = declare_run(module, inputs, model, driver, parameters, kind="benchmark")
     module_file, model_file, input_files = run.module, run.model, run.inputs
     if repetitions < 1 or not min_time_s > 0 or not 0 < time_budget_s < float("inf"):
         raise BuildDefinitionError(
             f"benchmark of {module_file.path}: repetitions must be >= 1, min_time_s > 0 "
             "and time_budget_s a positive number of seconds"
         )
-    if not input_files and model_file is None:
+    if not input_files and model_file is None and run.exporter is None:
         raise BuildDefinitionError(
             f"benchmark of {module_file.path}: generating inputs needs the ONNX model: pass "
-            "inputs=[...] or model=..., or compile a module imported with onnx_import"
+            "inputs=[...] or model=..., or compile a module imported with onnx_import or "
+            "exported with torch_export"
         )
     output = run.context.allocate_file(name)
     generated = model_file is not None and not input_files
@@ -281,6 +299,8 @@ def benchmark(
         files=files,
         output_file=output,
         device=run.device_key(),
+        archives=run.archives,
+        exporter=run.exporter,
         desc=f"Benchmarking {module_file.path}",
         executor=run.context.executor,
     )

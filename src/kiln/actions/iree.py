@@ -14,6 +14,7 @@ from kiln.actions._devices import MACHINE_POOL, driver_for_flags
 from kiln.actions._gpu_probe import check_target
 from kiln.actions._host import depends_on_host, explicit_flags, resolve
 from kiln.actions._host import save as save_host_answers
+from kiln.actions._params import program_archives
 from kiln.args import current_args_namespace
 from kiln.compile_targets import target_flags, target_name
 from kiln.errors import BuildDefinitionError, ToolError, UsageError
@@ -276,11 +277,13 @@ def compile(  # noqa: A001 - iree.build's public name
             desc=_compile_desc(name, input_file, target, target_default),
             executor=context.executor,
         )
-        ManifestMeta.get(output).fields.update(
+        meta = ManifestMeta.get(output)
+        meta.fields.update(
             target=action.target.name,
             flags=action.flags,
             compiler_version=_compiler_version_or_none(),
         )
+        meta.archives = program_archives(input_file)
         outputs.append(output)
     return outputs
 

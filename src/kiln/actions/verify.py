@@ -10,7 +10,7 @@ import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.actions import _devices
 from kiln.actions._module_run import ModuleRunAction, declare_run, importer
@@ -21,7 +21,10 @@ from kiln.errors import BuildDefinitionError
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
 from kiln.manifest import ManifestMeta
 
-REFERENCES = ("onnxruntime",)
+if TYPE_CHECKING:
+    from kiln.actions.torch_export import TorchExportAction
+
+REFERENCES = ("onnxruntime", "torch")
 DEFAULT_OPSET = 17  # onnx_import's default: what a model is upgraded to for onnxruntime
 
 
@@ -38,6 +41,7 @@ class ReferenceAction(BuildAction):
         shapes: dict[str, Any],
         output_file: BuildFile,
         upgrade_to: int | None,
+        data_files: list[BuildFile] | None = None,
         **kwargs: Any,
     ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
@@ -45,7 +49,9 @@ class ReferenceAction(BuildAction):
         self.output_file = output_file
         self.upgrade_to = upgrade_to
         self.onnxruntime = onnxruntime_version()
-        self.deps.update([model, *inputs])
+        # The model's external data (onnxruntime reads it beside the model): keyed.
+        self.data_files = data_files or []
+        self.deps.update([model, *inputs, *self.data_files])
         output_file.deps.add(self)
 
     def _remotable_thunk(self) -> Callable[[], None]:
@@ -98,6 +104,7 @@ def _reference_file(
             shapes=shapes,
             output_file=output,
             upgrade_to=opset or DEFAULT_OPSET,
+            data_files=found.data_files if found is not None else [],
             desc=f"Running {model.path} in onnxruntime",
             executor=context.executor,
         )
@@ -117,6 +124,7 @@ class VerifyAction(ModuleRunAction):
     def __init__(self, *, check: Check, **kwargs: Any):
         self.check = check
         super().__init__(**kwargs)
+        self.check = dataclasses.replace(check, loads=self.loads())
 
     def keyed_spec(self) -> dict[str, Any]:
         c = self.check
@@ -127,6 +135,7 @@ class VerifyAction(ModuleRunAction):
             "shapes": c.shapes,
             "tolerances": c.tolerances,
             "reference": bool(c.reference),
+            "reference_name": c.reference_name,
             "inputs": [f.key for f in self.files[1 : 1 + len(c.inputs)]],
             "expected": len(c.expected),
         }
@@ -150,6 +159,7 @@ class VerifyAction(ModuleRunAction):
             inputs=[where.get(p, p) for p in c.inputs],
             expected=[where.get(p, p) for p in c.expected],
             reference=moved(c.reference),
+            loads=self.loads(path),
         )
         return functools.partial(run_check, check)
 
@@ -204,6 +214,7 @@ def verify(
     tolerances: Mapping[str, Sequence[float]] | None = None,
     driver: str | None = None,
     function: str | None = None,
+    parameters: Sequence[Any] | None = None,
 ) -> BuildFile:
     """Declare a check of compiled ``module``; its JSON result goes to ``name``.
 
@@ -214,22 +225,30 @@ def verify(
     signature (``shapes`` sizes its dynamic dimensions). ``rtol``/``atol`` apply to
     every dtype; ``tolerances`` per dtype name, e.g. ``{"float16": (1e-2, 1e-3)}``;
     otherwise each dtype's default (`kiln.actions._tensors.DEFAULT_TOLERANCES`).
+    A module compiled from ``torch_export`` generates its inputs from the example
+    inputs' shapes, and ``reference="torch"`` runs its model in eager PyTorch. The
+    module's parameter archives are loaded (those of its program, or ``parameters``:
+    files, or ``(scope, file)`` pairs).
     """
-    run = declare_run(module, inputs, model, driver)
+    run = declare_run(module, inputs, model, driver, parameters, kind="verify")
     context, module_file, model_file, input_files = run.context, run.module, run.model, run.inputs
+    exporter = run.exporter
     expected_files = context.files(list(expected)) if expected else []
     shape_map = normalize_shapes(shapes)
-    _check_arguments(module_file, model_file, reference, input_files, expected_files)
-    ref_file = (
-        _reference_file(context, module_file, model_file, input_files, shape_map)
-        if reference and model_file is not None
-        else None
+    where = f"verify of {module_file.path}"
+    _check_arguments(
+        module_file, model_file, reference, input_files, expected_files, exporter is not None
     )
+    ref_file = None
+    if reference == "torch" and exporter is not None:
+        ref_file = exporter.reference(context, input_files, shape_map)
+    elif reference and model_file is not None:
+        ref_file = _reference_file(context, module_file, model_file, input_files, shape_map)
     output = context.allocate_file(name)
     check = Check(
         result_path=output.action_path,
         module=module_file.action_path,
-        label=model_file.path if model_file is not None else module_file.path,
+        label=_label(module_file, model_file, exporter),
         target=run.target,
         driver=run.driver,
         function=function,
@@ -239,7 +258,8 @@ def verify(
         shapes=shape_map,
         expected=[f.action_path for f in expected_files],
         reference=ref_file.action_path if ref_file is not None else None,
-        tolerances=_tolerances(f"verify of {module_file.path}", rtol, atol, tolerances),
+        tolerances=_tolerances(where, rtol, atol, tolerances),
+        reference_name=reference or "onnxruntime",
     )
     files = [module_file, *input_files, *expected_files]
     files += [f for f in (model_file, ref_file) if f is not None]
@@ -248,6 +268,8 @@ def verify(
         files=files,
         output_file=output,
         device=run.device_key(),
+        archives=run.archives,
+        exporter=exporter,
         desc=f"Verifying {module_file.path}",
         executor=context.executor,
     )
@@ -256,12 +278,20 @@ def verify(
     return output
 
 
+def _label(module: BuildFile, model: BuildFile | None, exporter: TorchExportAction | None) -> str:
+    """What a check names in its messages: the model as the build names it."""
+    if model is not None:
+        return model.path
+    return exporter.output_file.path if exporter is not None else module.path
+
+
 def _check_arguments(
     module: BuildFile,
     model: BuildFile | None,
     reference: str | None,
     inputs: list[BuildFile],
     expected: list[BuildFile],
+    from_torch: bool = False,
 ) -> None:
     """Definition errors, named by module, before anything runs."""
     where = f"verify of {module.path}"
@@ -272,7 +302,14 @@ def _check_arguments(
     if not expected and reference is None:
         raise BuildDefinitionError(
             f"{where}: nothing to compare with: pass expected=[...] and/or reference='onnxruntime'"
+            " (or 'torch' for a module exported with torch_export)"
         )
+    if reference == "torch" and not from_torch:
+        raise BuildDefinitionError(
+            f"{where}: reference='torch' needs a module compiled from a torch_export program"
+        )
+    if from_torch and reference != "onnxruntime":
+        return
     if model is None and (reference or not inputs):
         raise BuildDefinitionError(
             f"{where}: {'onnxruntime' if reference else 'generating inputs'} needs the ONNX "
