@@ -104,6 +104,9 @@ def test_a_failure_with_the_same_key_is_not_run_again(commands, kiln, tmp_path: 
     assert f"  * Running demo/bad.txt failed (unchanged; log: {log})" in again.stderr
     assert "kiln build --retry-failed runs them" in again.stderr
     assert "broken input" not in again.stderr  # one line, not the error again
+    verbose = kiln("build", "build.py", "-v")  # as it failed then, traceback and all
+    assert "broken input" in verbose.stderr and "Traceback" in verbose.stderr
+    assert runs(tmp_path) == 1
     assert "0 built, 1 up to date, 0 failed, 1 failed (unchanged), 1 not run" in again.stderr
     ended = {e["desc"]: e for e in events(tmp_path / "ev.jsonl") if e.get("desc")}
     bad = ended["Running demo/bad.txt"]
@@ -286,7 +289,7 @@ import os
 
 @entrypoint
 def net():
-    return fetch_http(name="model.onnx", url=os.environ["URL"])
+    return fetch_http(name="model.onnx", url=os.environ["URL"], retries=0)
 """
 
 

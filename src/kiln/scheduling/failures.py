@@ -162,11 +162,13 @@ def failure_record(
         result = json.dumps(carried) if isinstance(carried, dict) else None
     except (TypeError, ValueError):
         result = None
+    short, full = error_text(error), error_text(error, verbose=1)
     return FailureRecord(
         decision.key,
         json.dumps(decision.params),
         json.dumps(decision.inputs),
-        error_text(error),
+        short,
+        full if full != short else None,
         log,
         result,
         time.time(),
@@ -175,4 +177,6 @@ def failure_record(
 
 def unchanged(failure: FailureRecord) -> UnchangedFailure:
     """The failure of an action not run again because of ``failure``."""
-    return UnchangedFailure(failure.error, failure.log, failure.time, failure.carried())
+    return UnchangedFailure(
+        failure.error, failure.log, failure.time, failure.carried(), failure.detail
+    )

@@ -27,7 +27,8 @@ DURATIONS = (
 )
 FAILURES = (
     "CREATE TABLE IF NOT EXISTS failures(id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT, "
-    "inputs TEXT NOT NULL, error TEXT NOT NULL, log TEXT, result TEXT, time REAL NOT NULL) "
+    "inputs TEXT NOT NULL, error TEXT NOT NULL, detail TEXT, log TEXT, result TEXT, "
+    "time REAL NOT NULL) "
     "WITHOUT ROWID;"
 )
 LATER_TABLES = {
