@@ -548,3 +548,24 @@ def test_a_change_to_the_actions_code_runs_it_again(write_module, kiln, tmp_path
     r = kiln("build", "build.py", env=env)
     assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
     assert "ValueError: still a bad value value" in r.stderr
+
+
+def test_a_failures_table_of_other_columns_is_replaced(commands, kiln, tmp_path: Path) -> None:
+    commands()
+    kiln("build", "build.py")
+    db = tmp_path / "kiln-out" / ".kiln" / "state.db"
+    with sqlite3.connect(db) as conn:  # as another kiln (or a hand) might leave it
+        conn.execute("DROP TABLE failures")
+        conn.execute("CREATE TABLE failures(id TEXT PRIMARY KEY, key TEXT, why TEXT)")
+        conn.execute("INSERT INTO failures VALUES ('gen/demo/bad.txt', 'k', 'w')")
+    explained = kiln("explain", "build.py")  # reads a copy: changes nothing
+    assert explained.returncode == 0 and "Running demo/bad.txt: never built" in explained.stdout
+    r = kiln("build", "build.py")
+    assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
+    assert "warning" not in r.stderr and "cannot" not in r.stderr
+    with sqlite3.connect(db) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(failures)")]
+        assert "detail" in columns and conn.execute("SELECT id FROM failures").fetchall() == [
+            ("gen/demo/bad.txt",)
+        ]
+    assert kiln("build", "build.py").returncode == 1 and runs(tmp_path) == 2

@@ -31,6 +31,7 @@ FAILURES = (
     "time REAL NOT NULL) "
     "WITHOUT ROWID;"
 )
+FAILURES_COLUMNS = ["id", "key", "params", "inputs", "error", "detail", "log", "result", "time"]
 LATER_TABLES = {
     "written": WRITTEN,
     "nonreproducible": NONREPRODUCIBLE,
