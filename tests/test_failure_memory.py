@@ -484,6 +484,7 @@ RETRIED = [
     KeyboardInterrupt(),
     SystemExit(1),
     MemoryError(),
+    ModuleNotFoundError("No module named 'torch'"),
     OSError(errno.ENOSPC, "No space left on device"),
     OSError(errno.EMFILE, "Too many open files"),
     ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
