@@ -104,6 +104,9 @@ def test_a_failure_with_the_same_key_is_not_run_again(commands, kiln, tmp_path: 
     assert f"  * Running demo/bad.txt failed (unchanged; log: {log})" in again.stderr
     assert "kiln build --retry-failed runs them" in again.stderr
     assert "broken input" not in again.stderr  # one line, not the error again
+    verbose = kiln("build", "build.py", "-v")  # as it failed then, traceback and all
+    assert "broken input" in verbose.stderr and "Traceback" in verbose.stderr
+    assert runs(tmp_path) == 1
     assert "0 built, 1 up to date, 0 failed, 1 failed (unchanged), 1 not run" in again.stderr
     ended = {e["desc"]: e for e in events(tmp_path / "ev.jsonl") if e.get("desc")}
     bad = ended["Running demo/bad.txt"]
@@ -286,7 +289,7 @@ import os
 
 @entrypoint
 def net():
-    return fetch_http(name="model.onnx", url=os.environ["URL"])
+    return fetch_http(name="model.onnx", url=os.environ["URL"], retries=0)
 """
 
 
@@ -481,6 +484,7 @@ RETRIED = [
     KeyboardInterrupt(),
     SystemExit(1),
     MemoryError(),
+    ModuleNotFoundError("No module named 'torch'"),
     OSError(errno.ENOSPC, "No space left on device"),
     OSError(errno.EMFILE, "Too many open files"),
     ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
@@ -545,3 +549,24 @@ def test_a_change_to_the_actions_code_runs_it_again(write_module, kiln, tmp_path
     r = kiln("build", "build.py", env=env)
     assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
     assert "ValueError: still a bad value value" in r.stderr
+
+
+def test_a_failures_table_of_other_columns_is_replaced(commands, kiln, tmp_path: Path) -> None:
+    commands()
+    kiln("build", "build.py")
+    db = tmp_path / "kiln-out" / ".kiln" / "state.db"
+    with sqlite3.connect(db) as conn:  # as another kiln (or a hand) might leave it
+        conn.execute("DROP TABLE failures")
+        conn.execute("CREATE TABLE failures(id TEXT PRIMARY KEY, key TEXT, why TEXT)")
+        conn.execute("INSERT INTO failures VALUES ('gen/demo/bad.txt', 'k', 'w')")
+    explained = kiln("explain", "build.py")  # reads a copy: changes nothing
+    assert explained.returncode == 0 and "Running demo/bad.txt: never built" in explained.stdout
+    r = kiln("build", "build.py")
+    assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
+    assert "warning" not in r.stderr and "cannot" not in r.stderr
+    with sqlite3.connect(db) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(failures)")]
+        assert "detail" in columns and conn.execute("SELECT id FROM failures").fetchall() == [
+            ("gen/demo/bad.txt",)
+        ]
+    assert kiln("build", "build.py").returncode == 1 and runs(tmp_path) == 2

@@ -222,6 +222,7 @@ class BuildEmitter:
                 key=decision.key,
                 reason=decision.reason,
                 error=str(error),
+                traceback=error.detail,
                 root_cause=self.id_of(action),
                 log=error.log,
                 unchanged=True,

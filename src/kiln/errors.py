@@ -149,7 +149,8 @@ class UnchangedFailure(ActionFailed):
     same key in an earlier build (``kiln.scheduling.failures``). The message is that
     failure's, as it was shown; ``log`` the path of that run's log (or None),
     ``failed_at`` when it failed (epoch seconds), ``result`` the JSON result the
-    failure carried (a verification's), if any."""
+    failure carried (a verification's), if any, ``detail`` what ``-v`` showed of
+    it (its traceback) when that said more than the message."""
 
     def __init__(
         self,
@@ -157,11 +158,13 @@ class UnchangedFailure(ActionFailed):
         log: str | None = None,
         failed_at: float = 0.0,
         result: dict[str, Any] | None = None,
+        detail: str | None = None,
     ):
         super().__init__(message)
         self.log = log
         self.failed_at = failed_at
         self.result = result
+        self.detail = detail
 
 
 class DependenceException(KilnError):
@@ -245,6 +248,8 @@ def error_text(error: BaseException | None, verbose: int = 0) -> str:
     """How a failure reads: kiln's own errors by message, others with a traceback."""
     if error is None:
         return ""
+    if isinstance(error, UnchangedFailure):  # not run: the failure it had, as then
+        return (error.detail or str(error)) if verbose else str(error)
     remote = getattr(error, "remote_traceback", None)
     if remote is not None:  # raised in a worker process: the exception, or its traceback
         if verbose:

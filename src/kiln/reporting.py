@@ -266,6 +266,8 @@ def format_root_causes(result: BuildResult, verbose: int) -> str:
         error = result.errors[action]
         log = getattr(error, "log", None)
         lines.append(f"  * {unchanged_line(str(action), log, str(error))}")
+        if verbose:  # as it failed then: its traceback
+            lines.append(indent(error_text(error, verbose), "      "))
     if unchanged:
         lines.append(
             f"{len(unchanged)} of them failed with the same key in an earlier build and were "

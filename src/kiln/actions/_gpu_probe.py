@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 
 from kiln.compile_targets import parse_target, target_flags
-from kiln.errors import ToolError, UsageError
+from kiln.errors import ToolMissing, UsageError
 from kiln.graph import BuildDependency, BuildMeta
 
 # Names to probe, newest first, for the suggestion after a rejected target.
@@ -49,7 +49,7 @@ def probe(flags: list[str]) -> str | None:
     try:
         exe = find_tool("iree-compile")
     except ValueError as e:
-        raise ToolError(f"cannot find iree-compile: {e}") from e
+        raise ToolMissing(f"cannot find iree-compile: {e}") from e
     with tempfile.TemporaryDirectory(prefix="kiln-probe-") as tmp:
         source = os.path.join(tmp, "probe.mlir")
         with open(source, "w", encoding="utf-8") as f:

@@ -16,8 +16,9 @@ Never remembered:
   died, a program killed by a signal (exit status ``-N``, or 137: a shell's
   report of a SIGKILL, the out-of-memory killer's signal);
 - anything the operating system reports (``OSError``: the disk, the network,
-  permissions, a limit), ``MemoryError``, an HTTP protocol error, a tool that is
-  not installed, a failure on the Dask cluster, an output kiln may not write,
+  permissions, a limit), ``MemoryError``, an HTTP protocol error, a tool or a
+  Python module that is not installed (``ToolMissing``, ``ImportError``), a
+  failure on the Dask cluster, an output kiln may not write,
   kiln's own errors that are not the action's (the state, a dependency that
   failed, a file of the wrong kind);
 - a failure whose message carries the operating system's words for a machine
@@ -67,6 +68,7 @@ _TRANSIENT: tuple[tuple[type[BaseException], str], ...] = (
     (ConfinementError, "its output could not be written where it belongs"),
     (UnchangedFailure, "it did not run"),
     (MemoryError, "it ran out of memory"),
+    (ImportError, "a module it imports is not installed here"),
     (OSError, "the operating system reported an error"),
     (http.client.HTTPException, "an HTTP connection failed"),
     (subprocess.TimeoutExpired, "a program it ran timed out"),
@@ -162,11 +164,13 @@ def failure_record(
         result = json.dumps(carried) if isinstance(carried, dict) else None
     except (TypeError, ValueError):
         result = None
+    short, full = error_text(error), error_text(error, verbose=1)
     return FailureRecord(
         decision.key,
         json.dumps(decision.params),
         json.dumps(decision.inputs),
-        error_text(error),
+        short,
+        full if full != short else None,
         log,
         result,
         time.time(),
@@ -175,4 +179,6 @@ def failure_record(
 
 def unchanged(failure: FailureRecord) -> UnchangedFailure:
     """The failure of an action not run again because of ``failure``."""
-    return UnchangedFailure(failure.error, failure.log, failure.time, failure.carried())
+    return UnchangedFailure(
+        failure.error, failure.log, failure.time, failure.carried(), failure.detail
+    )

@@ -16,7 +16,7 @@ from typing import Any
 from kiln.errors import StateError, Untrusted
 from kiln.output_dir.ownership import check_own_file, claim_output_dir
 from kiln.state.integrity import check_kiln_database, is_corruption, os_reason
-from kiln.state.schema import LATER_TABLES, META, SCHEMA_VERSION, TABLES
+from kiln.state.schema import FAILURES_COLUMNS, LATER_TABLES, META, SCHEMA_VERSION, TABLES
 
 # Statements, each with the rows it runs over.
 Steps = Iterable[tuple[str, list[tuple[Any, ...]]]]
@@ -149,7 +149,14 @@ class StateDatabase:
 
 def add_later_tables(db: sqlite3.Connection, tables: set[str]) -> None:
     """Create the tables added to schema 1 after its first release that ``db``
-    lacks (an older kiln ignores them)."""
+    lacks (an older kiln ignores them). A ``failures`` table of other columns (a
+    later kiln's, a hand edit) is replaced by an empty one: forgetting failures
+    only runs those actions again."""
+    if "failures" in tables:
+        found = [row[1] for row in db.execute("PRAGMA table_info(failures)")]
+        if found != FAILURES_COLUMNS:
+            db.execute("DROP TABLE failures")
+            tables = tables - {"failures"}
     for name, create in LATER_TABLES.items():
         if name not in tables:
             db.execute(create)

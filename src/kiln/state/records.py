@@ -100,13 +100,14 @@ class FailureRecord:
     """How an action failed the last time it ran, in a way that fails again with
     the same key: the key, the keyed parameters and inputs (as ``ActionRecord``'s,
     JSON text until used, to say what changed since), the error as the console
-    showed it, the path of that run's log, the JSON result the failure carried
-    (a verification's) and when it failed (epoch seconds).
+    showed it and, when ``-v`` showed more (a traceback), that as ``detail``, the
+    path of that run's log, the JSON result the failure carried (a
+    verification's) and when it failed (epoch seconds).
 
     Invariant: ``key`` is a SHA-256 digest; ``error`` is text (a row read with
     anything else is dropped, and its action runs again)."""
 
-    __slots__ = ("key", "params", "inputs", "error", "log", "result", "time")
+    __slots__ = ("key", "params", "inputs", "error", "detail", "log", "result", "time")
 
     def __init__(
         self,
@@ -114,6 +115,7 @@ class FailureRecord:
         params: str,
         inputs: str,
         error: str,
+        detail: str | None,
         log: str | None,
         result: str | None,
         time: float,
@@ -122,6 +124,7 @@ class FailureRecord:
         self.params = params  # JSON text, as in the ``actions`` table
         self.inputs = inputs
         self.error = error
+        self.detail = detail
         self.log = log
         self.result = result
         self.time = time
@@ -130,28 +133,20 @@ class FailureRecord:
     def from_row(cls, row: tuple[Any, ...]) -> FailureRecord | None:
         """The record of a row read from ``failures`` (without its id), or None when
         a field does not have the type kiln writes."""
-        key, params, inputs, error, log, result, time = row
-        if not (type(key) is str and len(key) == 64 and type(error) is str):
+        key, params, inputs, error, detail, log, result, time = row
+        if not (type(key) is str and len(key) == 64):
             return None
-        if type(params) is not str or type(inputs) is not str:
+        if not all(type(text) is str for text in (params, inputs, error)):
             return None
-        if not (log is None or type(log) is str) or not (result is None or type(result) is str):
+        if not all(text is None or type(text) is str for text in (detail, log, result)):
             return None
         if not isinstance(time, int | float):
             return None
-        return cls(key, params, inputs, error, log, result, float(time))
+        return cls(key, params, inputs, error, detail, log, result, float(time))
 
     def row(self, action_id: str) -> tuple[Any, ...]:
-        return (
-            action_id,
-            self.key,
-            self.params,
-            self.inputs,
-            self.error,
-            self.log,
-            self.result,
-            self.time,
-        )
+        """The row of ``failures`` for the action ``action_id``."""
+        return (action_id, *(getattr(self, name) for name in self.__slots__))
 
     def as_record(self) -> ActionRecord:
         """Its key, parameters and inputs as a record (no outputs), to compare with

@@ -27,9 +27,11 @@ DURATIONS = (
 )
 FAILURES = (
     "CREATE TABLE IF NOT EXISTS failures(id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT, "
-    "inputs TEXT NOT NULL, error TEXT NOT NULL, log TEXT, result TEXT, time REAL NOT NULL) "
+    "inputs TEXT NOT NULL, error TEXT NOT NULL, detail TEXT, log TEXT, result TEXT, "
+    "time REAL NOT NULL) "
     "WITHOUT ROWID;"
 )
+FAILURES_COLUMNS = ["id", "key", "params", "inputs", "error", "detail", "log", "result", "time"]
 LATER_TABLES = {
     "written": WRITTEN,
     "nonreproducible": NONREPRODUCIBLE,

@@ -112,7 +112,8 @@ class StateStore:
             if self._failures is None:
                 try:
                     rows = self.database.read(
-                        "SELECT id, key, params, inputs, error, log, result, time FROM failures"
+                        "SELECT id, key, params, inputs, error, detail, log, result, time "
+                        "FROM failures"
                     )
                 except sqlite3.DatabaseError as e:
                     self._warn(
@@ -173,7 +174,7 @@ class StateStore:
                     ("DELETE FROM actions WHERE id = ?", gone),
                     ("DELETE FROM failures WHERE id = ?", forgotten),
                     (
-                        "INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?,?,?)",
+                        "INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?,?,?,?)",
                         [failure.row(aid) for aid, failure in failed],
                     ),
                     ("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths]),
