@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,11 @@ from kiln.state import Produced, stat_key
 
 if TYPE_CHECKING:  # imported only by a build that has a remote cache
     from kiln.cache.remote import RemoteCache
+
+
+# What hashing an output read (``kiln.scheduling.action_outputs``): its permission
+# bits, and its bytes when it is at most ``INLINE_MAX`` long (else None).
+ReadOutput = tuple[int, bytes | None]
 
 
 class _Miss(Exception):
@@ -297,21 +302,30 @@ class BuildCache:
 
     # -- storing -------------------------------------------------------------
 
-    def save(self, key: str, desc: str, produced: Produced, share: bool = True) -> None:
+    def save(
+        self,
+        key: str,
+        desc: str,
+        produced: Produced,
+        share: bool = True,
+        read: Mapping[BuildFile, ReadOutput] | None = None,
+    ) -> None:
         """Put an action's outputs (digests already known) into the caches (with
-        ``share=False``, into this machine's only)."""
+        ``share=False``, into this machine's only). ``read``: what hashing them read
+        (their modes, and the bytes of the small ones), so that they are not opened
+        again."""
         if self.broken or not produced:
             return
         outputs = []
         try:
             for f, ((size, *_), digest) in produced.items():
-                mode = os.lstat(f.fs_str).st_mode & 0o7777
-                data = None
-                if size <= INLINE_MAX:  # kept in the entry: no blob to write
-                    data = read_regular(f.fs_str, INLINE_MAX + 1)
-                    if hashlib.sha256(data).hexdigest() != digest:
+                seen = read.get(f) if read is not None else None
+                if seen is None:
+                    seen = _read_back(f, size, digest)
+                    if seen is None:
                         return  # changed since it was hashed: nothing to vouch for
-                elif not self.local.put_file(f.fs_str, digest):
+                mode, data = seen
+                if data is None and not self.local.put_file(f.fs_str, digest):
                     return
                 if data is not None:
                     size = len(data)
@@ -335,17 +349,38 @@ class BuildCache:
             self.remote.put_entry(key, data)
 
     def end_build(self) -> None:
-        """Log this build's counts and evict down to the size bound."""
-        if self.broken or not any(self.counts.values()):
-            return
+        """Write the entries that wait, log this build's counts and evict down to the
+        size bound (when the cache may have outgrown it)."""
         try:
+            if self.broken or not any(self.counts.values()):
+                return
+            self.local.index.flush()
             self.local.log_build(dict(self.counts))
             if self.counts["stored"] or self.counts["remote_hits"]:
-                self.local.gc(self.max_size)
+                self.local.evict(self.max_size)
         except OSError as e:
             self._local_failed(e)
         except Exception as e:  # noqa: BLE001 - the cache never fails the build
             self.failed(e)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Write what waits for the local cache's index and close it (an explain or a
+        dry run leaves nothing open in the cache directory); it is reopened if used
+        again."""
+        with contextlib.suppress(Exception):
+            self.local.close()
+
+
+def _read_back(f: BuildFile, size: int, digest: str) -> ReadOutput | None:
+    """The mode of output ``f``, and its bytes when it is small enough to be kept in
+    its entry; None when those bytes no longer have ``digest``."""
+    mode = os.lstat(f.fs_str).st_mode & 0o7777
+    if size > INLINE_MAX:
+        return mode, None
+    data = read_regular(f.fs_str, INLINE_MAX + 1)
+    return (mode, data) if hashlib.sha256(data).hexdigest() == digest else None
 
 
 def _match(
