@@ -103,11 +103,11 @@ class CacheDir:
     def log_file(self) -> str:
         return f"{self._base}/{LOG}"
 
-    def index(self) -> CacheIndex:
+    def index(self, spill: Callable[[str, bytes], None]) -> CacheIndex:
         """The cache's index (``kiln.cache.index``), opened when first used; its
         directory is checked before it is read and made (claiming the cache) before
-        it is written."""
-        return CacheIndex(f"{self._base}/{INDEX}", self.skip, self._index_dir)
+        it is written. ``spill`` keeps the entries it no longer takes."""
+        return CacheIndex(f"{self._base}/{INDEX}", self.skip, self._index_dir, spill)
 
     def index_dir_ok(self) -> bool:
         """Whether the index's directory is a real one (else reported)."""

@@ -30,8 +30,9 @@ damaged is never read from: it is reported once and the cache goes on with entry
 files (the older layout, ``v1/ac/``). Entries read from it are checked as any
 entry is (``CacheEntry.decode``, inline outputs against their digest): a row that
 fails is a miss. Concurrency: write-ahead logging and a busy timeout of
-``BUSY_S``; a batch that cannot be written within it is dropped (a cache may
-forget, a build never waits longer), and a read that cannot be done is a miss.
+``BUSY_S``; an index that stays busy longer (another program holding it) is only
+read for the rest of the build (its entries kept as files), so a build waits on it
+once at most.
 """
 
 from __future__ import annotations
@@ -95,12 +96,14 @@ class CacheIndex:
         path: str,
         report: Callable[[str, str], None],
         directory: Callable[[bool], bool] = lambda create: True,
+        spill: Callable[[str, bytes], None] = lambda name, data: None,
     ):
         self.path = path
         self._report = report  # (place, why): said once per place by the caller
         self._directory = directory  # whether the index's directory is sound (made if asked)
+        self._spill = spill  # where the entries go that the index no longer takes
         self.damaged = False  # unusable for what it holds (not for where or whose it is)
-        self.readonly = False  # on a read-only file system: read, never written
+        self.readonly = False  # read, never written: a read-only file system, or busy
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self.broken = False
@@ -129,8 +132,7 @@ class CacheIndex:
 
     def _give_up(self, why: str) -> None:
         self.broken = True
-        self._pending.clear()
-        self._touched.clear()
+        self._spill_pending()
         if self._db is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
@@ -209,15 +211,16 @@ class CacheIndex:
             return row[0]
 
     def put(self, name: str, data: bytes) -> bool:
-        """Store ``data`` under ``name`` with the next batch; False when the index is
-        not usable (the caller keeps the entry as a file)."""
+        """Store ``data`` under ``name`` with the next batch (or spill it, should the
+        index fail); False when the index takes no writes (the caller keeps the entry
+        as a file)."""
         with self._lock:
-            if self.broken or (self.readonly and self._db is not None):
+            if self.broken or self.readonly:
                 return False
             self._pending[name] = data
             self._added += len(data)
-            self._due()
-            return not self.broken
+            self._due()  # written with its batch, or spilled if the index fails
+            return True
 
     def added(self, size: int) -> None:
         """Count ``size`` bytes stored beside the index (a blob), for eviction."""
@@ -232,15 +235,16 @@ class CacheIndex:
             self.flush()
 
     def flush(self) -> None:
-        """Write what waits, in one transaction; dropped if the index is busy for
-        longer than ``BUSY_S`` or unusable. OSError when the disk is full."""
+        """Write what waits, in one transaction; spilled (kept as files) if the index
+        is busy for longer than ``BUSY_S`` or unusable (``_failed``). OSError when
+        the disk is full."""
         with self._lock:
             if not self._pending and not self._touched and not self._added:
                 return
             pending, touched, added = self._pending, self._touched, self._added
-            self._pending, self._touched, self._added = {}, set(), 0
             db = self._connection(create=bool(pending) or bool(added))
-            if db is None:
+            if db is None:  # none to mark used, or unusable (what waited was spilled)
+                self._pending, self._touched, self._added = {}, set(), 0
                 return
             now = int(time.time())
             try:
@@ -259,12 +263,32 @@ class CacheIndex:
                         (added,),
                     )
             except sqlite3.Error as e:
-                self._failed(e)
+                try:
+                    self._failed(e)  # what waits is spilled (dropped when the disk is full)
+                finally:
+                    self._pending, self._touched, self._added = {}, set(), 0
+                return
+            self._pending, self._touched, self._added = {}, set(), 0
+
+    def _spill_pending(self) -> None:
+        """Hand what waits to ``spill`` (the index takes no more writes)."""
+        pending, self._pending = self._pending, {}
+        self._touched.clear()
+        for name, data in pending.items():
+            self._spill(name, data)
 
     def _failed(self, error: sqlite3.Error) -> None:
-        """A busy index drops what it was asked; a full disk is an OSError; anything
-        else (damage) leaves the index for the rest of this build."""
-        if _busy(error):
+        """A full disk is an OSError; anything else (an index busy for longer than
+        ``BUSY_S``, damage) leaves the index for the rest of this build, so that no
+        build waits on it again."""
+        if _busy(error):  # still read (a reader never waits on a writer)
+            self.readonly = True
+            self._spill_pending()
+            self._report(
+                self.path,
+                f"the index {self.path}: busy for more than {BUSY_S:g} s (another program "
+                "holds it; kiln keeps this build's entries as files)",
+            )
             return
         if _full(error):
             raise OSError(errno.ENOSPC, f"cannot write the cache index {self.path}: {error}")

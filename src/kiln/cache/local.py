@@ -106,7 +106,7 @@ class LocalCache:
         self.dir = CacheDir(root, warn)
         self.root = self.dir.root
         self.base = self.dir.base
-        self.index = self.dir.index()
+        self.index = self.dir.index(spill=self._put_entry_file)
         self._entry_files: bool | None = None  # whether ``ac/`` may hold entries
 
     def close(self) -> None:
@@ -151,8 +151,11 @@ class LocalCache:
         """Store the entry ``data`` for ``key``: in the index with its next batch, or
         as a file when the index cannot be used."""
         name = key_name(key)
-        if self.index.put(name, data):
-            return
+        if not self.index.put(name, data):
+            self._put_entry_file(name, data)
+
+    def _put_entry_file(self, name: str, data: bytes) -> None:
+        """Keep an entry as a file of its own (the index cannot take it)."""
         self._entry_files = True
         with self._writing(self.dir.entry_file(name)) as f:
             f.write(data)
