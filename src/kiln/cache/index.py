@@ -105,8 +105,14 @@ class CacheIndex:
         self.damaged = False  # unusable for what it holds (not for where or whose it is)
         self.readonly = False  # read, never written: a read-only file system, or busy
         self._lock = threading.RLock()
-        self._db: sqlite3.Connection | None = None
+        self._db: sqlite3.Connection | None = None  # reads, under ``_lock``
+        # Batches are written on a connection of their own, under ``_write_lock`` alone,
+        # so that a read never waits for a batch being written. Lock order: the write
+        # lock first, never taken while ``_lock`` is held.
+        self._write_lock = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
         self.broken = False
+        self._flushing: dict[str, bytes] = {}  # being written: still seen by ``get``
         self._pending: dict[str, bytes] = {}
         self._touched: set[str] = set()
         self._added = 0
@@ -192,7 +198,7 @@ class CacheIndex:
         """The entry stored under ``name`` (marked used unless ``touch`` is false), or
         None: no such entry, no index, or the index cannot be read now."""
         with self._lock:
-            data = self._pending.get(name)
+            data = self._pending.get(name) or self._flushing.get(name)
             if data is not None:
                 return data
             db = self._connection(create=False)
@@ -205,10 +211,13 @@ class CacheIndex:
                 return None
             if row is None or not isinstance(row[0], bytes):
                 return None
+            due = False
             if touch and not self.readonly:
                 self._touched.add(name)
-                self._due()
-            return row[0]
+                due = self._due()
+        if due:
+            self.flush()
+        return bytes(row[0])
 
     def put(self, name: str, data: bytes) -> bool:
         """Store ``data`` under ``name`` with the next batch (or spill it, should the
@@ -219,56 +228,73 @@ class CacheIndex:
                 return False
             self._pending[name] = data
             self._added += len(data)
-            self._due()  # written with its batch, or spilled if the index fails
-            return True
+            due = self._due()
+        if due:
+            self.flush()  # written with its batch, or spilled if the index fails
+        return True
 
     def added(self, size: int) -> None:
         """Count ``size`` bytes stored beside the index (a blob), for eviction."""
         with self._lock:
             self._added += size
 
-    def _due(self) -> None:
+    def _due(self) -> bool:
+        """Whether what waits is due for its transaction."""
         now = time.monotonic()
         if len(self._pending) + len(self._touched) == 1:
             self._since = now
-        if len(self._pending) >= BATCH_MAX or now - self._since >= BATCH_S:
-            self.flush()
+        return len(self._pending) >= BATCH_MAX or now - self._since >= BATCH_S
 
     def flush(self) -> None:
         """Write what waits, in one transaction; spilled (kept as files) if the index
         is busy for longer than ``BUSY_S`` or unusable (``_failed``). OSError when
         the disk is full."""
-        with self._lock:
-            if not self._pending and not self._touched and not self._added:
-                return
-            pending, touched, added = self._pending, self._touched, self._added
-            db = self._connection(create=bool(pending) or bool(added))
-            if db is None:  # none to mark used, or unusable (what waited was spilled)
-                self._pending, self._touched, self._added = {}, set(), 0
-                return
-            now = int(time.time())
-            try:
-                with _transaction(db):
-                    db.executemany(
-                        "INSERT OR REPLACE INTO entries VALUES (?, ?, ?)",
-                        [(n, d, now) for n, d in pending.items()],
-                    )
-                    db.executemany(
-                        "UPDATE entries SET used = ? WHERE name = ?",
-                        [(now, n) for n in touched - pending.keys()],
-                    )
-                    db.execute(
-                        "INSERT INTO meta VALUES ('added', ?) "
-                        "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-                        (added,),
-                    )
-            except sqlite3.Error as e:
-                try:
-                    self._failed(e)  # what waits is spilled (dropped when the disk is full)
-                finally:
+        with self._write_lock:
+            with self._lock:
+                if not self._pending and not self._touched and not self._added:
+                    return
+                pending, touched, added = self._pending, self._touched, self._added
+                create = bool(pending) or bool(added)
+                if self.readonly or self._connection(create) is None:  # nothing to write to
                     self._pending, self._touched, self._added = {}, set(), 0
-                return
-            self._pending, self._touched, self._added = {}, set(), 0
+                    return
+                self._pending, self._touched, self._added = {}, set(), 0
+                self._flushing = pending
+            try:
+                self._write(pending, touched, added)
+            except sqlite3.Error as e:
+                with self._lock:
+                    self._pending = {**pending, **self._pending}
+                    try:
+                        self._failed(e)  # what waits is spilled (dropped on a full disk)
+                    finally:
+                        self._pending = {}
+            finally:
+                with self._lock:
+                    self._flushing = {}
+
+    def _write(self, pending: dict[str, bytes], touched: set[str], added: int) -> None:
+        """One batch, in one transaction on the writer's connection (``_write_lock``)."""
+        if self._writer is None:
+            try:
+                self._writer = self._open()
+            except IndexUnusable as e:
+                raise sqlite3.DatabaseError(str(e)) from None
+        db, now = self._writer, int(time.time())
+        with _transaction(db):
+            db.executemany(
+                "INSERT OR REPLACE INTO entries VALUES (?, ?, ?)",
+                [(n, d, now) for n, d in pending.items()],
+            )
+            db.executemany(
+                "UPDATE entries SET used = ? WHERE name = ?",
+                [(now, n) for n in touched - pending.keys()],
+            )
+            db.execute(
+                "INSERT INTO meta VALUES ('added', ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                (added,),
+            )
 
     def _spill_pending(self) -> None:
         """Hand what waits to ``spill`` (the index takes no more writes)."""
@@ -299,8 +325,8 @@ class CacheIndex:
 
     def rows(self) -> Iterator[tuple[float, int, str]]:
         """(used, size, name) of every entry."""
+        self.flush()
         with self._lock:
-            self.flush()
             db = self._connection(create=False)
             if db is None:
                 return iter(())
@@ -329,8 +355,8 @@ class CacheIndex:
     def must_walk(self, max_size: int) -> bool:
         """Whether eviction must walk the whole cache: it may have grown past
         ``max_size`` since the last walk, or that was long ago (or never)."""
+        self.flush()
         with self._lock:
-            self.flush()
             meta = self._meta()
         if meta is None:
             return True
@@ -368,7 +394,7 @@ class CacheIndex:
     def clear(self) -> int:
         """Remove the index (its entries: how many there were), unless it is not
         kiln's (reported, left as it is)."""
-        with self._lock:
+        with self._write_lock, self._lock:
             self._pending.clear()
             self._touched.clear()
             self._added = 0
@@ -379,7 +405,7 @@ class CacheIndex:
             if db is not None:
                 with contextlib.suppress(sqlite3.Error):
                     counted = db.execute("SELECT count(*) FROM entries").fetchone()[0]
-                self.close()
+                self._close_connections()
             elif not self.damaged:
                 return 0  # another program's file, a link, a FIFO: reported, kept
             for suffix in _SUFFIXES:  # a build that has it open stops writing to it
@@ -390,14 +416,18 @@ class CacheIndex:
             return int(counted)
 
     def close(self) -> None:
-        """Write what waits and close the connection (it is opened again if needed)."""
-        with self._lock:
-            with contextlib.suppress(OSError):
-                self.flush()
-            if self._db is not None:
+        """Write what waits and close the connections (opened again if needed)."""
+        with contextlib.suppress(OSError):
+            self.flush()
+        with self._write_lock, self._lock:
+            self._close_connections()
+
+    def _close_connections(self) -> None:
+        for db in (self._db, self._writer):
+            if db is not None:
                 with contextlib.suppress(sqlite3.Error):
-                    self._db.close()
-                self._db = None
+                    db.close()
+        self._db = self._writer = None
 
 
 def _read_only_fs(directory: str) -> bool:
