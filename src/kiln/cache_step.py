@@ -69,18 +69,6 @@ class CacheStep:
             self.cache.failed(e)
             return None
 
-    def misses(self, action: BuildAction, decision: Decision) -> bool:
-        """Whether the cache surely cannot serve ``action`` (``BuildCache.misses``):
-        then nothing is restored, and it runs at once."""
-        if self.cache is None or not self.applies(action, decision):
-            return True
-        try:
-            known = known_digests(action, self._plan.outputs[action])
-            return self.cache.misses(decision.key, known, share=self.shared(action))
-        except Exception as e:  # noqa: BLE001 - a cache step never fails a build
-            self.cache.failed(e)
-            return True
-
     def save(
         self,
         action: BuildAction,

@@ -151,23 +151,6 @@ class BuildCache:
         self._count("misses" if served is None else "hits")
         return served
 
-    def misses(self, key: str, known: dict[str, str] | None, share: bool = True) -> bool:
-        """Whether ``restore`` would surely miss, known without reading more than this
-        machine's index: no entry there, no digests declared, no remote cache to ask
-        (counted as ``restore`` counts a miss). A command then starts at once,
-        without a worker thread for its lookup."""
-        if self.broken:
-            return True
-        if known is not None or (share and self.remote is not None):
-            return False
-        try:
-            if self.local.get_entry(key, touch=False) is not None:
-                return False
-        except OSError:
-            return False  # ``restore`` meets it, and says so
-        self._count("misses")
-        return True
-
     def _restore(
         self,
         key: str,

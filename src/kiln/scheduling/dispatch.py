@@ -87,13 +87,11 @@ class Dispatcher:
 
     def start(self, action: BuildAction, decision: Decision, order: tuple[float, int]) -> None:
         """Run ``action`` (its outputs prepared): now when it runs in-line or is a
-        command the cache surely misses (a cache lookup that may serve it is left to
-        a worker), else on a worker thread."""
-        if self.runs_inline(action):
+        command (a cache lookup is left to a worker), else on a worker thread."""
+        if self.runs_inline(action) or (
+            self.spawns(action) and not self.shared.cache.applies(action, decision)
+        ):
             self.execute(action, decision)
-            return
-        if self.spawns(action) and self.shared.cache.misses(action, decision):
-            self.execute(action, decision, lookup=False)
             return
         # The worker that takes this turn runs the best action queued by then, so one
         # that became ready later but lies on a longer path overtakes the queue.
@@ -106,26 +104,25 @@ class Dispatcher:
             _, _, action, decision = heapq.heappop(self._queue)
         self.execute(action, decision)
 
-    def execute(self, action: BuildAction, decision: Decision, lookup: bool = True) -> None:
-        """Run one action and hash what it wrote (unless the cache serves it; without
-        ``lookup`` it was found not to). Whatever goes wrong, its completion is
-        posted: a worker thread never ends with the build waiting for an action it
-        took (a reporter that raises, say)."""
+    def execute(self, action: BuildAction, decision: Decision) -> None:
+        """Run one action and hash what it wrote. Whatever goes wrong, its completion
+        is posted: a worker thread never ends with the build waiting for an action
+        it took (a reporter that raises, say)."""
         try:
-            self._execute(action, decision, lookup)
+            self._execute(action, decision)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             if isinstance(e, KeyboardInterrupt) and self.shared.on_scheduler_thread():
                 raise  # Ctrl-C on the scheduler's thread: stop the build
             self.shared.done.put((action, decision, e, {}))
 
-    def _execute(self, action: BuildAction, decision: Decision, lookup: bool) -> None:
+    def _execute(self, action: BuildAction, decision: Decision) -> None:
         shared = self.shared
         if shared.stopping:  # queued before the build stopped: never started
             shared.done.put((action, decision, CANCELLED, {}))
             return
         run = shared.runs[action]
         run.start_time = run.invoke_time = time.time()
-        if lookup and self._serve_from_cache(action, decision):
+        if self._serve_from_cache(action, decision):
             return
         if self.spawns(action):
             lane = self.lanes.lane(action)
