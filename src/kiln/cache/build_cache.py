@@ -32,7 +32,7 @@ from kiln.cache.local import LocalCache
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_dir.ownership import read_regular
-from kiln.output_dir.writing import atomic_output, process_umask
+from kiln.output_dir.writing import NOFOLLOW, atomic_output, process_umask
 from kiln.state import Produced, stat_key
 
 if TYPE_CHECKING:  # imported only by a build that has a remote cache
@@ -208,18 +208,19 @@ class BuildCache:
         try:
             with contextlib.ExitStack() as stack:
                 for f, out in plan:
-                    tmp = stack.enter_context(atomic_output(f.get_fs_path()))
-                    if out.data is not None:
-                        self._write_inline(out, tmp)
-                    else:
-                        copied = self.local.copy_blob(out.sha256, tmp)
-                        if copied is None:
-                            raise _Miss  # evicted meanwhile, or skipped (reported)
-                        if copied != out.sha256:
-                            self._corrupt(self.local.blob_path(out.sha256), out.sha256)
-                        self.local.touch_blob(out.sha256)
+                    tmp = stack.enter_context(atomic_output(f.get_fs_path(), create=False))
                     # kiln's modes, never the entry's: not setuid, not world-writable.
-                    os.chmod(tmp, served_mode(max(out.mode, 0), process_umask()))
+                    mode = served_mode(max(out.mode, 0), process_umask())
+                    if out.data is not None:
+                        self._write_inline(out, tmp, mode)
+                        continue
+                    copied = self.local.copy_blob(out.sha256, tmp)
+                    if copied is None:
+                        raise _Miss  # evicted meanwhile, or skipped (reported)
+                    if copied != out.sha256:
+                        self._corrupt(self.local.blob_path(out.sha256), out.sha256)
+                    self.local.touch_blob(out.sha256)
+                    os.chmod(tmp, mode)
             return {f: (stat_key(os.lstat(f.fs_str)), out.sha256) for f, out in plan}
         except (OSError, NotRegularFile):  # a blob evicted meanwhile, an output path that
             raise _Miss from None  # cannot be written: the action meets it and says so
@@ -232,8 +233,10 @@ class BuildCache:
         size = out.size if out.size >= 0 else None
         return remote.fetch_blob(out.sha256, self.local, size, self.max_size)
 
-    def _write_inline(self, out: CachedOutput, tmp: Path) -> None:
-        """Write an output kept in its entry, once its bytes are checked."""
+    def _write_inline(self, out: CachedOutput, tmp: Path, mode: int) -> None:
+        """Write an output kept in its entry, once its bytes are checked: the new
+        temporary ``tmp`` is created, written and given ``mode`` through one
+        descriptor."""
         assert out.data is not None
         if hashlib.sha256(out.data).hexdigest() != out.sha256:
             self._count("corrupt")
@@ -244,8 +247,10 @@ class BuildCache:
                 "ignored it",
             )
             raise _Miss
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(out.data)
+            os.fchmod(fd, mode)
 
     def _corrupt(self, blob: Path, digest: str) -> None:
         self.local.remove_blob(digest)
