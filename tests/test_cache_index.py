@@ -233,3 +233,29 @@ def test_a_row_that_is_not_its_keys_entry_is_a_miss(tmp_path: Path, _private_cac
     assert tree(tmp_path / "kiln-out") == {
         f"genfiles/tiny/t{i}.txt": f"s {i}\n".encode() for i in range(count)
     }
+
+
+def test_eviction_walks_the_cache_only_when_it_may_be_over_its_bound(
+    tmp_path: Path, _private_cache: Path
+) -> None:
+    """A build that stored entries walks the cache (and sweeps what killed writers left
+    in ``tmp/``) only when the index's accounting says the cache may have outgrown its
+    bound, or it never walked: not on every build."""
+    cache = _private_cache
+    project(tmp_path, "a", 10)
+    finished(kiln_at(tmp_path, "build", "build.py", cache=cache))  # the first walk
+    stale = cache / "v1" / "tmp" / "w-1-0123abcd-0"  # what a killed writer left, 2 h ago
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"partial")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    project(tmp_path, "b", 10)  # new entries, well within the default bound: no walk
+    finished(kiln_at(tmp_path, "build", "build.py", cache=cache))
+    assert stale.exists()
+    project(tmp_path, "c", 10)  # past a bound of 1 KiB: the walk evicts, and sweeps
+    finished(kiln_at(tmp_path, "build", "build.py", "--cache-max-size", "1K", cache=cache))
+    assert not stale.exists()
+    db = sqlite3.connect(index_path(cache))
+    used = sum(n for (n,) in db.execute("SELECT length(data) FROM entries"))
+    meta = dict(db.execute("SELECT name, value FROM meta"))
+    db.close()
+    assert used <= 1024 and meta["added"] == 0 and meta["total"] <= 1024, meta
