@@ -67,7 +67,7 @@ _SCHEMA = (
 _TABLES = {"entries", "meta"}
 
 
-class IndexUnusable(Exception):
+class _IndexUnusable(Exception):
     """The index cannot be used (this build goes on with entry files); the text says
     why, for the user."""
 
@@ -132,7 +132,7 @@ class CacheIndex:
             return None
         try:
             self._db = self._open()
-        except IndexUnusable as e:
+        except _IndexUnusable as e:
             self._give_up(str(e))
         return self._db
 
@@ -146,7 +146,7 @@ class CacheIndex:
         self._report(self.path, f"the index {self.path}: {why} (kiln keeps entries as files)")
 
     def _check_files(self) -> None:
-        """IndexUnusable unless the database and its companions are absent or regular
+        """_IndexUnusable unless the database and its companions are absent or regular
         files of this user."""
         uid = os.geteuid()
         for suffix in _SUFFIXES:
@@ -156,11 +156,11 @@ class CacheIndex:
             except FileNotFoundError:
                 continue
             if stat.S_ISLNK(st.st_mode):
-                raise IndexUnusable(link_text(name))
+                raise _IndexUnusable(link_text(name))
             if not stat.S_ISREG(st.st_mode):
-                raise IndexUnusable(f"{name} is {file_kind(st.st_mode)}, not a regular file")
+                raise _IndexUnusable(f"{name} is {file_kind(st.st_mode)}, not a regular file")
             if st.st_uid != uid:
-                raise IndexUnusable(f"{name} belongs to user {st.st_uid}, not to this one")
+                raise _IndexUnusable(f"{name} belongs to user {st.st_uid}, not to this one")
 
     def _open(self) -> sqlite3.Connection:
         self._check_files()
@@ -177,19 +177,19 @@ class CacheIndex:
                 uri=self.readonly,
             )
         except sqlite3.Error as e:
-            raise IndexUnusable(f"cannot open it: {e}") from None
+            raise _IndexUnusable(f"cannot open it: {e}") from None
         try:
             self._check_files()  # what SQLite opened is what was checked, or gone
             _prepare(db, self.readonly)
-        except (sqlite3.Error, IndexUnusable) as e:
+        except (sqlite3.Error, _IndexUnusable) as e:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
-            if isinstance(e, IndexUnusable):
+            if isinstance(e, _IndexUnusable):
                 raise
             if _full(e):
                 raise OSError(errno.ENOSPC, f"cannot create the cache index: {e}") from None
             self.damaged = not isinstance(e, sqlite3.OperationalError)
-            raise IndexUnusable(f"unreadable: {e}") from None
+            raise _IndexUnusable(f"unreadable: {e}") from None
         return db
 
     # -- entries -------------------------------------------------------------
@@ -278,7 +278,7 @@ class CacheIndex:
         if self._writer is None:
             try:
                 self._writer = self._open()
-            except IndexUnusable as e:
+            except _IndexUnusable as e:
                 raise sqlite3.DatabaseError(str(e)) from None
         db, now = self._writer, int(time.time())
         with _transaction(db):
@@ -438,16 +438,16 @@ def _read_only_fs(directory: str) -> bool:
 
 
 def _prepare(db: sqlite3.Connection, readonly: bool) -> None:
-    """Check that ``db`` is kiln's index (IndexUnusable if not) or, unless
+    """Check that ``db`` is kiln's index (_IndexUnusable if not) or, unless
     ``readonly``, make it one."""
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     app = db.execute("PRAGMA application_id").fetchone()[0]
     if tables or app:
         if app != APPLICATION_ID or not _TABLES.issubset(tables):
-            raise IndexUnusable("not kiln's index: another program's database")
+            raise _IndexUnusable("not kiln's index: another program's database")
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version != VERSION:
-            raise IndexUnusable(f"format {version}, which this kiln does not read")
+            raise _IndexUnusable(f"format {version}, which this kiln does not read")
     if readonly:
         return
     db.execute(f"PRAGMA busy_timeout = {int(BUSY_S * 1000)}")
