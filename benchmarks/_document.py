@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 import _report
+from _defaults import defaults_table
 from _results import Results
 from _targets import table, targets
 from _zoo_cache import cache_table
@@ -29,6 +30,7 @@ def markdown(res: Results, command: str, took_s: float, machine: list[str]) -> s
         "",
         *table(targets(res)),
         "",
+        *_defaults_section(res),
         "## Synthetic graph: layered diamonds",
         "",
         "L layers × W nodes; node (0, j) reads source j, node (k, j) reads (k-1, j) and "
@@ -151,3 +153,21 @@ def markdown(res: Results, command: str, took_s: float, machine: list[str]) -> s
             *(f"- {e}" for e in res.errors),
         ]
     return "\n".join(out) + "\n"
+
+
+def _defaults_section(res: Results) -> list[str]:
+    d = res.defaults
+    if d is None:
+        return []
+    return [
+        "## kiln's defaults: the local cache on (issue 29)",
+        "",
+        f"The {d.graph.label} layered graph in the work directory (its filesystem is named "
+        "above), each system in turn in every round: clean (output directory and cache "
+        "emptied), no-op, and with the cache a fresh output directory while the cache is "
+        "warm. kiln's rows say whether the cache is on (its default) or off (`--no-cache`); "
+        "the other tables of this file run kiln with `--no-cache`. Ratios are wall time.",
+        "",
+        *defaults_table(d),
+        "",
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from _dask_row import DaskResult
+from _defaults import DefaultsResult
 from _jobs_sweep import JobsResult
 from _synthetic import AnalysisResult, GraphResult
 from _throughput_row import ThroughputResult
@@ -30,5 +31,6 @@ class Results:
     process: ProcessResult | None = None
     cache: ZooCacheResult | None = None
     dask: DaskResult | None = None
+    defaults: DefaultsResult | None = None  # issue 29: kiln's defaults, the cache on
     errors: list[str] = field(default_factory=list)
     stage_s: dict[str, float] = field(default_factory=dict)  # how long each stage took

@@ -7,6 +7,14 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from _defaults import (
+    CACHE_OVER_NO_CACHE,
+    CACHED,
+    CACHED_CLEAN_OF_DOIT,
+    OWN_CPU_BEFORE_MS,
+    WARM_OF_CLEAN,
+    DefaultsResult,
+)
 from _measure import Series
 from _results import Results
 from _synthetic import KILN_SYSTEMS, GraphResult
@@ -123,6 +131,84 @@ def targets(res: Results) -> list[Target]:
     for system in KILN_SYSTEMS:
         rows.append(_proportional(g, system))
     rows += [Target(name, got, goal, met, "") for name, got, goal, met in cache_targets(res.cache)]
+    if res.defaults is not None:
+        rows += defaults_targets(res.defaults)
+    return rows
+
+
+def defaults_targets(d: DefaultsResult) -> list[Target]:
+    """Issue 29: kiln's defaults (the local cache on), on the work directory's disk."""
+    py, sh = CACHED
+    n = f"{d.graph.actions // 1000}k"
+    rows = [
+        _versus(
+            f"defaults: {n} in-process clean, cache on ÷ --no-cache",
+            d.get("clean", py),
+            d.get("clean", "kiln (py)"),
+            CACHE_OVER_NO_CACHE,
+            f"≤ {CACHE_OVER_NO_CACHE:g}× (at most 10% over)",
+        ),
+        _versus(
+            f"defaults: {n} in-process clean, cache on, vs doit",
+            d.get("clean", py),
+            d.get("clean", "doit"),
+            CACHED_CLEAN_OF_DOIT,
+            f"≤ {CACHED_CLEAN_OF_DOIT:g}× doit's wall",
+        ),
+        _versus(
+            f"defaults: {n} run_command (sha256sum) clean, cache on, vs Ninja",
+            d.get("clean", sh),
+            d.get("clean", "ninja"),
+            1.0,
+            "≤ Ninja's wall",
+        ),
+    ]
+    doit = d.get("no-op", "doit")
+    for system in CACHED:
+        noop = d.get("no-op", system)
+        limit = max(NOOP_S, doit.wall_s * NOOP_OF_DOIT) if doit else NOOP_S
+        rows.append(_upper(f"defaults: {n} no-op, {system}", noop.wall_s if noop else None, limit))
+        rows.append(
+            _versus(
+                f"defaults: {n} warm cache, fresh output dir ÷ clean, {system}",
+                d.get("warm cache, fresh output dir", system),
+                d.get("clean", system),
+                WARM_OF_CLEAN,
+                f"≤ {WARM_OF_CLEAN:g}",
+            )
+        )
+    kiln, ninja = d.trivial.get("kiln, cache on"), d.trivial.get("ninja")
+    if kiln and ninja and kiln.samples and ninja.samples:
+        rate, peer = d.trivial_actions / kiln.wall_s, d.trivial_actions / ninja.wall_s
+        rows.append(
+            Target(
+                f"defaults: {d.trivial_actions:,} trivial commands -j 2, actions/s",
+                f"kiln {rate:,.0f}/s, Ninja {peer:,.0f}/s ({rate / peer:.2f})",
+                "stated beside Ninja's",
+                None,
+                "",
+            )
+        )
+    own = kiln.own_cpu_s if kiln and kiln.samples else None
+    rows.append(
+        _upper(
+            "defaults: kiln's own CPU per trivial command, cache on "
+            f"(93466eb: {OWN_CPU_BEFORE_MS:.3f} ms)",
+            None if own is None else 1000 * own / d.trivial_actions,
+            OWN_CPU_BEFORE_MS / 2,
+            " ms",
+        )
+    )
+    per = d.cache_files_per_output
+    rows.append(
+        Target(
+            "defaults: files created in the cache per action output (strace, clean)",
+            "—" if per is None else f"{per:.4f}",
+            "nothing per action (a few files in all)",
+            None if per is None else per <= 0.01,
+            d.files_note,
+        )
+    )
     return rows
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import _readme
 import _report
+from _defaults import bench_defaults
 from _document import markdown
 from _env import ensure_bench_extra, ensure_venv
 from _graph import make_graph
@@ -76,6 +77,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--no-zoo", action="store_true", help="skip the model-zoo benchmarks")
+    p.add_argument(
+        "--only-defaults",
+        action="store_true",
+        help="only the rows of kiln's defaults, the local cache on (issue 29), with their "
+        "peers (written to <date>-defaults-<mode>.md)",
+    )
     p.add_argument(
         "--only-cache",
         action="store_true",
@@ -168,6 +175,18 @@ def _stages(args: argparse.Namespace, res: Results, work: Path) -> None:
         return
     _stage(res, "warm-up (untimed)", lambda: warm(work))
     small, big = make_graph(100, 10), make_graph(100, 100)
+    defaults = small if quick else big
+    _stage(
+        res,
+        f"kiln's defaults (cache on), graph {defaults.label}",
+        lambda: setattr(
+            res,
+            "defaults",
+            bench_defaults(defaults, work=work, runs=runs, trivial=1_000 if quick else 10_000),
+        ),
+    )
+    if args.only_defaults:
+        return
     peers = [KILN_PY, KILN_SH, NINJA, DOIT]
     _stage(
         res,
@@ -269,7 +288,13 @@ def _stages(args: argparse.Namespace, res: Results, work: Path) -> None:
 def _command(args: argparse.Namespace) -> str:
     flags = [
         f
-        for f, on in (("--quick", args.quick), ("--dask", args.dask), ("--no-zoo", args.no_zoo))
+        for f, on in (
+            ("--quick", args.quick),
+            ("--dask", args.dask),
+            ("--no-zoo", args.no_zoo),
+            ("--only-defaults", args.only_defaults),
+            ("--only-cache", args.only_cache),
+        )
         if on
     ]
     if args.runs:
@@ -290,8 +315,9 @@ def _finish(
     results = results_dir(args)
     results.mkdir(parents=True, exist_ok=True)
     today = datetime.date.today().isoformat()
-    if args.only_cache:  # a partial run: latest.md keeps the last whole one
-        dated = results / f"{today}-cache-{res.mode}.md"
+    if args.only_cache or args.only_defaults:  # partial: latest.md keeps the last whole one
+        part = "cache" if args.only_cache else "defaults"
+        dated = results / f"{today}-{part}-{res.mode}.md"
         dated.write_text(text)
         print(f"written to {dated.relative_to(ROOT)}")
         return 1 if res.errors else 0

@@ -10,6 +10,8 @@ name ``n``: ``n.bin`` from the tool, then ``n.sum`` from ``n.bin``.
 from __future__ import annotations
 
 import hashlib
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 TOOL = """\
@@ -64,3 +66,48 @@ def tree(root: Path) -> dict[str, bytes]:
 def blob(cache: Path, data: bytes) -> Path:
     digest = hashlib.sha256(data).hexdigest()
     return cache / "v1" / "cas" / digest[:2] / digest
+
+
+def index_path(cache: Path) -> Path:
+    return cache / "v1" / "index.db"
+
+
+def entries(cache: Path) -> dict[str, bytes]:
+    """The action-cache entries in the cache's index (``kiln.cache.index``), by name."""
+    path = index_path(cache)
+    if not path.exists():
+        return {}
+    db = sqlite3.connect(path)
+    try:
+        return {name: data for name, data in db.execute("SELECT name, data FROM entries")}
+    finally:
+        db.close()
+
+
+def rewrite_entries(cache: Path, change: Callable[[bytes], bytes]) -> int:
+    """Replace every entry of the index by ``change`` of it (a tamperer); how many."""
+    db = sqlite3.connect(index_path(cache))
+    try:
+        found = list(db.execute("SELECT name, data FROM entries"))
+        with db:
+            db.executemany(
+                "UPDATE entries SET data = ? WHERE name = ?", [(change(d), n) for n, d in found]
+            )
+        return len(found)
+    finally:
+        db.close()
+
+
+def to_entry_files(cache: Path) -> list[Path]:
+    """Turn the cache into what an older kiln left: each entry of the index a file
+    ``v1/ac/<n[:2]>/<n>``, and no index; the files."""
+    made = []
+    for name, data in entries(cache).items():
+        path = cache / "v1" / "ac" / name[:2] / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o444)
+        made.append(path)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{index_path(cache)}{suffix}").unlink(missing_ok=True)
+    return made

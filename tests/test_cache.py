@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cache_build import blob, module_text, runs, tree, write_tool
+from cache_build import blob, entries, module_text, rewrite_entries, runs, tree, write_tool
 from httpserver import HTTPTestServer
 
 from kiln.cache.entry import INLINE_MAX
@@ -220,19 +220,21 @@ def test_small_outputs_live_in_their_entry_and_are_checked_when_served(
     small = (tmp_path / "o1/bin/m1/m1.bin").read_bytes()
     assert len(small) == 100
     assert not (cache / "v1" / "cas").exists()  # no blob for either output
-    entries = sorted(p for p in (cache / "v1" / "ac").rglob("*") if p.is_file())
-    assert len(entries) == 2
-    datas = [o.get("data") for e in entries for o in json.loads(e.read_bytes())["outputs"]]
+    assert not (cache / "v1" / "ac").exists()  # nor a file per entry: rows of the index
+    found = entries(cache)
+    assert len(found) == 2
+    datas = [o.get("data") for e in found.values() for o in json.loads(e)["outputs"]]
     assert all(isinstance(d, str) for d in datas)
     assert "0 built, 2 cached" in build(kiln, "o2").stderr
     assert tree(tmp_path / "o2") == tree(tmp_path / "o1")
 
-    for e in entries:  # the right size, the wrong bytes
-        data = json.loads(e.read_bytes())
+    def wrong_bytes(entry: bytes) -> bytes:  # the right size, the wrong bytes
+        data = json.loads(entry)
         for out in data["outputs"]:
             out["data"] = base64.b64encode(b"x" * out["size"]).decode()
-        os.chmod(e, 0o644)
-        e.write_text(json.dumps(data))
+        return json.dumps(data).encode()
+
+    assert rewrite_entries(cache, wrong_bytes) == 2
     r = build(kiln, "o3")
     assert "2 built" in r.stderr and "does not match its digest" in r.stderr, r.stderr
     assert tree(tmp_path / "o3") == tree(tmp_path / "o1")
@@ -284,7 +286,7 @@ def test_cache_dir_option_and_bad_sizes(
 ) -> None:
     project(["m1"])
     build(kiln, "o1", "--cache-dir", "elsewhere")
-    assert (tmp_path / "elsewhere" / "v1" / "ac").is_dir()
+    assert (tmp_path / "elsewhere" / "v1" / "index.db").is_file()
     assert list(cache.iterdir()) == []
     bad = build(kiln, "o2", "--cache-max-size", "ten", ok=False)
     assert bad.returncode == 2 and "--cache-max-size" in bad.stderr
@@ -349,7 +351,7 @@ def test_cacheable_false_and_always_run_are_never_cached(
     assert "2 built, 1 cached" in r.stderr
     ran = runs(tmp_path / "counter")
     assert sorted(ran) == ["Always", "Always", "Stamp", "Uncacheable", "Uncacheable"]
-    assert len([p for p in (cache / "v1" / "ac").rglob("*") if p.is_file()]) == 1  # Stamp's
+    assert len(entries(cache)) == 1  # Stamp's
     served = tmp_path / "o2/genfiles/stamps/Stamp.txt"
     # Served with kiln's modes: the execute bit kept, the rest from the umask (0o022).
     assert served.read_text() == "stamp" and served.stat().st_mode & 0o777 == 0o755

@@ -320,3 +320,29 @@ def test_a_fifo_planted_at_the_last_events_file_never_blocks_the_build(
     r = kiln("build", "build.py", "chain", timeout=60)  # opening it for writing would block
     assert r.returncode == 0, r.stderr
     assert "cannot keep this build's events" in r.stderr and "FIFO" in r.stderr
+
+
+def test_an_event_is_encoded_once_whoever_writes_it() -> None:
+    """``--events`` and ``.kiln/last-events.jsonl`` write the same text, made once per
+    event, as ``json.dumps`` would write it (escapes, non-finite numbers, nested data)."""
+    event = ev.BuildEvent(
+        ev.FINISHED,
+        time=1.25,
+        action="a|b",
+        desc='Running "x"\n\u00e9\x1b[2J',
+        lane="main",
+        start=1.0,
+        duration=0.25,
+        outputs=[{"path": "p", "bytes": 3}],
+        bytes=3,
+        data={"ok": True, "wall_s": float("nan"), "nested": {"x": None}},
+    )
+    first, second = io.StringIO(), io.StringIO()
+    stream = ev.EventStream([EventLog(first), EventLog(second)])
+    calls = []
+    real = event.to_json
+    event.to_json = lambda: calls.append(1) or real()  # type: ignore[method-assign]
+    stream.emit(event)
+    assert first.getvalue() == second.getvalue() == json.dumps(real(), default=str) + "\n"
+    assert len(calls) == 1
+    assert json.loads(first.getvalue())["desc"] == 'Running "x"\n\u00e9\x1b[2J'

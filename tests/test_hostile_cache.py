@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cache_build import module_text, runs, tree, write_tool
+from cache_build import (
+    index_path,
+    module_text,
+    rewrite_entries,
+    runs,
+    to_entry_files,
+    tree,
+    write_tool,
+)
 
 Kiln = Callable[..., Any]
 
@@ -111,7 +119,9 @@ def test_the_cache_is_marked_and_an_older_kilns_cache_is_adopted(
     (tmp_path / "empty").mkdir()
     build(kiln, "o2", "empty")
     assert (tmp_path / "empty/.kiln/format").is_file()
-    # A cache made before the marker: v1/ with kiln's names alone.
+    # A cache made before the marker (and before the index): v1/ with kiln's names
+    # alone, each entry a file; its entries are read.
+    assert len(to_entry_files(tmp_path / "fresh")) == 4
     shutil.rmtree(tmp_path / "fresh/.kiln")
     r = build(kiln, "o3", "fresh")
     assert "0 built, 4 cached" in r.stderr, r.stderr
@@ -129,6 +139,7 @@ def test_gc_and_clear_remove_only_kilns_own_entries(
 ) -> None:
     build(kiln, "o1")
     cache = tmp_path / "cache"
+    to_entry_files(cache)  # as an older kiln left them: evicted and cleared as well
     cas, ac = cache / "v1" / "cas", cache / "v1" / "ac"
     sub = next(p for p in cas.iterdir())
     foreign = {
@@ -162,6 +173,12 @@ def test_gc_and_clear_remove_only_kilns_own_entries(
 def _plant_links(cache: Path, place: str, home: Path) -> list[Path]:
     """Replace ``place`` of the cache's layout by links into ``home``; the links."""
     v1 = cache / "v1"
+    if place.startswith("v1/ac"):
+        to_entry_files(cache)  # entries as an older kiln kept them
+    if place.startswith("v1/index.db"):
+        (v1 / place[3:]).unlink(missing_ok=True)
+        (v1 / place[3:]).symlink_to(home / ".bashrc")
+        return [v1 / place[3:]]
     if place in ("v1", "v1/cas", "v1/ac", "v1/tmp"):
         real = cache / place
         real.rename(real.with_name(real.name + "-real"))
@@ -191,7 +208,19 @@ def _plant_links(cache: Path, place: str, home: Path) -> list[Path]:
 
 @pytest.mark.parametrize(
     "place",
-    ["v1", "v1/cas", "v1/ac", "v1/tmp", "v1/builds.log", "v1/cas/XX", "v1/ac/XX", "blob"],
+    [
+        "v1",
+        "v1/cas",
+        "v1/ac",
+        "v1/tmp",
+        "v1/builds.log",
+        "v1/cas/XX",
+        "v1/ac/XX",
+        "blob",
+        "v1/index.db",
+        "v1/index.db-wal",
+        "v1/index.db-shm",
+    ],
 )
 def test_no_write_or_delete_in_the_cache_follows_a_link(
     place: str,
@@ -228,7 +257,8 @@ def _blob_paths(cache: Path) -> list[Path]:
 
 
 def _entry_paths(cache: Path) -> list[Path]:
-    return [f for sub in (cache / "v1" / "ac").iterdir() for f in sub.iterdir()]
+    """The entries, as files of the layout an older kiln kept."""
+    return to_entry_files(cache)
 
 
 def _make(kind: str, path: Path) -> None:
@@ -259,6 +289,9 @@ def _make(kind: str, path: Path) -> None:
         ("dir", "blob"),
         ("dir", "entry"),
         ("fifo", "tmp"),
+        ("fifo", "index"),
+        ("device", "index"),
+        ("dir", "index"),
     ],
 )
 def test_what_is_not_a_regular_file_is_skipped_never_opened(
@@ -273,12 +306,13 @@ def test_what_is_not_a_regular_file_is_skipped_never_opened(
     build(kiln, "o1")
     expected = tree(tmp_path / "o1")
     targets = {
-        "builds.log": [cache / "v1" / "builds.log"],
-        "blob": _blob_paths(cache),
-        "entry": _entry_paths(cache),
-        "blob dir": list((cache / "v1" / "cas").iterdir()),
-        "tmp": [cache / "v1" / "tmp"],
-    }[place]
+        "builds.log": lambda: [cache / "v1" / "builds.log"],
+        "blob": lambda: _blob_paths(cache),
+        "entry": lambda: _entry_paths(cache),
+        "index": lambda: [index_path(cache)],
+        "blob dir": lambda: list((cache / "v1" / "cas").iterdir()),
+        "tmp": lambda: [cache / "v1" / "tmp"],
+    }[place]()
     for path in targets:
         _make(kind, path)
     started = time.monotonic()
@@ -288,7 +322,7 @@ def test_what_is_not_a_regular_file_is_skipped_never_opened(
         c = kiln("cache", *args, "--cache-dir", "cache", timeout=60)
         assert c.returncode == 0 and "Traceback" not in c.stderr, c.stderr
     assert time.monotonic() - started < 50  # never a hang on a FIFO or a device
-    if kind in ("fifo", "device") and place in ("builds.log", "tmp"):
+    if kind in ("fifo", "device") and place in ("builds.log", "tmp", "index"):
         assert all(not p.is_file() for p in targets)  # left as they were, reported
         assert "skipped" in r.stderr + c.stderr
     if kind == "dir":
@@ -397,13 +431,17 @@ def tools():
 """
 
 
+def _modes_changed(entry: bytes, mode_of: Callable[[int], int]) -> bytes:
+    data = json.loads(entry)
+    for out in data["outputs"]:
+        out["mode"] = mode_of(out["mode"])
+    return json.dumps(data).encode()
+
+
 def _tamper_modes(entries: list[Path], mode_of: Callable[[int], int]) -> None:
     for path in entries:
-        data = json.loads(path.read_bytes())
-        for out in data["outputs"]:
-            out["mode"] = mode_of(out["mode"])
         path.chmod(0o644)
-        path.write_text(json.dumps(data))
+        path.write_bytes(_modes_changed(path.read_bytes(), mode_of))
 
 
 @pytest.mark.parametrize("size", [10, 5000])  # kept in the entry; a blob
@@ -412,7 +450,11 @@ def test_served_outputs_get_kilns_modes_whatever_the_entry_says(
 ) -> None:
     write_module(MODES.format(size=size))
     build(kiln, "o1")
-    _tamper_modes(_entry_paths(tmp_path / "cache"), lambda m: m | 0o7777 if m & 0o100 else 0o6666)
+    changed = rewrite_entries(
+        tmp_path / "cache",
+        lambda e: _modes_changed(e, lambda m: m | 0o7777 if m & 0o100 else 0o6666),
+    )
+    assert changed == 2
     build(kiln, "o2")
     umask = os.umask(0o022)
     os.umask(umask)

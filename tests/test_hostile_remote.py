@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cache_build import module_text, runs, write_tool
+from cache_build import entries, module_text, runs, write_tool
 from nginx import NginxCache
 
 Kiln = Callable[..., Any]
@@ -123,7 +123,7 @@ def project(tmp_path: Path, write_module: Callable[..., Path]) -> Path:
 
 def _entries(cache: Path) -> dict[str, bytes]:
     """The action-cache entries of a local cache, by name."""
-    return {p.name: p.read_bytes() for p in (cache / "v1/ac").rglob("*") if p.is_file()}
+    return entries(cache)
 
 
 def timed(kiln: Kiln, *args: str, **kw: Any) -> tuple[Any, float]:
@@ -147,9 +147,7 @@ def test_a_dripping_remote_fails_within_the_deadline(
 ) -> None:
     if what == "blob":  # the entry is served at once, its blob a byte a second
         kiln_subprocess("build", "build.py", "--output-dir", "o0", "--cache-dir", "seed")
-        entries = {
-            p.name: p.read_bytes() for p in (tmp_path / "seed/v1/ac").rglob("*") if p.is_file()
-        }
+        entries = _entries(tmp_path / "seed")
 
     def answer(method: str, path: str, conn: socket.socket) -> None:
         name = path.rsplit("/", 1)[-1]

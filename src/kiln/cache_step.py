@@ -13,8 +13,10 @@ waiting for it."""
 
 from __future__ import annotations
 
-from kiln.cache import BuildCache, cacheable, known_digests
-from kiln.graph import BuildAction
+from collections.abc import Mapping
+
+from kiln.cache import BuildCache, ReadOutput, cacheable, known_digests
+from kiln.graph import BuildAction, BuildFile
 from kiln.incremental import Decision
 from kiln.plan import Plan
 from kiln.state import Produced
@@ -67,13 +69,23 @@ class CacheStep:
             self.cache.failed(e)
             return None
 
-    def save(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
+    def save(
+        self,
+        action: BuildAction,
+        decision: Decision,
+        produced: Produced,
+        read: Mapping[BuildFile, ReadOutput] | None = None,
+    ) -> None:
+        """Put what ``action`` produced into the cache; ``read``: what hashing its
+        outputs read of them (``BuildCache.save``)."""
         if self.cache is not None and self.applies(action, decision):
             if self._defer:
                 self.deferred.append((action, decision, produced))
                 return
             try:
-                self.cache.save(decision.key, action.desc, produced, share=self.shared(action))
+                self.cache.save(
+                    decision.key, action.desc, produced, share=self.shared(action), read=read
+                )
             except Exception as e:  # noqa: BLE001 - a cache step never fails a build
                 self.cache.failed(e)
 

@@ -37,6 +37,17 @@ def hash_fd(fd: int) -> str:
     return h.hexdigest()
 
 
+def hash_small(fd: int, size: int, keep: int) -> tuple[str, bytes | None]:
+    """The SHA-256 of the file open on ``fd`` (``size`` bytes by its ``fstat``), and
+    its bytes when it holds at most ``keep`` (else None): a small file is read
+    once, in one call."""
+    if size <= keep:
+        data = os.pread(fd, keep + 1, 0)
+        if len(data) <= keep:
+            return hashlib.sha256(data).hexdigest(), data
+    return hash_fd(fd), None
+
+
 def hash_file(path: Path | str, follow: bool = True) -> str:
     """SHA-256 of a regular file's content (NotRegularFile for anything else; without
     ``follow``, a final symlink is not followed)."""

@@ -8,8 +8,11 @@ documented in ``docs/events.md``; ``SCHEMA`` names its version.
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from collections.abc import Iterable
+from json.encoder import encode_basestring_ascii
 from time import time as _now
 from typing import Any, Protocol
 
@@ -86,11 +89,22 @@ class BuildEvent:
     def __repr__(self) -> str:
         return f"BuildEvent({self.to_json()!r})"
 
+    def json_text(self) -> str:
+        """``to_json`` as one line of JSON text (as ``json.dumps`` writes it), made
+        once however many readers write it."""
+        text = self.__dict__.get("_json")
+        if text is None:
+            text = self._json = _encode_any(self.to_json())
+        return text
+
     def to_json(self) -> dict[str, Any]:
         """The documented JSON object: the fields that apply, ``subject`` left out."""
         out: dict[str, Any] = {"event": self.kind, "seq": self.seq, "time": round(self.time, 6)}
-        values = self.__dict__
-        out.update((n, values[n]) for n in _OPTIONAL if values.get(n) is not None)
+        get = self.__dict__.get
+        for name in _OPTIONAL:
+            value = get(name)
+            if value is not None:
+                out[name] = value
         if self.kind == CACHED:
             out["cached"] = True
         elif self.kind in (FINISHED, FAILED):
@@ -119,6 +133,24 @@ _OPTIONAL = (
     "unchanged",
     "deps",
 )
+
+
+_encode_any = json.JSONEncoder(default=str, check_circular=False).encode
+
+
+def json_value(value: Any) -> str:
+    """``value`` as ``json.dumps(value, default=str)`` writes it (fast for strings and
+    numbers)."""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring_ascii(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    if value is None:
+        return "null"
+    return _encode_any(value)  # booleans, lists, objects, what ``str`` turns into text
 
 
 class EventReader(Protocol):

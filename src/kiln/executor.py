@@ -364,6 +364,8 @@ class Executor:
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self.cache is not None:
+            self.cache.close()
 
     def access_file_metadata(
         self, f: BuildFile, mutate: Callable[[BuildFileMetadata], bool] | None

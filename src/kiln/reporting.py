@@ -62,6 +62,7 @@ def displayed(event: ev.BuildEvent) -> ev.BuildEvent:
     copy = ev.BuildEvent(event.kind, event.time)
     copy.__dict__.update(event.__dict__)
     copy.__dict__.update(changed)
+    copy.__dict__.pop("_json", None)  # the JSON text is the event's own, not the display's
     return copy
 
 

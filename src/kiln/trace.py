@@ -92,8 +92,6 @@ class EventLog:
 
     def __init__(self, stream: IO[str], flush_each: bool = True):
         self._stream = stream
-        # One encoder for every line: json.dumps with options makes one per call.
-        self._encode = json.JSONEncoder(default=str, check_circular=False).encode
         self._flush_each = flush_each
         self._flushed = time.monotonic()
         self._failed = False
@@ -115,7 +113,7 @@ class EventLog:
         if self._failed:
             return
         try:
-            self._stream.write(self._encode(event.to_json()) + "\n")
+            self._stream.write(event.json_text() + "\n")
             now = time.monotonic()
             end = event.kind == ev.BUILD_FINISHED
             if self._flush_each or end or now - self._flushed >= _FLUSH_EVERY_S:
@@ -219,25 +217,28 @@ class ChromeTrace:
             self._sampled = now
             self._memory.append((t, round(rss_bytes() / 2**20, 1)))
 
-    def trace_events(self) -> Iterator[dict[str, Any]]:
-        """Every event of the trace, made as it is asked for."""
-        pid = self._pid
-        yield {
-            "ph": "M",
-            "name": "process_name",
-            "pid": pid,
-            "tid": 0,
-            "args": {"name": self._name},
-        }
+    def trace_texts(self) -> Iterator[str]:
+        """Every event of the trace as a line of JSON, made as it is asked for. The
+        bulk, a slice per action and the counters, is written from its fields
+        directly, without a dict per event."""
+        pid, encode = self._pid, _encode
+        yield encode(
+            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": self._name}}
+        )
         for lane, tid in self._lanes.items():
-            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}}
-            yield {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": pid,
-                "tid": tid,
-                "args": {"sort_index": tid},
-            }
+            yield encode(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}}
+            )
+            yield encode(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"sort_index": tid},
+                }
+            )
+        value, us = ev.json_value, self._us
         for (
             desc,
             kind,
@@ -253,51 +254,46 @@ class ChromeTrace:
             size,
             error,
         ) in self._slices:
-            args = {
-                "action": action,
-                "key": key,
-                "reason": reason,
-                "cached": kind == ev.CACHED,
-                "target": target,
-                "type": type_,
-                "outputs": list(outputs),
-                "bytes": size,
-                "status": kind,
-            }
-            if error:
-                args["error"] = error
-            yield {
-                "ph": "X",
-                "name": desc,
-                "cat": "cached" if kind == ev.CACHED else "action",
-                "pid": pid,
-                "tid": tid,
-                "ts": self._us(start),
-                "dur": round(duration * 1e6, 1),
-                "args": args,
-            }
-        yield from self._running_counter()
+            cached = kind == ev.CACHED
+            args = (
+                f'{{"action": {value(action)}, "key": {value(key)}, '
+                f'"reason": {value(reason)}, "cached": {"true" if cached else "false"}, '
+                f'"target": {value(target)}, "type": {value(type_)}, '
+                f'"outputs": [{", ".join(map(value, outputs))}], "bytes": {value(size)}, '
+                f'"status": {value(kind)}' + (f', "error": {value(error)}}}' if error else "}")
+            )
+            yield (
+                f'{{"ph": "X", "name": {value(desc)}, '
+                f'"cat": "{"cached" if cached else "action"}", "pid": {pid}, "tid": {tid}, '
+                f'"ts": {value(us(start))}, "dur": {value(round(duration * 1e6, 1))}, '
+                f'"args": {args}}}'
+            )
+        for t, running in self._running_counter():
+            yield (
+                f'{{"ph": "C", "name": "running actions", "pid": {pid}, '
+                f'"ts": {value(us(t))}, "args": {{"running": {running}}}}}'
+            )
         for t, mb in self._memory:
-            yield {
-                "ph": "C",
-                "name": "kiln memory",
-                "pid": pid,
-                "ts": self._us(t),
-                "args": {"rss_mb": mb},
-            }
+            yield (
+                f'{{"ph": "C", "name": "kiln memory", "pid": {pid}, '
+                f'"ts": {value(us(t))}, "args": {{"rss_mb": {value(mb)}}}}}'
+            )
         if self._end is not None:
-            yield {
-                "ph": "i",
-                "s": "g",
-                "name": "build finished",
-                "pid": pid,
-                "tid": 0,
-                "ts": self._us(self._end),
-            }
+            yield encode(
+                {
+                    "ph": "i",
+                    "s": "g",
+                    "name": "build finished",
+                    "pid": pid,
+                    "tid": 0,
+                    "ts": us(self._end),
+                }
+            )
 
-    def _running_counter(self) -> Iterator[dict[str, Any]]:
-        """The running-actions counter, from the start and end of every action that
-        ran (those never ended count as running to the end of the trace)."""
+    def _running_counter(self) -> Iterator[tuple[float, int]]:
+        """The running-actions counter, (time, running), from the start and end of
+        every action that ran (those never ended count as running to the end of the
+        trace)."""
         points = [(s[3], 1) for s in self._slices if s[1] != ev.CACHED]
         points += [(s[3] + s[4], -1) for s in self._slices if s[1] != ev.CACHED]
         points += [(start, 1) for start in self._open.values()]
@@ -305,30 +301,25 @@ class ChromeTrace:
         running = 0
         for t, delta in points:
             running += delta
-            yield {
-                "ph": "C",
-                "name": "running actions",
-                "pid": self._pid,
-                "ts": self._us(t),
-                "args": {"running": running},
-            }
+            yield t, running
 
     def document(self) -> dict[str, Any]:
         return {
-            "traceEvents": list(self.trace_events()),
+            "traceEvents": [json.loads(text) for text in self.trace_texts()],
             "displayTimeUnit": "ms",
             "otherData": self._other,
         }
 
     def write(self, path: Path) -> None:
         """Save the trace, one event at a time (never the whole text in memory)."""
-        encode = json.JSONEncoder(default=str, check_circular=False).encode
         with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
             f.write('{"traceEvents": [\n')
-            for i, event in enumerate(self.trace_events()):
-                f.write((",\n" if i else "") + encode(event))
+            f.writelines((",\n" if i else "") + text for i, text in enumerate(self.trace_texts()))
             other = json.dumps(self._other, default=str)
             f.write(f'\n], "displayTimeUnit": "ms", "otherData": {other}}}\n')
+
+
+_encode = json.JSONEncoder(default=str, check_circular=False).encode
 
 
 class TraceFile:

@@ -4,6 +4,7 @@ entry.py           the action-cache entry format (``kiln-ac/1``), served modes
 ownership.py       whose a cache directory is (``.kiln/format``)
 cache_dir.py       every open, write, rename, delete and scan in the cache directory
 local.py           the cache directory's contents: action cache, CAS, eviction, build log
+index.py           the entries and the size accounting, in one SQLite database
 remote.py          the Bazel HTTP cache protocol client
 http_transport.py  its requests: a total deadline each, bounded replies
 deadlines.py       the thread that cuts a request past its deadline
@@ -13,7 +14,7 @@ config.py          where the cache lives and how big it may grow
 
 from __future__ import annotations
 
-from kiln.cache.build_cache import BuildCache, cacheable, known_digests
+from kiln.cache.build_cache import BuildCache, ReadOutput, cacheable, known_digests
 from kiln.cache.config import DEFAULT_MAX_SIZE, default_cache_dir, format_size, parse_size
 from kiln.cache.local import LocalCache
 
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_MAX_SIZE",
     "BuildCache",
     "LocalCache",
+    "ReadOutput",
     "cacheable",
     "default_cache_dir",
     "format_size",

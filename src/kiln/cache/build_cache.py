@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,11 +32,16 @@ from kiln.cache.local import LocalCache
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_dir.ownership import read_regular
-from kiln.output_dir.writing import atomic_output, process_umask
+from kiln.output_dir.writing import NOFOLLOW, atomic_output, process_umask
 from kiln.state import Produced, stat_key
 
 if TYPE_CHECKING:  # imported only by a build that has a remote cache
     from kiln.cache.remote import RemoteCache
+
+
+# What hashing an output read (``kiln.scheduling.action_outputs``): its permission
+# bits, and its bytes when it is at most ``INLINE_MAX`` long (else None).
+ReadOutput = tuple[int, bytes | None]
 
 
 class _Miss(Exception):
@@ -203,18 +208,19 @@ class BuildCache:
         try:
             with contextlib.ExitStack() as stack:
                 for f, out in plan:
-                    tmp = stack.enter_context(atomic_output(f.get_fs_path()))
-                    if out.data is not None:
-                        self._write_inline(out, tmp)
-                    else:
-                        copied = self.local.copy_blob(out.sha256, tmp)
-                        if copied is None:
-                            raise _Miss  # evicted meanwhile, or skipped (reported)
-                        if copied != out.sha256:
-                            self._corrupt(self.local.blob_path(out.sha256), out.sha256)
-                        self.local.touch_blob(out.sha256)
+                    tmp = stack.enter_context(atomic_output(f.get_fs_path(), create=False))
                     # kiln's modes, never the entry's: not setuid, not world-writable.
-                    os.chmod(tmp, served_mode(max(out.mode, 0), process_umask()))
+                    mode = served_mode(max(out.mode, 0), process_umask())
+                    if out.data is not None:
+                        self._write_inline(out, tmp, mode)
+                        continue
+                    copied = self.local.copy_blob(out.sha256, tmp)
+                    if copied is None:
+                        raise _Miss  # evicted meanwhile, or skipped (reported)
+                    if copied != out.sha256:
+                        self._corrupt(self.local.blob_path(out.sha256), out.sha256)
+                    self.local.touch_blob(out.sha256)
+                    os.chmod(tmp, mode)
             return {f: (stat_key(os.lstat(f.fs_str)), out.sha256) for f, out in plan}
         except (OSError, NotRegularFile):  # a blob evicted meanwhile, an output path that
             raise _Miss from None  # cannot be written: the action meets it and says so
@@ -227,8 +233,10 @@ class BuildCache:
         size = out.size if out.size >= 0 else None
         return remote.fetch_blob(out.sha256, self.local, size, self.max_size)
 
-    def _write_inline(self, out: CachedOutput, tmp: Path) -> None:
-        """Write an output kept in its entry, once its bytes are checked."""
+    def _write_inline(self, out: CachedOutput, tmp: Path, mode: int) -> None:
+        """Write an output kept in its entry, once its bytes are checked: the new
+        temporary ``tmp`` is created, written and given ``mode`` through one
+        descriptor."""
         assert out.data is not None
         if hashlib.sha256(out.data).hexdigest() != out.sha256:
             self._count("corrupt")
@@ -239,8 +247,10 @@ class BuildCache:
                 "ignored it",
             )
             raise _Miss
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(out.data)
+            os.fchmod(fd, mode)
 
     def _corrupt(self, blob: Path, digest: str) -> None:
         self.local.remove_blob(digest)
@@ -297,21 +307,30 @@ class BuildCache:
 
     # -- storing -------------------------------------------------------------
 
-    def save(self, key: str, desc: str, produced: Produced, share: bool = True) -> None:
+    def save(
+        self,
+        key: str,
+        desc: str,
+        produced: Produced,
+        share: bool = True,
+        read: Mapping[BuildFile, ReadOutput] | None = None,
+    ) -> None:
         """Put an action's outputs (digests already known) into the caches (with
-        ``share=False``, into this machine's only)."""
+        ``share=False``, into this machine's only). ``read``: what hashing them read
+        (their modes, and the bytes of the small ones), so that they are not opened
+        again."""
         if self.broken or not produced:
             return
         outputs = []
         try:
             for f, ((size, *_), digest) in produced.items():
-                mode = os.lstat(f.fs_str).st_mode & 0o7777
-                data = None
-                if size <= INLINE_MAX:  # kept in the entry: no blob to write
-                    data = read_regular(f.fs_str, INLINE_MAX + 1)
-                    if hashlib.sha256(data).hexdigest() != digest:
+                seen = read.get(f) if read is not None else None
+                if seen is None:
+                    seen = _read_back(f, size, digest)
+                    if seen is None:
                         return  # changed since it was hashed: nothing to vouch for
-                elif not self.local.put_file(f.fs_str, digest):
+                mode, data = seen
+                if data is None and not self.local.put_file(f.fs_str, digest):
                     return
                 if data is not None:
                     size = len(data)
@@ -335,17 +354,38 @@ class BuildCache:
             self.remote.put_entry(key, data)
 
     def end_build(self) -> None:
-        """Log this build's counts and evict down to the size bound."""
-        if self.broken or not any(self.counts.values()):
-            return
+        """Write the entries that wait, log this build's counts and evict down to the
+        size bound (when the cache may have outgrown it)."""
         try:
+            if self.broken or not any(self.counts.values()):
+                return
+            self.local.index.flush()
             self.local.log_build(dict(self.counts))
             if self.counts["stored"] or self.counts["remote_hits"]:
-                self.local.gc(self.max_size)
+                self.local.evict(self.max_size)
         except OSError as e:
             self._local_failed(e)
         except Exception as e:  # noqa: BLE001 - the cache never fails the build
             self.failed(e)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Write what waits for the local cache's index and close it (an explain or a
+        dry run leaves nothing open in the cache directory); it is reopened if used
+        again."""
+        with contextlib.suppress(Exception):
+            self.local.close()
+
+
+def _read_back(f: BuildFile, size: int, digest: str) -> ReadOutput | None:
+    """The mode of output ``f``, and its bytes when it is small enough to be kept in
+    its entry; None when those bytes no longer have ``digest``."""
+    mode = os.lstat(f.fs_str).st_mode & 0o7777
+    if size > INLINE_MAX:
+        return mode, None
+    data = read_regular(f.fs_str, INLINE_MAX + 1)
+    return (mode, data) if hashlib.sha256(data).hexdigest() == digest else None
 
 
 def _match(

@@ -7,6 +7,8 @@ Layout, format 1 (``kiln.cache.local`` says what the files hold)::
     v1/ac/<n[:2]>/<n>                entries, ``n`` an entry name (``entry.key_name``)
     v1/cas/<d[:2]>/<d>               blobs, ``d`` the SHA-256 of their bytes
     v1/tmp/<w|b>-<pid>-<hex>-<n>     files being written
+    v1/index.db                      entries and accounting (``kiln.cache.index``),
+                                     with SQLite's -wal and -shm beside it
     v1/builds.log                    one JSON line per build
 
 The cache is shared by every project of a user, often by a team, so ``CacheDir``
@@ -41,6 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kiln.cache.entry import is_digest, is_entry_name
+from kiln.cache.index import INDEX, CacheIndex
 from kiln.cache.ownership import FORMAT_DIR, cache_dir_state, claim_cache_dir
 from kiln.errors import ConfinementError, NotRegularFile, StateError
 from kiln.output_dir.ownership import open_own_file, open_regular
@@ -99,6 +102,28 @@ class CacheDir:
     @property
     def log_file(self) -> str:
         return f"{self._base}/{LOG}"
+
+    def index(self, spill: Callable[[str, bytes], None]) -> CacheIndex:
+        """The cache's index (``kiln.cache.index``), opened when first used; its
+        directory is checked before it is read and made (claiming the cache) before
+        it is written. ``spill`` keeps the entries it no longer takes."""
+        return CacheIndex(f"{self._base}/{INDEX}", self.skip, self._index_dir, spill)
+
+    def index_dir_ok(self) -> bool:
+        """Whether the index's directory is a real one (else reported)."""
+        return self._index_dir(create=False)
+
+    def _index_dir(self, create: bool) -> bool:
+        """Whether ``v1/`` is a real directory (made when ``create``); what is in the
+        way is reported."""
+        if not create:
+            return self._dir_ok(self._base)
+        try:
+            self._retrying(lambda: self.make_dirs(self._base))
+        except ConfinementError as e:
+            self.skip(self._base, str(e))
+            return False
+        return True
 
     # -- what is skipped -----------------------------------------------------
 

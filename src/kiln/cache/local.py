@@ -3,20 +3,26 @@
 Layout, format 1 (everything under ``CACHE_DIR/v1``; a later format uses ``v2``;
 ``kiln.cache.cache_dir`` owns the directory and is the only way in)::
 
-    v1/ac/<k[:2]>/<k>          action-cache entries (``kiln.cache.entry``), named by
-                               ``entry.key_name(action key)``
+    v1/index.db                action-cache entries (``kiln.cache.entry``), named by
+                               ``entry.key_name(action key)``, and the accounting of
+                               the cache's size (``kiln.cache.index``)
     v1/cas/<d[:2]>/<d>         blobs, named by the SHA-256 ``d`` of their bytes
+    v1/ac/<k[:2]>/<k>          entries as files: an older kiln's, or this one's when
+                               the index cannot be used; read when the index has none
     v1/tmp/                    files being written (renamed into ac/ or cas/ when whole)
     v1/builds.log              one JSON object per build: time, hits, remote_hits,
                                misses, stored, corrupt
 
-Several builds may share the directory at once: every file is written under
-``tmp/`` and renamed into place, so a reader sees a whole file or none. A blob is
-trusted only after its digest is checked while it is copied out (``copy_blob``);
-a blob that fails the check is removed. Least-recently-used eviction reads each
-file's mtime, which a hit refreshes. What is not kiln's, or not a regular file, is
-skipped and reported by the ``CacheDir`` (never followed, never removed). Nothing
-here swallows other errors: the caller (``kiln.cache.build_cache``) decides what an
+Several builds may share the directory at once: the index is an SQLite database
+(written a batch at a time), and every other file is written under ``tmp/`` and
+renamed into place, so a reader sees a whole file or none. A blob is trusted only
+after its digest is checked while it is copied out (``copy_blob``); a blob that
+fails the check is removed. Least-recently-used eviction reads each file's mtime
+(which a hit refreshes) and each entry's ``used`` time; it walks the whole cache
+only when the index's accounting says it may have outgrown its bound (or has not
+walked for a day). What is not kiln's, or not a regular file, is skipped and
+reported by the ``CacheDir`` (never followed, never removed). Nothing here
+swallows other errors: the caller (``kiln.cache.build_cache``) decides what an
 ``OSError`` means.
 """
 
@@ -100,6 +106,12 @@ class LocalCache:
         self.dir = CacheDir(root, warn)
         self.root = self.dir.root
         self.base = self.dir.base
+        self.index = self.dir.index(spill=self._put_entry_file)
+        self._entry_files: bool | None = None  # whether ``ac/`` may hold entries
+
+    def close(self) -> None:
+        """Write what waits for the index and close it (reopened if used again)."""
+        self.index.close()
 
     # -- paths ---------------------------------------------------------------
 
@@ -113,20 +125,39 @@ class LocalCache:
 
     def get_entry(self, key: str, touch: bool = True) -> bytes | None:
         """The entry for ``key``, marked used unless ``touch`` is False; None if absent
-        (or larger than an entry can be: not read further)."""
-        path = self.dir.entry_file(key_name(key))
-        data = self.dir.read(path, MAX_ENTRY_SIZE + 1)
+        (or larger than an entry can be: not read further). The index first, then
+        the entry files (an older kiln's)."""
+        name = key_name(key)
+        data = self.index.get(name, touch)
+        if data is None and self._has_entry_files():
+            path = self.dir.entry_file(name)
+            data = self.dir.read(path, MAX_ENTRY_SIZE + 1)
+            if data is not None and touch:
+                self.dir.touch(path)
         if data is None or len(data) > MAX_ENTRY_SIZE:
             return None
-        if touch:
-            self.dir.touch(path)
         return data
 
+    def _has_entry_files(self) -> bool:
+        """Whether ``ac/`` is there (looked at once: a miss then costs nothing more)."""
+        if self._entry_files is None:
+            self._entry_files = os.path.lexists(f"{self.base}/ac")
+        return self._entry_files
+
     def has_entry(self, key: str) -> bool:
-        return self.dir.is_regular(self.dir.entry_file(key_name(key)))
+        return self.get_entry(key, touch=False) is not None
 
     def put_entry(self, key: str, data: bytes) -> None:
-        with self._writing(self.dir.entry_file(key_name(key))) as f:
+        """Store the entry ``data`` for ``key``: in the index with its next batch, or
+        as a file when the index cannot be used."""
+        name = key_name(key)
+        if not self.index.put(name, data):
+            self._put_entry_file(name, data)
+
+    def _put_entry_file(self, name: str, data: bytes) -> None:
+        """Keep an entry as a file of its own (the index cannot take it)."""
+        self._entry_files = True
+        with self._writing(self.dir.entry_file(name)) as f:
             f.write(data)
 
     # -- blobs ---------------------------------------------------------------
@@ -160,6 +191,9 @@ class LocalCache:
             self._writing(target, expect=lambda: copied == [digest]) as f,
         ):
             copied.append(_copy_hashing(fin, f))
+            size = f.tell()
+        if copied == [digest]:
+            self.index.added(size)
         return copied == [digest]
 
     def put_stream(self, digest: str, read: Callable[[int], bytes]) -> bool:
@@ -169,6 +203,9 @@ class LocalCache:
         found: list[str] = []
         with self._writing(target, expect=lambda: found == [digest]) as f:
             found.append(hash_stream(read, f.write))
+            size = f.tell()
+        if found == [digest]:
+            self.index.added(size)
         return found == [digest]
 
     @contextlib.contextmanager
@@ -203,34 +240,54 @@ class LocalCache:
                 entries += 1
             else:
                 blobs += 1
+        for _, length, _ in self.index.rows():
+            entries, size = entries + 1, size + length
         return CacheUsage(entries, blobs, size)
+
+    def evict(self, max_size: int) -> tuple[int, int]:
+        """``gc`` when the cache may hold more than ``max_size`` bytes (by the index's
+        accounting: no walk of the directory otherwise); (0, 0) when it may not."""
+        if not self.index.must_walk(max_size):
+            return 0, 0
+        return self.gc(max_size)
 
     def gc(self, max_size: int) -> tuple[int, int]:
         """Remove least-recently-used entries and blobs until the cache holds at most
-        ``max_size`` bytes, and temporaries that killed writers left; return (files,
-        bytes) removed."""
-        files = sorted((st.st_mtime, st.st_size, path) for _, path, st in self.dir.files())
-        total = sum(size for _, size, _ in files)
-        removed = freed = 0
-        for _, size, path in files:
+        ``max_size`` bytes, and temporaries that killed writers left; return (entries
+        and blobs, bytes) removed."""
+        found = [(st.st_mtime, st.st_size, path, False) for _, path, st in self.dir.files()]
+        found += [(used, size, name, True) for used, size, name in self.index.rows()]
+        found.sort()
+        total = sum(size for _, size, _, _ in found)
+        removed = freed = row_bytes = 0
+        rows: list[str] = []
+        for _, size, where, in_index in found:
             if total <= max_size:
                 break
-            if self.dir.discard(path):
+            if in_index:
+                rows.append(where)
+                row_bytes += size
+            elif self.dir.discard(where):
                 removed, freed = removed + 1, freed + size
             total -= size
+        gone = self.index.remove(rows)
+        removed, freed = removed + gone, freed + (row_bytes if gone else 0)
         cutoff = time.time() - _STALE_TMP_S
         for path, st in self.dir.temporaries():
             if st.st_mtime < cutoff:
                 self.dir.discard(path)
+        self.index.walked(total)
         return removed, freed
 
     def clear(self) -> int:
         """Remove every entry, blob and temporary (what is not kiln's stays, reported);
-        the number of files removed."""
+        the number of entries and files removed."""
         doomed = [path for _, path, _ in self.dir.files()]
         doomed += [path for path, _ in self.dir.temporaries()]
         doomed.append(self.dir.log_file)
         removed = sum(self.dir.discard(path) for path in doomed)
+        if self.dir.index_dir_ok():
+            removed += self.index.clear()
         self.dir.remove_empty_dirs()
         return removed
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from kiln.digests import hash_file
+from kiln.cache import ReadOutput
+from kiln.cache.entry import INLINE_MAX
+from kiln.digests import hash_small
 from kiln.errors import ActionFailed, ConfinementError, NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.output_dir.ownership import read_regular
+from kiln.output_dir.ownership import open_regular, read_regular
 from kiln.output_dir.prefilled import USER_FILES
 from kiln.output_dir.tree import OutputTree
 from kiln.output_dir.writing import TemporarySweeper, file_kind, remove_partial
@@ -106,23 +107,36 @@ class ActionOutputs:
                 f.layout.link_source(f.action_path, str(f.source))
 
     @staticmethod
-    def hash(action: BuildAction, outputs: Iterable[BuildFile]) -> Produced:
-        """What ``action`` wrote; each output must be a regular file."""
+    def hash(
+        action: BuildAction,
+        outputs: Iterable[BuildFile],
+        read: dict[BuildFile, ReadOutput] | None = None,
+    ) -> Produced:
+        """What ``action`` wrote; each output must be a regular file. Each is opened
+        once: into ``read`` go their modes and the bytes of the small ones, for the
+        cache (``BuildCache.save``)."""
         produced = {}
         for f in outputs:
             path = f.fs_str
             try:
-                st = os.lstat(path)
+                fd = open_regular(path)
             except FileNotFoundError:
                 raise ActionFailed(
                     f"'{action.desc}' finished without writing its output {path}"
                 ) from None
-            if not stat.S_ISREG(st.st_mode):
+            except NotRegularFile:
                 raise ActionFailed(
-                    f"'{action.desc}' left {file_kind(st.st_mode)} at its "
+                    f"'{action.desc}' left {file_kind(os.lstat(path).st_mode)} at its "
                     f"output {path}; outputs must be regular files"
-                )
-            produced[f] = (stat_key(st), hash_file(path))
+                ) from None
+            try:
+                st = os.fstat(fd)
+                digest, data = hash_small(fd, st.st_size, INLINE_MAX)
+            finally:
+                os.close(fd)
+            produced[f] = (stat_key(st), digest)
+            if read is not None:
+                read[f] = (st.st_mode & 0o7777, data)
         return produced
 
     @staticmethod

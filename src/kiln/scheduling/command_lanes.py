@@ -18,7 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from kiln.graph import BuildAction, Finish, SpawnsCommand
+from kiln.cache import ReadOutput
+from kiln.graph import BuildAction, BuildFile, Finish, SpawnsCommand
 from kiln.incremental import Decision
 from kiln.process.commands import CommandRunner
 from kiln.scheduling.action_outputs import ActionOutputs
@@ -107,8 +108,9 @@ class CommandLanes:
         produced: Produced = {}
         try:
             finish()
-            produced = ActionOutputs.hash(action, shared.plan.outputs[action])
-            shared.cache.save(action, decision, produced)
+            read: dict[BuildFile, ReadOutput] = {}
+            produced = ActionOutputs.hash(action, shared.plan.outputs[action], read)
+            shared.cache.save(action, decision, produced, read)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             error = e
             shared.failed_action()

@@ -28,6 +28,7 @@ from kiln.state import Produced
 from kiln.threads import ThreadWorkers, run_with_deadline
 
 if TYPE_CHECKING:  # imported only by a build with a remote executor
+    from kiln.cache import ReadOutput
     from kiln.graph import BuildFile
     from kiln.remote_exec.offload import ClusterOffload
 
@@ -136,9 +137,10 @@ class Dispatcher:
         cpu, wall = time.thread_time(), time.perf_counter()  # the run's own cost
         spent: tuple[float, float] | None = None  # ... up to its outputs' hashes
         try:
-            produced = self._run(action)
+            read: dict[BuildFile, ReadOutput] = {}
+            produced = self._run(action, read)
             spent = (time.thread_time() - cpu, time.perf_counter() - wall)
-            shared.cache.save(action, decision, produced)
+            shared.cache.save(action, decision, produced, read)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
             if isinstance(e, KeyboardInterrupt) and inline:
                 # Ctrl-C reached an in-line action, on the scheduler's thread: stop the build.
@@ -152,8 +154,8 @@ class Dispatcher:
             self.tiny.observe(action, *spent, inline)
         shared.done.put((action, decision, error, produced))
 
-    def _run(self, action: BuildAction) -> Produced:
-        """Run ``action`` where it runs; what it wrote."""
+    def _run(self, action: BuildAction, read: dict[BuildFile, ReadOutput]) -> Produced:
+        """Run ``action`` where it runs; what it wrote (what hashing it read: ``read``)."""
         if self.remote is not None and self.remote.takes(action):
             return self._run_remote(action)
         if action.concurrency is ActionConcurrency.PROCESS:
@@ -163,7 +165,7 @@ class Dispatcher:
             run_with_deadline(action._invoke, action.desc, action.timeout)
         else:
             action._invoke()
-        return ActionOutputs.hash(action, self.shared.plan.outputs[action])
+        return ActionOutputs.hash(action, self.shared.plan.outputs[action], read)
 
     def _run_remote(self, action: BuildAction) -> Produced:
         assert self.remote is not None
