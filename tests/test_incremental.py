@@ -199,8 +199,15 @@ def test_noop_build_reads_no_file_contents(p: Project, monkeypatch: pytest.Monke
         hashed.append(Path(path).name)
         return real(path)
 
+    real_small = kiln.scheduling.action_outputs.hash_small
+
+    def counting_open(fd: int, size: int, keep: int) -> tuple[str, bytes | None]:
+        """An output is hashed from the descriptor it was opened on, once."""
+        hashed.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        return real_small(fd, size, keep)
+
     monkeypatch.setattr(kiln.state.file_digests, "hash_file", counting)
-    monkeypatch.setattr(kiln.scheduling.action_outputs, "hash_file", counting)
+    monkeypatch.setattr(kiln.scheduling.action_outputs, "hash_small", counting_open)
 
     assert p.build(two_chains).ran == []
     assert hashed == []
@@ -675,6 +682,7 @@ def test_cli_corrupt_state_is_moved_aside_and_everything_rebuilds(
 
 
 COUNTING_KILN = """\
+import os
 import sys
 import kiln.scheduling.action_outputs, kiln.state.file_digests
 
@@ -685,7 +693,15 @@ def counting(path):
         log.write(str(path) + "\\n")
     return real(path)
 
-kiln.state.file_digests.hash_file = kiln.scheduling.action_outputs.hash_file = counting
+real_small = kiln.scheduling.action_outputs.hash_small
+
+def counting_open(fd, size, keep):
+    with open("hashed.log", "a") as log:
+        log.write(os.readlink(f"/proc/self/fd/{fd}") + "\\n")
+    return real_small(fd, size, keep)
+
+kiln.state.file_digests.hash_file = counting
+kiln.scheduling.action_outputs.hash_small = counting_open
 from kiln.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
