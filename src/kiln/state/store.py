@@ -17,6 +17,15 @@ from kiln.state.database import StateDatabase
 from kiln.state.file_digests import FileDigests, StatKey
 from kiln.state.integrity import metadata_dict
 from kiln.state.records import ActionRecord, FailureRecord
+from kiln.state.schema import FAILURES_COLUMNS
+
+# The columns of ``failures`` by name: a row is written and read the same whatever
+# else a table of another kiln holds.
+_FAILURE_COLUMNS = ", ".join(FAILURES_COLUMNS)
+_INSERT_FAILURE = (
+    f"INSERT OR REPLACE INTO failures({_FAILURE_COLUMNS}) "
+    f"VALUES ({', '.join('?' * len(FAILURES_COLUMNS))})"
+)
 
 
 class StateStore:
@@ -111,10 +120,7 @@ class StateStore:
         with self._lock:
             if self._failures is None:
                 try:
-                    rows = self.database.read(
-                        "SELECT id, key, params, inputs, error, detail, log, result, time "
-                        "FROM failures"
-                    )
+                    rows = self.database.read(f"SELECT {_FAILURE_COLUMNS} FROM failures")
                 except sqlite3.DatabaseError as e:
                     self._warn(
                         f"warning: cannot read the failures remembered in {self.path}: {e}; "
@@ -173,10 +179,7 @@ class StateStore:
                     ("INSERT OR REPLACE INTO actions VALUES (?,?,?,?,?)", actions),
                     ("DELETE FROM actions WHERE id = ?", gone),
                     ("DELETE FROM failures WHERE id = ?", forgotten),
-                    (
-                        "INSERT OR REPLACE INTO failures VALUES (?,?,?,?,?,?,?,?,?)",
-                        [failure.row(aid) for aid, failure in failed],
-                    ),
+                    (_INSERT_FAILURE, [failure.row(aid) for aid, failure in failed]),
                     ("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths]),
                 ]
             )
