@@ -259,3 +259,20 @@ def test_eviction_walks_the_cache_only_when_it_may_be_over_its_bound(
     meta = dict(db.execute("SELECT name, value FROM meta"))
     db.close()
     assert used <= 1024 and meta["added"] == 0 and meta["total"] <= 1024, meta
+
+
+def test_rows_of_the_wrong_type_are_neither_counted_nor_a_crash(
+    tmp_path: Path, _private_cache: Path
+) -> None:
+    """An index someone wrote into holds rows kiln never would (a text where a time
+    goes, no data): `kiln cache stats` and `gc` skip them, with no traceback."""
+    cache = _private_cache
+    project(tmp_path, "w", 2)
+    finished(kiln_at(tmp_path, "build", "build.py", cache=cache))
+    first = sorted(entries(cache))[0]
+    db = sqlite3.connect(index_path(cache))
+    with db:
+        db.execute("UPDATE entries SET used = 'yesterday' WHERE name = ?", (first,))
+    db.close()
+    for command in (["cache", "stats"], ["cache", "gc"]):
+        finished(kiln_at(tmp_path, *command, cache=cache))

@@ -214,13 +214,12 @@ class BuildCache:
                     if out.data is not None:
                         self._write_inline(out, tmp, mode)
                         continue
-                    copied = self.local.copy_blob(out.sha256, tmp)
+                    copied = self.local.copy_blob(out.sha256, tmp, mode)
                     if copied is None:
                         raise _Miss  # evicted meanwhile, or skipped (reported)
                     if copied != out.sha256:
                         self._corrupt(self.local.blob_path(out.sha256), out.sha256)
                     self.local.touch_blob(out.sha256)
-                    os.chmod(tmp, mode)
             return {f: (stat_key(os.lstat(f.fs_str)), out.sha256) for f, out in plan}
         except (OSError, NotRegularFile):  # a blob evicted meanwhile, an output path that
             raise _Miss from None  # cannot be written: the action meets it and says so

@@ -174,14 +174,18 @@ class CacheDir:
             self.skip(path, self._kind_of(path) or path)
             return None
 
-    def read(self, path: str, limit: int = -1) -> bytes | None:
-        """The bytes of the regular file ``path`` (at most ``limit``), or None."""
+    def read(self, path: str, limit: int = -1, tail: bool = False) -> bytes | None:
+        """The bytes of the regular file ``path`` (at most ``limit``; with ``tail``,
+        its last ``limit`` bytes), or None."""
         fd = self.open_file(path)
         if fd is None:
             return None
         with os.fdopen(fd, "rb") as f:
             if limit >= 0:  # no buffer of ``limit`` bytes for a small file
-                limit = min(limit, os.fstat(f.fileno()).st_size + 1)
+                size = os.fstat(f.fileno()).st_size
+                if tail:
+                    f.seek(max(0, size - limit))
+                limit = min(limit, size + 1)
             return f.read(limit)
 
     def is_regular(self, path: str) -> bool:
@@ -230,11 +234,11 @@ class CacheDir:
             except FileExistsError:  # left by a process of the same tag: the next name
                 continue
 
-    def commit(self, tmp: str, target: str, mode: int = 0o444) -> None:
-        """Give the temporary ``tmp`` its place ``target`` (a rename, which replaces a
-        link or FIFO there, never following it); ConfinementError when a link or
-        another kind of file is in the way of its directories, or a directory at it."""
-        os.chmod(tmp, mode)  # kiln's own O_EXCL file under tmp/
+    def commit(self, tmp: str, target: str) -> None:
+        """Give the temporary ``tmp`` (its mode set through its descriptor) its place
+        ``target`` (a rename, which replaces a link or FIFO there, never following
+        it); ConfinementError when a link or another kind of file is in the way of
+        its directories, or a directory at it."""
 
         def place() -> None:
             self.make_dirs(os.path.dirname(target))

@@ -47,6 +47,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 
+from kiln.cache.entry import MAX_ENTRY_SIZE
 from kiln.output_dir.writing import file_kind, link_text
 
 INDEX = "index.db"
@@ -205,7 +206,10 @@ class CacheIndex:
             if db is None:
                 return None
             try:
-                row = db.execute("SELECT data FROM entries WHERE name = ?", (name,)).fetchone()
+                row = db.execute(
+                    "SELECT data FROM entries WHERE name = ? AND length(data) <= ?",
+                    (name, MAX_ENTRY_SIZE),
+                ).fetchone()
             except sqlite3.Error as e:
                 self._failed(e)
                 return None
@@ -331,7 +335,11 @@ class CacheIndex:
             if db is None:
                 return iter(())
             try:
-                found = db.execute("SELECT used, length(data), name FROM entries").fetchall()
+                # Rows of another type are not kiln's: never counted, never a crash.
+                found = db.execute(
+                    "SELECT used, length(data), name FROM entries WHERE typeof(name) = 'text' "
+                    "AND typeof(data) = 'blob' AND typeof(used) IN ('integer', 'real')"
+                ).fetchall()
             except sqlite3.Error as e:
                 self._failed(e)
                 return iter(())

@@ -77,11 +77,12 @@ def _copy_hashing(fin: IO[bytes], fout: IO[bytes]) -> str:
     return hash_stream(fin.read, fout.write)
 
 
-def copy_verified(src: str | Path | int, dst: str | Path) -> str:
+def copy_verified(src: str | Path | int, dst: str | Path, mode: int = 0o644) -> str:
     """Copy the regular file ``src`` (a path, or a descriptor open for reading, which
     is closed) over the file ``dst`` (a reflink where the file system has them,
-    never a hard link) and return the SHA-256 of the bytes now in ``dst``. Neither
-    path is followed if it is a symbolic link (NotRegularFile, OSError)."""
+    never a hard link), give it ``mode`` through its descriptor, and return the
+    SHA-256 of the bytes now in ``dst``. Neither path is followed if it is a
+    symbolic link (NotRegularFile, OSError)."""
     in_fd = src if isinstance(src, int) else open_regular(src)
     try:
         out_fd = os.open(
@@ -91,6 +92,7 @@ def copy_verified(src: str | Path | int, dst: str | Path) -> str:
         os.close(in_fd)
         raise
     with os.fdopen(in_fd, "rb") as fin, os.fdopen(out_fd, "wb") as fout:
+        os.fchmod(out_fd, mode)
         return _copy_hashing(fin, fout)
 
 
@@ -171,11 +173,11 @@ class LocalCache:
     def remove_blob(self, digest: str) -> None:
         self.dir.discard(self.dir.blob_file(digest))
 
-    def copy_blob(self, digest: str, dst: str | Path) -> str | None:
-        """Copy blob ``digest`` over the file ``dst``; the SHA-256 of what was copied
-        (which the caller checks), or None when there is no such blob."""
+    def copy_blob(self, digest: str, dst: str | Path, mode: int) -> str | None:
+        """Copy blob ``digest`` over the file ``dst``, of ``mode``; the SHA-256 of what
+        was copied (which the caller checks), or None when there is no such blob."""
         fd = self.dir.open_file(self.dir.blob_file(digest))
-        return None if fd is None else copy_verified(fd, dst)
+        return None if fd is None else copy_verified(fd, dst, mode)
 
     def put_file(self, src: str | Path, digest: str) -> bool:
         """Store the file ``src`` as blob ``digest``; False (nothing stored) when its
@@ -216,12 +218,13 @@ class LocalCache:
         and ``expect()`` holds, removed otherwise. A link or another kind of file in
         the way of ``target``'s directories is reported and nothing is stored."""
         fd, name = self.dir.new_tmp("w-")
+        os.fchmod(fd, mode)  # on the descriptor: the name under tmp/ is never followed
 
         def commit() -> bool:
             if not expect():
                 return False
             try:
-                self.dir.commit(name, target, mode)
+                self.dir.commit(name, target)
             except ConfinementError as e:
                 self.dir.skip(target, str(e))
                 return False
@@ -302,11 +305,12 @@ class LocalCache:
                 f.write("".join(json.dumps(x) + "\n" for x in lines[-_LOG_KEEP:]).encode())
 
     def builds(self) -> list[dict[str, Any]]:
-        data = self.dir.read(self.dir.log_file)
+        # Only the log's end is read: the file is in a shared directory, of any size.
+        data = self.dir.read(self.dir.log_file, _LOG_MAX, tail=True)
         if data is None:
             return []
         out = []
-        for line in data[-_LOG_MAX:].decode("utf-8", errors="replace").splitlines():
+        for line in data.decode("utf-8", errors="replace").splitlines():
             with contextlib.suppress(ValueError):
                 item = json.loads(line)
                 if isinstance(item, dict):

@@ -188,12 +188,12 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: Remo
                 f"the remote cache {remote.shown}"
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if cas.copy_blob(digest, dest) != digest:
+        mode = 0o755 if rel in task.executable else 0o644
+        if cas.copy_blob(digest, dest, mode) != digest:
             cas.remove_blob(digest)
             raise SandboxFailure(
                 f"input {rel} of '{task.desc}': the worker's cached copy was damaged; removed it"
             )
-        os.chmod(dest, 0o755 if rel in task.executable else 0o644)
 
 
 def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
