@@ -83,10 +83,6 @@ class CacheDir:
     def _new_tree(self) -> OutputTree:
         return OutputTree(self.root, self._warn, claim=claim_cache_dir, name="the cache")
 
-    def state(self) -> str:
-        """See ``cache_dir_state``."""
-        return cache_dir_state(self.root)
-
     # -- places of the layout ------------------------------------------------
 
     def entry_file(self, name: str) -> str:

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from kiln.cache.deadlines import Deadlines, Request
+from kiln.digests import CHUNK
 from kiln.errors import NotRegularFile
 from kiln.output_dir.ownership import open_regular
 from kiln.redact import redact_url
 
 _IDLE_CONNECTIONS = 64
-_CHUNK = 1 << 20
 # The most kiln reads of a reply it does not use (an error page, a PUT's answer).
 MAX_REPLY = 64 << 10
 # Bytes a second a transfer is granted on top of the timeout: a request moving N
@@ -269,7 +269,7 @@ class Capped:
 
     def read_all(self) -> bytes:
         parts = []
-        while chunk := self.read(_CHUNK):
+        while chunk := self.read(CHUNK):
             parts.append(chunk)
         return b"".join(parts)
 

@@ -47,7 +47,6 @@ from kiln.output_dir.writing import written
 
 __all__ = ["FORMAT_DIR", "CacheUsage", "LocalCache", "copy_verified"]
 
-_CHUNK = 1 << 20
 _FICLONE = 0x40049409  # Linux ioctl: share the source's extents (btrfs, xfs)
 _STALE_TMP_S = 3600.0
 _LOG_KEEP = 100
@@ -117,9 +116,6 @@ class LocalCache:
 
     # -- paths ---------------------------------------------------------------
 
-    def entry_path(self, key: str) -> Path:
-        return Path(self.dir.entry_file(key_name(key)))
-
     def blob_path(self, digest: str) -> Path:
         return Path(self.dir.blob_file(digest))
 
@@ -145,9 +141,6 @@ class LocalCache:
         if self._entry_files is None:
             self._entry_files = os.path.lexists(f"{self.base}/ac")
         return self._entry_files
-
-    def has_entry(self, key: str) -> bool:
-        return self.get_entry(key, touch=False) is not None
 
     def put_entry(self, key: str, data: bytes) -> None:
         """Store the entry ``data`` for ``key``: in the index with its next batch, or
