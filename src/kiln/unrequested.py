@@ -56,6 +56,9 @@ def judge(
 ) -> dict[BuildAction, str]:
     """``stale`` or ``not built`` for each action under ``roots`` that ``plan`` (the
     build's) did not hold; ``digests`` are the build's, ``keys`` its keys."""
+    roots = list(roots)
+    if all(r in plan.consumers for r in roots):
+        return {}  # the build reached every root (the usual build): no second walk
     rest = make_plan(roots, files, known=plan.consumers)
     if not rest.actions:
         return {}
