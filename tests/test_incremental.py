@@ -195,9 +195,9 @@ def test_noop_build_reads_no_file_contents(p: Project, monkeypatch: pytest.Monke
     hashed: list[str] = []
     real = kiln.state.hash_file
 
-    def counting(path: Path | str) -> str:
+    def counting(path: Path | str, follow: bool = True) -> str:
         hashed.append(Path(path).name)
-        return real(path)
+        return real(path, follow)
 
     real_small = kiln.scheduling.action_outputs.hash_small
 
@@ -688,10 +688,10 @@ import kiln.scheduling.action_outputs, kiln.state.file_digests
 
 real = kiln.state.hash_file
 
-def counting(path):
+def counting(path, follow=True):
     with open("hashed.log", "a") as log:
         log.write(str(path) + "\\n")
-    return real(path)
+    return real(path, follow)
 
 real_small = kiln.scheduling.action_outputs.hash_small
 

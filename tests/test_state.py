@@ -59,9 +59,9 @@ def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = kiln.state.hash_file
 
-    def counting(path: Path | str) -> str:
+    def counting(path: Path | str, follow: bool = True) -> str:
         calls.append(str(path))
-        return real(path)
+        return real(path, follow)
 
     monkeypatch.setattr(kiln.state.file_digests, "hash_file", counting)
     return calls

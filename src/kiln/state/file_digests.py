@@ -72,7 +72,7 @@ class FileDigests:
         known = self._lookup(spath, st)
         if known is not None:
             return known
-        digest = hash_file(spath)
+        digest = hash_file(spath, follow=not output)  # an output: never through a link
         self.remember(spath, stat_key(st), digest)
         return digest
 
