@@ -199,15 +199,14 @@ def test_noop_build_reads_no_file_contents(p: Project, monkeypatch: pytest.Monke
         hashed.append(Path(path).name)
         return real(path, follow)
 
-    real_small = kiln.scheduling.action_outputs.hash_small
+    real_output = kiln.scheduling.action_outputs.hash_output
 
-    def counting_open(fd: int, size: int, keep: int) -> tuple[str, bytes | None]:
-        """An output is hashed from the descriptor it was opened on, once."""
-        hashed.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
-        return real_small(fd, size, keep)
+    def counting_output(path: str, keep: int) -> tuple[os.stat_result, str, bytes | None]:
+        hashed.append(Path(path).name)
+        return real_output(path, keep)
 
     monkeypatch.setattr(kiln.state.file_digests, "hash_file", counting)
-    monkeypatch.setattr(kiln.scheduling.action_outputs, "hash_small", counting_open)
+    monkeypatch.setattr(kiln.scheduling.action_outputs, "hash_output", counting_output)
 
     assert p.build(two_chains).ran == []
     assert hashed == []
@@ -682,7 +681,6 @@ def test_cli_corrupt_state_is_moved_aside_and_everything_rebuilds(
 
 
 COUNTING_KILN = """\
-import os
 import sys
 import kiln.scheduling.action_outputs, kiln.state.file_digests
 
@@ -693,15 +691,15 @@ def counting(path, follow=True):
         log.write(str(path) + "\\n")
     return real(path, follow)
 
-real_small = kiln.scheduling.action_outputs.hash_small
+real_output = kiln.scheduling.action_outputs.hash_output
 
-def counting_open(fd, size, keep):
+def counting_output(path, keep):
     with open("hashed.log", "a") as log:
-        log.write(os.readlink(f"/proc/self/fd/{fd}") + "\\n")
-    return real_small(fd, size, keep)
+        log.write(path + "\\n")
+    return real_output(path, keep)
 
 kiln.state.file_digests.hash_file = counting
-kiln.scheduling.action_outputs.hash_small = counting_open
+kiln.scheduling.action_outputs.hash_output = counting_output
 from kiln.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -48,6 +48,19 @@ def hash_small(fd: int, size: int, keep: int) -> tuple[str, bytes | None]:
     return hash_fd(fd), None
 
 
+def hash_output(path: str, keep: int) -> tuple[os.stat_result, str, bytes | None]:
+    """The ``fstat``, SHA-256 and, when it holds at most ``keep`` bytes, the bytes of
+    the regular file ``path``: opened once, never through a link at its name
+    (NotRegularFile for anything else)."""
+    fd = open_regular(path)
+    try:
+        st = os.fstat(fd)
+        digest, data = hash_small(fd, st.st_size, keep)
+    finally:
+        os.close(fd)
+    return st, digest, data
+
+
 def hash_file(path: Path | str, follow: bool = True) -> str:
     """SHA-256 of a regular file's content (NotRegularFile for anything else; without
     ``follow``, a final symlink is not followed)."""

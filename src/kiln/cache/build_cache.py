@@ -29,9 +29,9 @@ from kiln.cache.entry import (
     served_mode,
 )
 from kiln.cache.local import LocalCache
+from kiln.digests import hash_output
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.output_dir.ownership import read_regular
 from kiln.output_dir.writing import NOFOLLOW, atomic_output, process_umask
 from kiln.state import Produced, stat_key
 
@@ -379,12 +379,12 @@ class BuildCache:
 
 def _read_back(f: BuildFile, size: int, digest: str) -> ReadOutput | None:
     """The mode of output ``f``, and its bytes when it is small enough to be kept in
-    its entry; None when those bytes no longer have ``digest``."""
-    mode = os.lstat(f.fs_str).st_mode & 0o7777
+    its entry (read with its mode through one open); None when those bytes no
+    longer have ``digest``. A larger output's digest is checked as it is copied."""
     if size > INLINE_MAX:
-        return mode, None
-    data = read_regular(f.fs_str, INLINE_MAX + 1)
-    return (mode, data) if hashlib.sha256(data).hexdigest() == digest else None
+        return os.lstat(f.fs_str).st_mode & 0o7777, None
+    st, now, data = hash_output(f.fs_str, INLINE_MAX)
+    return (st.st_mode & 0o7777, data) if now == digest else None
 
 
 def _match(

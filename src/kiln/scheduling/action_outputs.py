@@ -11,10 +11,10 @@ from pathlib import Path
 
 from kiln.cache import ReadOutput
 from kiln.cache.entry import INLINE_MAX
-from kiln.digests import hash_small
+from kiln.digests import hash_output
 from kiln.errors import ActionFailed, ConfinementError, NotRegularFile
 from kiln.graph import BuildAction, BuildFile
-from kiln.output_dir.ownership import open_regular, read_regular
+from kiln.output_dir.ownership import read_regular
 from kiln.output_dir.prefilled import USER_FILES
 from kiln.output_dir.tree import OutputTree
 from kiln.output_dir.writing import TemporarySweeper, file_kind, remove_partial
@@ -119,7 +119,7 @@ class ActionOutputs:
         for f in outputs:
             path = f.fs_str
             try:
-                fd = open_regular(path)
+                st, digest, data = hash_output(path, INLINE_MAX)
             except FileNotFoundError:
                 raise ActionFailed(
                     f"'{action.desc}' finished without writing its output {path}"
@@ -129,11 +129,6 @@ class ActionOutputs:
                     f"'{action.desc}' left {file_kind(os.lstat(path).st_mode)} at its "
                     f"output {path}; outputs must be regular files"
                 ) from None
-            try:
-                st = os.fstat(fd)
-                digest, data = hash_small(fd, st.st_size, INLINE_MAX)
-            finally:
-                os.close(fd)
             produced[f] = (stat_key(st), digest)
             if read is not None:
                 read[f] = (st.st_mode & 0o7777, data)
