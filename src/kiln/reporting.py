@@ -148,7 +148,8 @@ class Heartbeat:
     to ``build_finished``; driven by the events alone.
 
     Invariant: ``_running`` holds the actions started and not yet ended, each with
-    the monotonic time it started and the next time its line is due.
+    the monotonic time it started and the next time its line is due, which is
+    never less than ``interval_s`` after its last line.
     """
 
     def __init__(self, interval_s: float, write: Callable[[str], None]):
@@ -188,9 +189,11 @@ class Heartbeat:
                 now = time.monotonic()
                 due = sorted((v[2], v[1], k) for k, v in self._running.items() if v[2] <= now)
                 for _, started, key in due:
-                    desc, _, next_due = self._running[key]
-                    self._running[key] = (desc, started, next_due + self.interval_s)
+                    desc = self._running[key][0]
                     self._write(f"still running ({elapsed(now - started)}): {desc}")
+                    # From now, not from when it was due: a late pass (a blocked
+                    # stream, a busy process) prints one line, not one per missed beat.
+                    self._running[key] = (desc, started, time.monotonic() + self.interval_s)
                 wake = min((v[2] for v in self._running.values()), default=None)
                 self._changed.wait(None if wake is None else max(0.0, wake - time.monotonic()))
 
