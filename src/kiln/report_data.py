@@ -9,6 +9,7 @@ builds it failed in as well) and the artifacts, and a summary of every kept buil
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -77,6 +78,28 @@ class KeptBuild:
     wall_s: float | None
     counts: dict[str, int]
     failed: set[str]  # ids of the actions that failed in it
+
+    @property
+    def status(self) -> str:
+        """ok, failed, interrupted, or incomplete (it never recorded its end)."""
+        if self.interrupted:
+            return "interrupted"
+        if self.ok is None:
+            return "incomplete"
+        return "ok" if self.ok else "failed"
+
+    @property
+    def counts_text(self) -> str:
+        """Its counts that are not 0, as a person reads them (``2 built, 1 up to
+        date``), or ``-``."""
+        said = (f"{v} {name.replace('_', ' ')}" for name, v in self.counts.items() if v)
+        return ", ".join(said) or "-"
+
+    @property
+    def started_text(self) -> str:
+        """When it started, in local time (``2026-01-31 09:05:00``)."""
+        when = datetime.datetime.fromtimestamp(self.started).astimezone()
+        return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 @dataclass
