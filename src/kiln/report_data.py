@@ -24,10 +24,6 @@ from kiln.output_dir.ownership import open_regular, read_regular
 from kiln.trace import KEPT_BUILDS, kept_events
 
 _LOG_TAIL_LINES = 40
-# A recorded time (seconds since the epoch) is believed from 1970 until 2242 (2**33 s):
-# every platform's time functions format that range, so a damaged record cannot
-# make the report's date formatting overflow.
-_TIMES = (0.0, 2.0**33)
 
 
 @dataclass
@@ -233,9 +229,10 @@ def _number(rec: dict[str, Any], name: str) -> float | None:
 
 def _time(rec: dict[str, Any], name: str) -> float | None:
     """The point in time (seconds since the epoch) at ``rec[name]``, else None: every
-    time read from a record comes through here, so each is one that can be shown."""
+    time read from a record comes through here, so each is one that can be shown
+    (``kiln.events.is_epoch_time``)."""
     value = _number(rec, name)
-    return value if value is not None and _TIMES[0] <= value < _TIMES[1] else None
+    return value if ev.is_epoch_time(value) else None
 
 
 def _text(rec: dict[str, Any], name: str, default: str | None = None) -> str | None:
