@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from kiln import events as ev
 from kiln.errors import error_text
-from kiln.graph import BuildAction, BuildDependency
+from kiln.graph import BuildDependency
 from kiln.progress import ProgressReporter, display_requests
 from kiln.terminal import printable
 
@@ -70,10 +70,6 @@ def remote_worker(event: ev.BuildEvent) -> str | None:
     """The cluster worker that ran an action (``kiln.remote_exec``), else None."""
     lane = event.lane or ""
     return lane.removeprefix("dask ") if lane.startswith("dask ") else None
-
-
-def count_actions(deps: Set[BuildDependency]) -> int:
-    return sum(1 for d in deps if isinstance(d, BuildAction))
 
 
 class PlainReporter(ProgressReporter):
