@@ -4,12 +4,14 @@ final summary line."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pty
 import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,13 +146,13 @@ def test_plain_failure_report_and_summary(module, kiln) -> None:
 
 
 def test_plain_heartbeat_names_each_long_action_with_its_time(write_module, kiln) -> None:
-    write_module(SLOW, name="slow.py", header=False)
-    r = kiln("build", "slow.py", "--heartbeat", "0.5")
+    write_module(SLOW.replace("sleep 2.5", "sleep 3.5"), name="slow.py", header=False)
+    r = kiln("build", "slow.py", "--heartbeat", "1")
 
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
     beats = [line for line in lines if line.startswith("still running (")]
-    assert len(beats) >= 2, r.stderr  # at 0.5 s, 1 s, 1.5 s, 2 s of its 2.5 s
+    assert len(beats) >= 2, r.stderr  # at 1 s, 2 s, 3 s of its 3.5 s
     assert all(re.fullmatch(r"still running \(\ds\): Running slow/slow\.txt", b) for b in beats)
     assert lines.index(beats[0]) > lines.index("[1/1] Running slow/slow.txt")
     assert lines.index(beats[-1]) < len(lines) - 1  # before the summary
@@ -161,9 +163,44 @@ def test_plain_heartbeat_names_each_long_action_with_its_time(write_module, kiln
 
 
 def test_heartbeat_takes_seconds_or_zero(write_module, kiln) -> None:
-    write_module(SLOW, name="slow.py", header=False)
+    path = write_module(SLOW, name="slow.py", header=False)
     r = kiln("build", "slow.py", "--heartbeat", "-1")
     assert r.returncode == 2 and "--heartbeat: must be 0 (off) or a positive number" in r.stderr
+
+    # A tiny interval would flood the log with a line per action many times a second.
+    tiny = kiln("build", "slow.py", "--heartbeat", "0.000001")
+    assert tiny.returncode == 2, tiny.stderr
+    assert "--heartbeat: 0.000001 seconds would print" in tiny.stderr
+    assert "give 0 (off) or at least 1" in tiny.stderr
+    assert "still running" not in tiny.stderr
+    assert not (path.parent / "kiln-out").exists()  # refused before building
+
+
+def test_a_late_heartbeat_prints_one_line_not_one_per_missed_beat() -> None:
+    """The heartbeat's thread can be late (here: its stream blocks for ten beats);
+    it then prints one line, and the next a whole interval later."""
+    from kiln import events as ev
+    from kiln.reporting import Heartbeat
+
+    interval = 0.05
+    written: list[float] = []
+
+    def write(line: str) -> None:
+        written.append(time.monotonic())
+        if len(written) == 1:
+            time.sleep(10 * interval)
+
+    beat = Heartbeat(interval, write)
+    beat.handle(ev.BuildEvent(ev.BUILD_STARTED))
+    beat.handle(ev.BuildEvent(ev.STARTED, action="a", desc="Running a"))
+    time.sleep(20 * interval)
+    beat.handle(ev.BuildEvent(ev.BUILD_FINISHED))
+
+    # After the first line's write took ten intervals, the missed beats are not
+    # made up: each later line comes an interval after the one before.
+    assert len(written) >= 3, written
+    gaps = [b - a for a, b in itertools.pairwise(written[1:])]
+    assert all(gap >= interval / 2 for gap in gaps), gaps
 
 
 def test_elapsed_reads_at_a_glance() -> None:

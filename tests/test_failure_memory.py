@@ -190,6 +190,32 @@ def test_explain_says_why_it_would_not_run(commands, kiln, tmp_path: Path) -> No
     assert runs(tmp_path) == 1
 
 
+def test_explain_reads_the_remembered_failure_as_untrusted(commands, kiln, tmp_path: Path) -> None:
+    """state.db is read as untrusted: a remembered log path reaches stdout escaped on
+    one line, and a time no clock shows (it overflowed the date: a traceback) makes
+    the row damaged, so the action would run again."""
+    commands()
+    kiln("build", "build.py")
+    db = tmp_path / "kiln-out" / ".kiln" / "state.db"
+    log = "/tmp/x\x1b]0;pwned\x07\nkiln: done: 9 built"
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE failures SET log = ?", (log,))
+    r = kiln("explain", "build.py")
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert "(its log is /tmp/x\\x1b]0;pwned\\x07\\nkiln: done: 9 built); --retry" in r.stdout
+    assert not any(line.startswith("kiln: done") for line in r.stdout.splitlines())
+
+    for damaged in (1e300, -1.0):
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE failures SET time = ?", (damaged,))
+        r = kiln("explain", "build.py")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        assert "Running demo/bad.txt: would not run" not in r.stdout, r.stdout
+        assert "Running demo/bad.txt: never built" in r.stdout, r.stdout
+    assert runs(tmp_path) == 1
+
+
 def test_the_report_shows_a_failure_not_run_again(commands, kiln, tmp_path: Path) -> None:
     commands()
     kiln("build", "build.py")

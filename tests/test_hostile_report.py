@@ -131,6 +131,38 @@ def test_a_damaged_record_is_read_as_untrusted(
         assert (tmp_path / "report.html").read_text().endswith("</html>\n")
 
 
+@pytest.mark.parametrize("time", ["1e300", "-1e300", "8589934592", "-1"])
+def test_a_build_time_no_clock_shows_is_not_believed(
+    time: str, hostile_module: Path, kiln_in_process: Kiln, tmp_path: Path
+) -> None:
+    """A kept build whose start time is out of any clock's range (1e300 overflowed
+    the date formatting: a traceback) is not a build kiln recorded: ``kiln report``
+    says so, and ``--list`` and the page's kept builds leave it out."""
+    hostile = f'{{"event": "build_started", "seq": 1, "time": {time}}}\n'
+    alone = tmp_path / "alone/.kiln"
+    alone.mkdir(parents=True)
+    (alone / "last-events.jsonl").write_text(hostile)
+    for args in (["report"], ["report", "--list"]):
+        r = kiln_in_process(*args, "--output-dir", "alone")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    said = kiln_in_process("report", "--output-dir", "alone").stderr
+    assert "does not hold a kiln build's events" in said
+    said = kiln_in_process("report", "--list", "--output-dir", "alone").stderr
+    assert "no build recorded" in said
+
+    for _ in range(3):
+        kiln_in_process("build", "build.py")
+    (tmp_path / "kiln-out/.kiln/previous-1-events.jsonl").write_text(hostile)
+    listed = kiln_in_process("report", "--list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["0", "2"]
+    page = kiln_in_process("report", "-o", "report.html")
+    assert page.returncode == 0 and "Traceback" not in page.stderr, page.stderr
+    assert "Kept builds (2)" in (tmp_path / "report.html").read_text()
+    before = kiln_in_process("report", "--build", "1")
+    assert before.returncode == 2 and "does not hold a kiln build's events" in before.stderr
+
+
 @pytest.mark.parametrize(
     "manifest",
     [

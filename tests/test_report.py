@@ -254,9 +254,18 @@ def test_report_keeps_the_last_builds_and_shows_any(write_module, kiln, tmp_path
     assert [(r["desc"], r["status"]) for r in data["runs"]] == [("Running model/m.txt", "finished")]
     assert "the build before the last" in html
 
-    # Five are kept: one more build drops the oldest.
+    # Five are kept: one more build shifts each back a place and drops the oldest
+    # (the first of the three that failed).
     assert kiln("build", "build.py").returncode == 0
-    assert len(kiln("report", "--list").stdout.splitlines()) == 5
+    shifted = [line.split("\t") for line in kiln("report", "--list").stdout.splitlines()]
+    assert [(r[0], r[2]) for r in shifted] == [
+        ("0", "ok"),
+        ("1", "ok"),
+        ("2", "ok"),
+        ("3", "failed"),
+        ("4", "failed"),
+    ]
+    assert [r[1:] for r in shifted[1:]] == [r[1:] for r in rows[:4]]  # the same builds
     gone = kiln("report", "--build", "5")
     assert gone.returncode == 2 and "kiln keeps the last 5 builds" in gone.stderr
 

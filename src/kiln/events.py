@@ -44,6 +44,18 @@ KINDS = (
 )
 # Kinds that end an action's part in a build: every planned action gets exactly one.
 ENDINGS = (UP_TO_DATE, CACHED, FINISHED, FAILED, NOT_RUN, WOULD_RUN)
+# The wall-clock times kiln believes when it reads one back (a record, the state):
+# from 1970 until 2242 (2**33 s), a range every platform's time functions format.
+_LATEST_TIME = 2.0**33
+
+
+def is_epoch_time(value: object) -> bool:
+    """Whether ``value`` is a time (seconds since the epoch) kiln could have written
+    and can show as a date: a finite number from 1970 until 2242. A time read back
+    from a file is believed only then, so no damaged value can overflow a date."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return 0 <= value < _LATEST_TIME
 
 
 class BuildEvent:

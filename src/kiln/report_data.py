@@ -9,6 +9,7 @@ builds it failed in as well) and the artifacts, and a summary of every kept buil
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -74,6 +75,28 @@ class KeptBuild:
     counts: dict[str, int]
     failed: set[str]  # ids of the actions that failed in it
 
+    @property
+    def status(self) -> str:
+        """ok, failed, interrupted, or incomplete (it never recorded its end)."""
+        if self.interrupted:
+            return "interrupted"
+        if self.ok is None:
+            return "incomplete"
+        return "ok" if self.ok else "failed"
+
+    @property
+    def counts_text(self) -> str:
+        """Its counts that are not 0, as a person reads them (``2 built, 1 up to
+        date``), or ``-``."""
+        said = (f"{v} {name.replace('_', ' ')}" for name, v in self.counts.items() if v)
+        return ", ".join(said) or "-"
+
+    @property
+    def started_text(self) -> str:
+        """When it started, in local time (``2026-01-31 09:05:00``)."""
+        when = datetime.datetime.fromtimestamp(self.started).astimezone()
+        return when.strftime("%Y-%m-%d %H:%M:%S")
+
 
 @dataclass
 class BuildReport:
@@ -118,7 +141,8 @@ def load_report(output_dir: Path, build: int = 0) -> BuildReport:
 
     The record is read as untrusted: only a regular file is read (a FIFO there never
     blocks), undecodable bytes are replaced, and lines that are not JSON objects and
-    fields of the wrong type are left out rather than stopping the report."""
+    fields of the wrong type or times out of range are left out rather than stopping
+    the report."""
     path = output_dir / ".kiln" / kept_events(build)
     try:
         records = _read_records(path)
@@ -191,7 +215,7 @@ def _is_build(records: list[dict[str, Any]]) -> bool:
     return (
         bool(records)
         and records[0].get("event") == ev.BUILD_STARTED
-        and _number(records[0], "time") is not None
+        and _time(records[0], "time") is not None
     )
 
 
@@ -201,6 +225,14 @@ def _number(rec: dict[str, Any], name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def _time(rec: dict[str, Any], name: str) -> float | None:
+    """The point in time (seconds since the epoch) at ``rec[name]``, else None: every
+    time read from a record comes through here, so each is one that can be shown
+    (``kiln.events.is_epoch_time``)."""
+    value = _number(rec, name)
+    return value if ev.is_epoch_time(value) else None
 
 
 def _text(rec: dict[str, Any], name: str, default: str | None = None) -> str | None:
@@ -235,7 +267,7 @@ def _new_run(rec: dict[str, Any], aid: str, start: float, status: str) -> Action
 
 def _from_events(records: list[dict[str, Any]]) -> BuildReport:
     head = records[0]
-    t0 = _number(head, "time") or 0.0
+    t0 = _time(head, "time") or 0.0
     jobs = _number(head, "jobs")
     report = BuildReport(
         started=t0, jobs=int(jobs) if jobs is not None else None, targets=_texts(head, "targets")
@@ -244,7 +276,7 @@ def _from_events(records: list[dict[str, Any]]) -> BuildReport:
     for rec in records[1:]:
         kind = rec.get("event")
         aid = _text(rec, "action")
-        time_ = _number(rec, "time")
+        time_ = _time(rec, "time")
         if kind == ev.STARTED and aid and time_ is not None:
             runs[aid] = _new_run(rec, aid, time_ - t0, "running")
         elif kind == ev.FAILED and rec.get("unchanged") is True and aid and time_ is not None:
@@ -254,7 +286,7 @@ def _from_events(records: list[dict[str, Any]]) -> BuildReport:
         elif kind in (ev.FINISHED, ev.FAILED, ev.CACHED) and aid and time_ is not None:
             run = runs.get(aid)
             if run is None:  # a cache hit has no started event
-                start = _number(rec, "start")
+                start = _time(rec, "start")
                 run = runs[aid] = _new_run(rec, aid, (start or time_) - t0, str(kind))
             run.status = str(kind)
             run.duration = max(0.0, _number(rec, "duration") or 0.0)
@@ -278,7 +310,7 @@ def _from_events(records: list[dict[str, Any]]) -> BuildReport:
                 }
     report.runs = sorted(runs.values(), key=lambda r: r.start)
     if report.wall_s is None:  # the build never recorded its end: killed
-        times = [t for rec in records if (t := _number(rec, "time")) is not None]
+        times = [t for rec in records if (t := _time(rec, "time")) is not None]
         report.wall_s = max(times, default=t0) - t0
         for run in report.runs:
             if run.status == "running":  # at least until the last event

@@ -238,15 +238,11 @@ def _kept(report: BuildReport) -> str:
     """Every build ``.kiln/`` keeps, and how to see each one."""
     rows = []
     for k in report.kept:
-        status = "incomplete" if k.ok is None else ("ok" if k.ok else "failed")
-        status = "interrupted" if k.interrupted else status
-        counts = ", ".join(f"{v} {name.replace('_', ' ')}" for name, v in k.counts.items() if v)
-        when = datetime.datetime.fromtimestamp(k.started).astimezone()
         command = "kiln report" if k.n == 0 else f"kiln report --build {k.n}"
         mark = " class='shown'" if k.n == report.build else ""
         rows.append(
-            f"<tr{mark}><td class='num'>{k.n}</td><td>{_e(when.strftime('%Y-%m-%d %H:%M:%S'))}"
-            f"</td><td>{_e(status)}</td><td>{_e(counts or '-')}</td>"
+            f"<tr{mark}><td class='num'>{k.n}</td><td>{_e(k.started_text)}"
+            f"</td><td>{_e(k.status)}</td><td>{_e(k.counts_text)}</td>"
             f"<td class='num'>{_seconds(k.wall_s)}</td><td><code>{_e(command)}</code></td></tr>"
         )
     head = (

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from kiln import events as ev
 from kiln.errors import error_text
-from kiln.graph import BuildAction, BuildDependency
+from kiln.graph import BuildDependency
 from kiln.progress import ProgressReporter, display_requests
 from kiln.terminal import printable
 
@@ -70,10 +70,6 @@ def remote_worker(event: ev.BuildEvent) -> str | None:
     """The cluster worker that ran an action (``kiln.remote_exec``), else None."""
     lane = event.lane or ""
     return lane.removeprefix("dask ") if lane.startswith("dask ") else None
-
-
-def count_actions(deps: Set[BuildDependency]) -> int:
-    return sum(1 for d in deps if isinstance(d, BuildAction))
 
 
 class PlainReporter(ProgressReporter):
@@ -148,7 +144,8 @@ class Heartbeat:
     to ``build_finished``; driven by the events alone.
 
     Invariant: ``_running`` holds the actions started and not yet ended, each with
-    the monotonic time it started and the next time its line is due.
+    the monotonic time it started and the next time its line is due, which is
+    never less than ``interval_s`` after its last line.
     """
 
     def __init__(self, interval_s: float, write: Callable[[str], None]):
@@ -188,9 +185,11 @@ class Heartbeat:
                 now = time.monotonic()
                 due = sorted((v[2], v[1], k) for k, v in self._running.items() if v[2] <= now)
                 for _, started, key in due:
-                    desc, _, next_due = self._running[key]
-                    self._running[key] = (desc, started, next_due + self.interval_s)
+                    desc = self._running[key][0]
                     self._write(f"still running ({elapsed(now - started)}): {desc}")
+                    # From now, not from when it was due: a late pass (a blocked
+                    # stream, a busy process) prints one line, not one per missed beat.
+                    self._running[key] = (desc, started, time.monotonic() + self.interval_s)
                 wake = min((v[2] for v in self._running.values()), default=None)
                 self._changed.wait(None if wake is None else max(0.0, wake - time.monotonic()))
 

@@ -303,13 +303,6 @@ class ChromeTrace:
             running += delta
             yield t, running
 
-    def document(self) -> dict[str, Any]:
-        return {
-            "traceEvents": [json.loads(text) for text in self.trace_texts()],
-            "displayTimeUnit": "ms",
-            "otherData": self._other,
-        }
-
     def write(self, path: Path) -> None:
         """Save the trace, one event at a time (never the whole text in memory)."""
         with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:

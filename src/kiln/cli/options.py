@@ -168,13 +168,19 @@ def target_spec(text: str) -> str:
 
 
 def seconds_or_off(text: str) -> float:
-    """A number of seconds, 0 for off."""
+    """A number of seconds, at least 1, or 0 for off: a heartbeat more often than
+    once a second would flood the log it is meant to keep alive."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive number, got {text}")
+    if 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text} seconds would print a line for each running action many times a "
+            "second; give 0 (off) or at least 1"
+        )
     return value
 
 
@@ -269,7 +275,7 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             default=30.0,
             metavar="SECONDS",
             help="plain output: a line for each action still running, every SECONDS of "
-            "its run (default: 30; 0: none)",
+            "its run (default: 30; at least 1; 0: none)",
         )
         p.add_argument(
             "--no-wait",

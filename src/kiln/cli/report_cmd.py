@@ -10,7 +10,6 @@ it, as it removes what builds wrote); one written elsewhere is the user's.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 from pathlib import Path
 from typing import IO
@@ -94,15 +93,9 @@ def _list(output_dir: Path, out: IO[str]) -> int:
     if not kept:
         raise StateError(f"no build recorded in {output_dir}; run 'kiln build' first")
     for k in kept:
-        status = "incomplete" if k.ok is None else ("ok" if k.ok else "failed")
-        status = "interrupted" if k.interrupted else status
-        when = datetime.datetime.fromtimestamp(k.started).astimezone()
-        counts = ", ".join(f"{v} {name.replace('_', ' ')}" for name, v in k.counts.items() if v)
         wall = f"{k.wall_s:.2f}s" if k.wall_s is not None else "?"
         print(
-            printable(
-                f"{k.n}\t{when.strftime('%Y-%m-%d %H:%M:%S')}\t{status}\t{wall}\t{counts or '-'}"
-            ),
+            printable(f"{k.n}\t{k.started_text}\t{k.status}\t{wall}\t{k.counts_text}"),
             file=out,
         )
     return 0

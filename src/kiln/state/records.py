@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any, cast
 
+from kiln.events import is_epoch_time
 from kiln.state.integrity import BAD, decode_field
 
 # A JSON string literal as ``json.dumps`` writes it (ASCII only).
@@ -104,8 +105,9 @@ class FailureRecord:
     path of that run's log, the JSON result the failure carried (a
     verification's) and when it failed (epoch seconds).
 
-    Invariant: ``key`` is a SHA-256 digest; ``error`` is text (a row read with
-    anything else is dropped, and its action runs again)."""
+    Invariant: ``key`` is a SHA-256 digest; ``error`` is text; ``time`` is one a
+    clock shows (``kiln.events.is_epoch_time``). A row read with anything else is
+    dropped, and its action runs again."""
 
     __slots__ = ("key", "params", "inputs", "error", "detail", "log", "result", "time")
 
@@ -140,7 +142,7 @@ class FailureRecord:
             return None
         if not all(text is None or type(text) is str for text in (detail, log, result)):
             return None
-        if not isinstance(time, int | float):
+        if not is_epoch_time(time):  # also what kiln explain shows as a date
             return None
         return cls(key, params, inputs, error, detail, log, result, float(time))
 
