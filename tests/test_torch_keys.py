@@ -4,11 +4,13 @@ on ``sys.path`` without importing it, once per declaration."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from kiln.actions import torch_export as te
+from kiln.codekey import package_version
 from kiln.errors import BuildDefinitionError
 
 FACTORY = "def make():\n    return None\n"
@@ -69,3 +71,30 @@ def test_the_factory_is_keyed_once_per_declaration(
     result = kiln("build", "build.py", "--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
     assert calls == ["mynets:make"]
+
+
+def test_user_code_is_told_from_installed_code_by_kilns_rule_not_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkout under a folder named site-packages is still the user's code.
+    where = tmp_path / "site-packages"
+    (where / "mynets").mkdir(parents=True)
+    (where / "mynets" / "__init__.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(where))
+    before = te.factory_key("mynets:make")
+    assert "source" in before
+    (where / "mynets" / "__init__.py").write_text(FACTORY.replace("None", "1"))
+    assert te.factory_key("mynets:make") != before
+    installed = te.factory_key("numpy:zeros")
+    assert installed == {"spec": "numpy:zeros", "installed": package_version("numpy")}
+
+
+def test_a_fifo_in_the_factorys_package_is_a_definition_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "mynets").mkdir()
+    (tmp_path / "mynets" / "__init__.py").write_text(FACTORY)
+    os.mkfifo(tmp_path / "mynets" / "pipe.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(BuildDefinitionError, match="cannot read its source.*pipe.py.*FIFO"):
+        te.factory_key("mynets:make")

@@ -36,8 +36,9 @@ from typing import Any
 from kiln.actions import _devices
 from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.actions._torch_worker import export_model, write_torch_reference, write_weights
-from kiln.codekey import package_version
-from kiln.errors import BuildDefinitionError
+from kiln.codekey import is_user_file, library_dirs, package_version
+from kiln.digests import hash_file
+from kiln.errors import BuildDefinitionError, NotRegularFile
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
 
 Factory = Callable[..., Any] | str
@@ -111,23 +112,30 @@ def factory_key(factory: Factory) -> Any:
             f"model {factory!r}: {module} is a namespace package, which holds no code; "
             "name the module that defines the factory"
         )
-    where = list(spec.submodule_search_locations or []) or [os.path.dirname(spec.origin or "")]
-    if "site-packages" in where[0] or "dist-packages" in where[0]:
+    if not is_user_file(os.path.abspath(spec.origin), library_dirs()):
         return {"spec": factory, "installed": package_version(module)}
+    try:
+        if not spec.submodule_search_locations:
+            return {"spec": factory, "source": hash_file(spec.origin)}
+        return {"spec": factory, "source": _package_digest(spec.submodule_search_locations)}
+    except (OSError, NotRegularFile) as e:
+        raise BuildDefinitionError(
+            f"model {factory!r}: cannot read its source to key it: {e}"
+        ) from None
+
+
+def _package_digest(roots: Sequence[str]) -> str:
+    """The digest of the ``.py`` files below ``roots``: each one's path relative to its
+    root and the digest of its content."""
     h = hashlib.sha256()
-    if spec.submodule_search_locations:
-        for root in sorted(where):
-            for folder, dirs, files in os.walk(root):
-                dirs.sort()
-                for name in sorted(f for f in files if f.endswith(".py")):
-                    path = os.path.join(folder, name)
-                    h.update(os.path.relpath(path, root).encode() + b"\0")
-                    with open(path, "rb") as f:
-                        h.update(hashlib.sha256(f.read()).digest())
-    elif spec.origin:
-        with open(spec.origin, "rb") as f:
-            h.update(f.read())
-    return {"spec": factory, "source": h.hexdigest()}
+    for root in sorted(roots):
+        for folder, dirs, files in os.walk(root):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                h.update(bytes.fromhex(hash_file(path)))
+    return h.hexdigest()
 
 
 def signature_of(args: Sequence[Any], where: str) -> list[tuple[str, str, tuple[int, ...]]]:
