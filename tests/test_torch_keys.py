@@ -98,3 +98,23 @@ def test_a_fifo_in_the_factorys_package_is_a_definition_error_not_a_hang(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(BuildDefinitionError, match="cannot read its source.*pipe.py.*FIFO"):
         te.factory_key("mynets:make")
+
+
+@pytest.mark.parametrize("spec", ["no_such_nets:make", "ns.no_such:make"])
+def test_a_spec_that_cannot_be_found_is_a_definition_error(
+    kiln, write_module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str
+) -> None:
+    (tmp_path / "ns").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_module(
+        f"""
+        @entrypoint
+        def net():
+            return torch_export(name="net.mlir", model={spec!r}, args=[((2,), "float32")])
+        """
+    )
+    result = kiln("build", "build.py", "--dry-run")
+    assert result.returncode == 2, result.stdout + result.stderr
+    module = spec.split(":")[0]
+    assert f"model {spec!r}: no module {module} on sys.path [" in result.stderr
+    assert repr(str(tmp_path)) in result.stderr

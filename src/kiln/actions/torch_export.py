@@ -68,10 +68,10 @@ _LOADERS = (
 
 
 def _code_spec(module: str) -> ModuleSpec | None:
-    """The spec of the package that holds ``module``'s code, found without importing
-    anything: its top-level package, or, through namespace packages (no code of
-    their own, and one may span a whole checkout), the first regular package or
-    module on the way down to it. None when it cannot be found."""
+    """The spec of the package that holds ``module``'s code, found on ``sys.path``
+    without importing anything: its top-level package, or, through namespace
+    packages (no code of their own, and one may span a whole checkout), the first
+    regular package or module on the way down to it. None when it is not there."""
     parts = module.split(".")
     spec = importlib.machinery.PathFinder.find_spec(parts[0], sys.path)
     depth = 1
@@ -105,8 +105,11 @@ def factory_key(factory: Factory) -> Any:
         return factory  # keyed by its code (kiln.codekey)
     module = factory.split(":", 1)[0]
     spec = _code_spec(module)
-    if spec is None:
-        return {"spec": factory, "source": None}
+    if spec is None:  # unkeyable, and the worker could not import it either
+        raise BuildDefinitionError(
+            f"model {factory!r}: no module {module} on sys.path {sys.path!r}: install its "
+            "package, or put the folder that holds it on PYTHONPATH"
+        )
     if spec.origin is None:
         raise BuildDefinitionError(
             f"model {factory!r}: {module} is a namespace package, which holds no code; "
