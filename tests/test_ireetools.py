@@ -379,3 +379,34 @@ def test_runtime_and_onnxruntime_versions_and_the_cpu_are_read_once_per_process(
     for _ in range(3):
         runtime_version(), onnxruntime_version(), cpu_model()
     assert sorted(calls) == ["/proc/cpuinfo", "iree-base-runtime", "onnxruntime"]
+
+
+@pytest.mark.parametrize("params", [False, True])
+def test_external_data_that_is_a_fifo_fails_naming_it_instead_of_hanging(
+    tmp_path: Path, params: bool
+) -> None:
+    import os
+
+    from kiln.actions._onnx_params import import_onnx_params
+    from kiln.errors import NotRegularFile
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "main_graph",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        initializer=[numpy_helper.from_array(W, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    source, data = tmp_path / "mm.onnx", tmp_path / "mm.onnx.data"
+    onnx.save(model, source, save_as_external_data=True, location=data.name, size_threshold=0)
+    data.unlink()
+    os.mkfifo(data)  # nothing ever writes to it: opening it to read would block
+    out = str(tmp_path / "mm.mlir")
+    with pytest.raises(NotRegularFile, match="mm.onnx.data is a FIFO"):
+        if params:
+            import_onnx_params(
+                str(source), out, str(tmp_path / "mm.irpa"), None, "model", 0, [str(data)]
+            )
+        else:
+            import_onnx(str(source), out, None, [str(data)])

@@ -47,7 +47,10 @@ _KILN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PY = f"python {sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def _library_dirs() -> tuple[str, ...]:
+@functools.cache
+def library_dirs() -> tuple[str, ...]:
+    """The directories whose code is not the user's: kiln's, the standard library's
+    and the installed packages' (``is_user_file``'s ``library``)."""
     paths = sysconfig.get_paths()
     found = {_KILN_DIR}
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
@@ -101,7 +104,7 @@ class CodeDigests:
     """
 
     def __init__(self) -> None:
-        self._library = _library_dirs()
+        self._library = library_dirs()
         # (id, variant) -> (the object, kept alive so that its id stays its own; digest)
         self._done: dict[tuple[int, object], tuple[object, str]] = {}
         self._busy: set[tuple[int, object]] = set()

@@ -12,6 +12,7 @@ from typing import Any
 
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.errors import ToolError
+from kiln.output_dir.ownership import open_regular
 from kiln.output_dir.writing import atomic_write
 from kiln.process.template import template_modules
 
@@ -51,8 +52,9 @@ def check_declared(model: Any, source: str, data_files: Sequence[str]) -> dict[s
 
 def read_range(path: str, offset: int, length: int | None) -> bytes:
     """``length`` bytes (all the rest when None) of ``path`` from ``offset``; a
-    ToolError when the file is shorter."""
-    with open(path, "rb") as f:
+    ToolError when the file is shorter, NotRegularFile when it is no regular file
+    (a link is followed: a source file's, in ``.kiln/src``, is one)."""
+    with os.fdopen(open_regular(path, follow=True), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         length = size - offset if length is None else length
         if offset < 0 or length < 0 or offset + length > size:

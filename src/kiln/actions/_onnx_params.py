@@ -28,6 +28,7 @@ from typing import Any
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.actions._onnx_import import _opset, _uses_external, check_declared, load_tensor_data
 from kiln.errors import ToolError
+from kiln.output_dir.ownership import open_regular
 from kiln.output_dir.writing import atomic_output, atomic_write
 from kiln.process.template import template_modules
 
@@ -188,10 +189,11 @@ def write_archive(path: str, tensors: Sequence[tuple[str, Any]], locations: dict
 
 @contextmanager
 def _file_handle(path: str) -> Iterator[tuple[Any, int]]:
-    """An IREE file handle reading ``path``, and the file's size."""
+    """An IREE file handle reading ``path``, and the file's size; NotRegularFile when
+    it is no regular file (a link is followed: a source file's is one)."""
     import iree.runtime as rt
 
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_regular(path, follow=True)
     try:
         yield rt.FileHandle.wrap_fd(fd, readable=True, writable=False), os.fstat(fd).st_size
     finally:

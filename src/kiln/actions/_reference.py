@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kiln.actions._logs import shown_path
 from kiln.actions._tensors import (
@@ -30,6 +30,8 @@ from kiln.output_dir.writing import atomic_output
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from kiln.actions._runtime import Loads
 
 
 def _short(error: BaseException, max_chars: int = 500) -> str:
@@ -123,6 +125,33 @@ def check_inputs(
         raise ToolError("no inputs given and no ONNX model to generate them from")
     arrays, chosen = generate_inputs(specs, seed, shapes)
     return arrays, {"source": "generated", "seed": seed, "shapes": chosen}
+
+
+class RunInputs(Protocol):
+    """What says a run's inputs: a verify's ``Check``, a benchmark's ``Bench``."""
+
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def inputs(self) -> list[str]: ...
+    @property
+    def shapes(self) -> dict[str, Any]: ...
+    @property
+    def input_names(self) -> list[str]: ...
+    @property
+    def loads(self) -> Loads: ...
+
+
+def run_inputs(run: RunInputs) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """``check_inputs`` for a verify's or a benchmark's run: given, else generated."""
+    return check_inputs(
+        run.model,
+        run.inputs,
+        run.shapes,
+        run.input_names,
+        signature=run.loads.signature,
+        seed_file=run.loads.seed_file,
+    )
 
 
 _FATAL_ONLY = 4  # onnxruntime's severities: 0 verbose ... 3 error, 4 fatal

@@ -4,6 +4,7 @@ pickle into worker processes; iree and numpy are imported on first use."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kiln.actions._logs import short_diagnostic
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import ToolError
+from kiln.output_dir.writing import atomic_write
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,6 +29,12 @@ class Loads:
     parameters: list[tuple[str, str]] = field(default_factory=list)
     signature: list[tuple[str, str, tuple[Any, ...]]] | None = None
     seed_file: str | None = None
+
+
+def write_result(path: str, result: dict[str, Any]) -> None:
+    """Write a run's JSON result (a verify's, a benchmark's) at ``path``, atomically."""
+    with atomic_write(path, "w") as f:
+        f.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
 
 def _load(module: str, driver: str, parameters: Sequence[tuple[str, str]]) -> Any:

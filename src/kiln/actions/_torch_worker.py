@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.actions._logs import short_diagnostic
 from kiln.errors import ToolError
+from kiln.output_dir.ownership import read_regular
 from kiln.output_dir.writing import atomic_output, atomic_write
 from kiln.process.template import template_modules
 
@@ -121,8 +122,7 @@ def write_weights(factory: Callable[..., Any] | str, weight_files: Sequence[str]
 
 def check_weights(model: Any, weights_json: str) -> None:
     """Fail unless ``model`` has the weights whose digest the build keyed."""
-    with open(weights_json, encoding="utf-8") as f:
-        keyed = json.load(f)["sha256"]
+    keyed = json.loads(read_regular(weights_json))["sha256"]
     if weights_digest(model)["sha256"] != keyed:
         raise ToolError(
             "the model factory gave other weights than when kiln keyed them: seed its "

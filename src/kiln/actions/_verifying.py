@@ -17,16 +17,14 @@ the manifest) and a message naming the model, target, output and error.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.actions._devices import absent_device_reason
-from kiln.actions._reference import check_inputs, output_names, read_reference
-from kiln.actions._runtime import Loads, run_module
+from kiln.actions._reference import output_names, read_reference, run_inputs
+from kiln.actions._runtime import Loads, run_module, write_result
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.errors import VerificationFailed
-from kiln.output_dir.writing import atomic_output
 
 
 @dataclass
@@ -50,11 +48,6 @@ class Check:
     loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
 
 
-def _write(path: str, result: dict[str, Any]) -> None:
-    with atomic_output(path) as tmp:
-        tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-
-
 def run_check(check: Check) -> None:
     """Verify ``check.module``; write the result, or raise VerificationFailed."""
     head: dict[str, Any] = {
@@ -65,16 +58,11 @@ def run_check(check: Check) -> None:
     }
     reason = absent_device_reason(check.driver)
     if reason is not None:
-        _write(check.result_path, {**head, "status": "skipped", "passed": None, "reason": reason})
+        write_result(
+            check.result_path, {**head, "status": "skipped", "passed": None, "reason": reason}
+        )
         return
-    args, how = check_inputs(
-        check.model,
-        check.inputs,
-        check.shapes,
-        check.input_names,
-        signature=check.loads.signature,
-        seed_file=check.loads.seed_file,
-    )
+    args, how = run_inputs(check)
     function, actual = run_module(
         check.module, args, check.driver, check.function, check.loads.parameters
     )
@@ -99,7 +87,7 @@ def run_check(check: Check) -> None:
     }
     if not passed:
         raise VerificationFailed(_failure_message(check, refs), result)
-    _write(check.result_path, result)
+    write_result(check.result_path, result)
 
 
 def _failure_message(check: Check, refs: dict[str, dict[str, Any]]) -> str:

@@ -38,11 +38,10 @@ from typing import Any
 from kiln.actions import _devices
 from kiln.actions._logs import read_tail, shown_path
 from kiln.actions._module_run import ModuleRunAction, declare_run
-from kiln.actions._runtime import Loads
+from kiln.actions._runtime import Loads, write_result
 from kiln.errors import BuildDefinitionError, ToolError
 from kiln.graph import BuildFile
 from kiln.manifest import ManifestMeta
-from kiln.output_dir.writing import atomic_output
 
 _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MAX_RESULTS = 64 << 20  # bytes of JSON results read back; more is not results
@@ -66,11 +65,6 @@ class Bench:
     time_budget_s: float = 5.0
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
     loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
-
-
-def _write(path: str, result: dict[str, Any]) -> None:
-    with atomic_output(path) as tmp:
-        tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
 
 
 def _function(bench: Bench) -> str:
@@ -122,7 +116,7 @@ def run_benchmark(bench: Bench) -> None:
     """Worker side of ``benchmark``: measure, summarise, write the JSON result."""
     import numpy as np
 
-    from kiln.actions._reference import check_inputs
+    from kiln.actions._reference import run_inputs
 
     head: dict[str, Any] = {
         "module": bench.module,
@@ -137,16 +131,9 @@ def run_benchmark(bench: Bench) -> None:
     }
     reason = _devices.absent_device_reason(bench.driver)
     if reason is not None:
-        _write(bench.result_path, {**head, "status": "skipped", "reason": reason})
+        write_result(bench.result_path, {**head, "status": "skipped", "reason": reason})
         return
-    args, how = check_inputs(
-        bench.model,
-        bench.inputs,
-        bench.shapes,
-        bench.input_names,
-        signature=bench.loads.signature,
-        seed_file=bench.loads.seed_file,
-    )
+    args, how = run_inputs(bench)
     function = _function(bench)
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
         for i, array in enumerate(args):
@@ -159,7 +146,7 @@ def run_benchmark(bench: Bench) -> None:
         else:  # one call is over the whole budget: that call is the measurement
             runs = [{"real_time": probe[0], "time_unit": "us", "iterations": 1}]
     samples = _samples(bench, runs)
-    _write(
+    write_result(
         bench.result_path,
         {
             **head,

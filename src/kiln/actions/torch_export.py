@@ -30,13 +30,15 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
 from typing import Any
 
 from kiln.actions import _devices
 from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.actions._torch_worker import export_model, write_torch_reference, write_weights
-from kiln.codekey import package_version
-from kiln.errors import BuildDefinitionError
+from kiln.codekey import is_user_file, library_dirs, package_version
+from kiln.digests import hash_file
+from kiln.errors import BuildDefinitionError, NotRegularFile
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
 
 Factory = Callable[..., Any] | str
@@ -44,8 +46,11 @@ _DTYPES: tuple[str, ...] = ("float32", "float64", "float16", "bfloat16", "int64"
 _DTYPES += ("int16", "int8", "uint8", "bool")
 
 
+@functools.cache
 def torch_versions() -> dict[str, str | None]:
-    """The installed torch, torchvision and iree-turbine versions (part of the keys)."""
+    """The installed torch, torchvision and iree-turbine versions (part of the keys),
+    looked up once per process (every torch action holds them). Do not change the
+    dict returned: it is shared."""
     out: dict[str, str | None] = {}
     for dist in ("torch", "torchvision", "iree-turbine"):
         try:
@@ -55,33 +60,85 @@ def torch_versions() -> dict[str, str | None]:
     return out
 
 
+_LOADERS = (
+    (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES),
+    (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
+    (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+)
+
+
+def _code_spec(module: str) -> ModuleSpec | None:
+    """The spec of the package that holds ``module``'s code, found on ``sys.path``
+    without importing anything: its top-level package, or, through namespace
+    packages (no code of their own, and one may span a whole checkout), the first
+    regular package or module on the way down to it. None when it is not there."""
+    parts = module.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], sys.path)
+    depth = 1
+    while spec is not None and spec.origin is None and depth < len(parts):
+        name = ".".join(parts[: depth + 1])
+        portions: list[str] = []
+        found = None
+        for location in spec.submodule_search_locations or ():
+            found = importlib.machinery.FileFinder(location, *_LOADERS).find_spec(name)
+            if found is None:
+                continue
+            if found.origin is not None:
+                break
+            portions += found.submodule_search_locations or ()
+        else:
+            found = None
+            if portions:
+                found = ModuleSpec(name, None, is_package=True)
+                found.submodule_search_locations = portions
+        spec, depth = found, depth + 1
+    return spec
+
+
 def factory_key(factory: Factory) -> Any:
     """What keys a ``"package.module:factory"`` spec without importing it: an
     installed package's distribution and version, else the digest of the source of
-    the user's package (its ``.py`` files) or module."""
+    the user's package (its ``.py`` files) or module; a namespace package's by the
+    package or module below it that holds the spec's module. Computed once per
+    ``torch_export`` (a package's every file is read)."""
     if callable(factory):
         return factory  # keyed by its code (kiln.codekey)
-    top = factory.split(":", 1)[0].split(".", 1)[0]
-    spec = importlib.machinery.PathFinder.find_spec(top, sys.path)
-    if spec is None or spec.origin is None and not spec.submodule_search_locations:
-        return {"spec": factory, "source": None}
-    where = list(spec.submodule_search_locations or []) or [os.path.dirname(spec.origin or "")]
-    if "site-packages" in where[0] or "dist-packages" in where[0]:
-        return {"spec": factory, "installed": package_version(top)}
+    module = factory.split(":", 1)[0]
+    spec = _code_spec(module)
+    if spec is None:  # unkeyable, and the worker could not import it either
+        raise BuildDefinitionError(
+            f"model {factory!r}: no module {module} on sys.path {sys.path!r}: install its "
+            "package, or put the folder that holds it on PYTHONPATH"
+        )
+    if spec.origin is None:
+        raise BuildDefinitionError(
+            f"model {factory!r}: {module} is a namespace package, which holds no code; "
+            "name the module that defines the factory"
+        )
+    if not is_user_file(os.path.abspath(spec.origin), library_dirs()):
+        return {"spec": factory, "installed": package_version(module)}
+    try:
+        if not spec.submodule_search_locations:
+            return {"spec": factory, "source": hash_file(spec.origin)}
+        return {"spec": factory, "source": _package_digest(spec.submodule_search_locations)}
+    except (OSError, NotRegularFile) as e:
+        raise BuildDefinitionError(
+            f"model {factory!r}: cannot read its source to key it: {e}"
+        ) from None
+
+
+def _package_digest(roots: Sequence[str]) -> str:
+    """The digest of the ``.py`` files below ``roots``: each one's path relative to its
+    root and the digest of its content."""
     h = hashlib.sha256()
-    if spec.submodule_search_locations:
-        for root in sorted(where):
-            for folder, dirs, files in os.walk(root):
-                dirs.sort()
-                for name in sorted(f for f in files if f.endswith(".py")):
-                    path = os.path.join(folder, name)
-                    h.update(os.path.relpath(path, root).encode() + b"\0")
-                    with open(path, "rb") as f:
-                        h.update(hashlib.sha256(f.read()).digest())
-    elif spec.origin:
-        with open(spec.origin, "rb") as f:
-            h.update(f.read())
-    return {"spec": factory, "source": h.hexdigest()}
+    for root in sorted(roots):
+        for folder, dirs, files in os.walk(root):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                h.update(bytes.fromhex(hash_file(path)))
+    return h.hexdigest()
 
 
 def signature_of(args: Sequence[Any], where: str) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -152,10 +209,17 @@ class _TorchAction(BuildAction):
     pool = _devices.MACHINE_POOL
     key_exclude = ("factory",)  # keyed through ``factory_key``
 
-    def __init__(self, *, factory: Factory, weight_files: list[BuildFile], **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        factory: Factory,
+        factory_key: Any,
+        weight_files: list[BuildFile],
+        **kwargs: Any,
+    ):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
         self.factory = factory
-        self.factory_key = factory_key(factory)
+        self.factory_key = factory_key  # factory_key(factory), made once per torch_export
         self.weight_files = weight_files
         self.versions = torch_versions()
         self.deps.update(weight_files)
@@ -247,6 +311,7 @@ class TorchExportAction(_TorchAction):
             output = context.allocate_file(f"{stem}.torch{n or ''}.npz")
             TorchReferenceAction(
                 factory=self.factory,
+                factory_key=self.factory_key,
                 weight_files=self.weight_files,
                 weights=self.weights,
                 signature=self.signature,
@@ -345,9 +410,11 @@ def torch_export(
     dynamic = _dynamic_spec(dynamic_shapes, len(signature), where)
     spec = params_spec(params, where)
     weight_files = context.files(list(weights)) if weights else []
+    keyed = factory_key(model)
     digest = context.allocate_file(f"{name.rsplit('.', 1)[0]}.weights.json")
     TorchWeightsAction(
         factory=model,
+        factory_key=keyed,
         weight_files=weight_files,
         output_file=digest,
         desc=f"Digesting the weights of {name}",
@@ -356,6 +423,7 @@ def torch_export(
     output = context.allocate_file(name)
     TorchExportAction(
         factory=model,
+        factory_key=keyed,
         weight_files=weight_files,
         weights=digest,
         signature=signature,

@@ -129,6 +129,7 @@ class VerifyAction(ModuleRunAction):
     def keyed_spec(self) -> dict[str, Any]:
         c = self.check
         return {
+            "label": c.label,  # the result's "model": for a torch module, no input's path
             "target": c.target,
             "driver": c.driver,
             "function": c.function,
