@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 
 from kiln.cache.entry import MAX_ENTRY_SIZE
 from kiln.output_dir.writing import file_kind, link_text
+from kiln.state.database import use_wal
 
 INDEX = "index.db"
 APPLICATION_ID = 0x6B696C6E  # "kiln"
@@ -459,10 +460,7 @@ def _prepare(db: sqlite3.Connection, readonly: bool) -> None:
     if readonly:
         return
     db.execute(f"PRAGMA busy_timeout = {int(BUSY_S * 1000)}")
-    if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        with contextlib.suppress(sqlite3.OperationalError):  # read-only, or being made
-            db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = NORMAL")
+    use_wal(db)
     if not tables:
         with _transaction(db):
             for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):

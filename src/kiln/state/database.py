@@ -21,6 +21,27 @@ from kiln.state.schema import FAILURES_COLUMNS, LATER_TABLES, META, SCHEMA_VERSI
 # Statements, each with the rows it runs over.
 Steps = Iterable[tuple[str, list[tuple[Any, ...]]]]
 
+# A WAL checkpoint copies the log's pages into the database and waits for the disk
+# (two fdatasyncs), on the thread whose commit crossed the mark. At SQLite's default
+# mark (1,000 pages) a clean build of 10,000 small actions on ext4 made 117 of them
+# on the scheduler's thread, and its cache index 40 more on the action workers
+# (4.7 s of waits); every 16,384 pages, a page rewritten by many commits is copied
+# once. After a checkpoint the log is cut back to ``WAL_KEEP`` bytes.
+WAL_CHECKPOINT_PAGES = 16384
+WAL_KEEP = 4 << 20
+
+
+def use_wal(db: sqlite3.Connection) -> None:
+    """Write-ahead logging as kiln's databases use it: commits that do not wait for
+    the disk (a power cut may lose the last ones, never corrupt the database), and
+    checkpoints far apart."""
+    if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        with contextlib.suppress(sqlite3.OperationalError):  # another connection makes it
+            db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+    db.execute(f"PRAGMA journal_size_limit={WAL_KEEP}")
+
 
 class StateDatabase:
     """The SQLite database at ``OUTPUT_DIR/.kiln/state.db``.
@@ -57,8 +78,7 @@ class StateDatabase:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
             if tables:
                 check_kiln_database(db, tables, SCHEMA_VERSION)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
+            use_wal(db)
             if not tables:
                 db.executescript(f"BEGIN;{TABLES}{META};COMMIT;")
             add_later_tables(db, tables)
