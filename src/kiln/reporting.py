@@ -145,7 +145,10 @@ class Heartbeat:
 
     Invariant: ``_running`` holds the actions started and not yet ended, each with
     the monotonic time it started and the next time its line is due, which is
-    never less than ``interval_s`` after its last line.
+    never less than ``interval_s`` after its last line. ``_wake`` is when the
+    thread's wait ends (None: until it is woken); a start wakes it only when its
+    line falls due before that, so a build of many short actions does not wake it
+    at every start.
     """
 
     def __init__(self, interval_s: float, write: Callable[[str], None]):
@@ -155,6 +158,7 @@ class Heartbeat:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._wake: float | None = None
 
     def handle(self, event: ev.BuildEvent) -> None:
         kind = event.kind
@@ -162,8 +166,10 @@ class Heartbeat:
         with self._changed:
             if kind == ev.STARTED:
                 now = time.monotonic()
-                self._running[key] = (event.desc or "", now, now + self.interval_s)
-                self._changed.notify()
+                due = now + self.interval_s
+                self._running[key] = (event.desc or "", now, due)
+                if self._wake is None or due < self._wake:
+                    self._changed.notify()
             elif kind in ev.ENDINGS:
                 self._running.pop(key, None)
             elif kind == ev.BUILD_STARTED and self._thread is None:
@@ -190,8 +196,9 @@ class Heartbeat:
                     # From now, not from when it was due: a late pass (a blocked
                     # stream, a busy process) prints one line, not one per missed beat.
                     self._running[key] = (desc, started, time.monotonic() + self.interval_s)
-                wake = min((v[2] for v in self._running.values()), default=None)
-                self._changed.wait(None if wake is None else max(0.0, wake - time.monotonic()))
+                self._wake = min((v[2] for v in self._running.values()), default=None)
+                wait = None if self._wake is None else max(0.0, self._wake - time.monotonic())
+                self._changed.wait(wait)
 
 
 def elapsed(seconds: float) -> str:
