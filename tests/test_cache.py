@@ -531,39 +531,3 @@ def test_fetch_http_without_a_digest_never_goes_through_the_cache(
     assert (tmp_path / "o2/genfiles/get/blob.bin").read_bytes() == b"version 2"
     assert "Fetching URL" in first.stderr
     assert not blob(cache, b"version 1").exists()
-
-
-def test_a_command_the_cache_cannot_serve_starts_at_once_one_it_may_goes_to_a_worker(
-    tmp_path: Path, cache: Path, kiln: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A command whose key this machine's index does not hold is a miss for certain:
-    it is spawned by the scheduler's thread as with ``--no-cache`` (no worker thread,
-    no hand-over), and still counted as a miss; one the index holds is looked up and
-    served on a worker thread."""
-    from kiln.threads import ThreadWorkers
-
-    handed: list[object] = []
-    submit = ThreadWorkers.submit
-
-    def counted(self: ThreadWorkers, task: Any) -> None:
-        handed.append(task)
-        submit(self, task)
-
-    monkeypatch.setattr(ThreadWorkers, "submit", counted)
-    (tmp_path / "build.py").write_text(
-        "from kiln import entrypoint, run_command\n"
-        "@entrypoint\n"
-        "def b():\n"
-        "    return [run_command(name=f'o{i}', command=['sh', '-c', f'echo {i} > {{out}}'])\n"
-        "            for i in range(6)]\n"
-    )
-    build(kiln, "o1")
-    assert handed == []
-    log = [json.loads(line) for line in (cache / "v1/builds.log").read_text().splitlines()]
-    assert (log[-1]["misses"], log[-1]["stored"], log[-1]["hits"]) == (6, 6, 0)
-
-    served = build(kiln, "o2")
-    assert len(handed) == 6 and "6 cached" in served.stderr
-    assert (tmp_path / "o2/genfiles/b/o3").read_text() == "3\n"
-    log = [json.loads(line) for line in (cache / "v1/builds.log").read_text().splitlines()]
-    assert log[-1]["hits"] == 6

@@ -97,18 +97,6 @@ class CacheStep:
             if action not in skip:
                 self.save(action, decision, produced)
 
-    def may_serve(self, action: BuildAction, decision: Decision) -> bool:
-        """Whether ``restore`` may hit, as far as this machine's index tells without
-        reading a blob or asking the remote cache: False is a miss for certain."""
-        if self.cache is None or not self.applies(action, decision):
-            return False
-        try:
-            known = known_digests(action, self._plan.outputs[action])
-            return self.cache.may_serve(decision.key, known, share=self.shared(action))
-        except Exception as e:  # noqa: BLE001 - a cache step never fails a build
-            self.cache.failed(e)
-            return False
-
     def would_serve(self, action: BuildAction, decision: Decision) -> bool:
         """Whether a real build would take ``action``'s outputs from the cache."""
         if self.cache is None or not self.applies(action, decision):

@@ -280,20 +280,6 @@ class BuildCache:
             self._local_failed(e)
             return None
 
-    def may_serve(self, key: str, known: dict[str, str] | None, share: bool = True) -> bool:
-        """Whether ``restore`` may hit: the remote cache may hold ``key`` (it is not
-        asked here), blobs of ``known`` digests may be had, or this machine's index
-        has an entry for it. False only for a miss for certain, found at the cost
-        of one index lookup (no blob is read, no request made)."""
-        if self.broken:
-            return False
-        if known or (share and self.remote is not None):
-            return True
-        try:
-            return self.local.get_entry(key, touch=False) is not None
-        except OSError:
-            return True  # ``restore`` meets it and reports it
-
     def would_serve(
         self,
         key: str,

@@ -87,11 +87,9 @@ class Dispatcher:
 
     def start(self, action: BuildAction, decision: Decision, order: tuple[float, int]) -> None:
         """Run ``action`` (its outputs prepared): now when it runs in-line or is a
-        command the cache cannot serve (one it may serve is looked up on a worker,
-        where materializing its outputs holds up no other action), else on a worker
-        thread."""
+        command (a cache lookup is left to a worker), else on a worker thread."""
         if self.runs_inline(action) or (
-            self.spawns(action) and not self.shared.cache.may_serve(action, decision)
+            self.spawns(action) and not self.shared.cache.applies(action, decision)
         ):
             self.execute(action, decision)
             return
