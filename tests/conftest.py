@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import signal
 import subprocess
@@ -154,3 +155,70 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: a worker per CPU this process may use, and at least two, since
     most tests spend their time waiting on the processes they start."""
     return max(2, len(os.sched_getaffinity(0)))
+
+
+# The suite's longest tests, longest first (seconds on the 2-core machine under the
+# load of a second build). They start first, one at the head of each worker's share,
+# so that none starts last and holds the run up alone; tests/test_suite_order.py
+# checks that each still names a test.
+LONGEST = (
+    "test_torch_export.py::test_export_verify_against_torch_and_new_weights",
+    "test_kill_fuzz.py::test_sigkill_at_random_moments_never_corrupts_the_next_build",
+    "test_torch_export.py::test_a_no_op_build_neither_runs_nor_imports_torch_and_bytes_do_not_move",
+    "test_torch_export.py::test_factory_spec_is_keyed_by_its_source_with_a_dynamic_batch",
+    "test_params.py::test_weights_only_change_reruns_import_and_checks_not_compile",
+    "test_params.py::test_threshold_and_scope_and_the_same_bytes_elsewhere",
+    "test_docs.py::test_the_readme_commands_run_as_written",
+    "test_docs.py::test_the_cluster_doc_commands_run_as_written",
+    "test_torch_export.py::test_iree_turbine_build_actions_run_unchanged",
+    "test_same_bytes.py::test_a_reproducible_build_passes_the_check",
+    "test_reentrant.py::test_two_hundred_runs_leave_the_process_as_it_was",
+    "test_dask_executor.py::test_a_module_compiled_on_a_worker_is_the_local_modules_bytes",
+    "test_dask_executor.py::test_losing_the_scheduler_fails_the_build_and_a_rerun_resumes",
+    "test_same_bytes.py::test_two_output_directories_two_checkouts_and_a_cache_hit_give_the_same_bytes",
+    "test_same_bytes.py::test_a_host_cpu_compile_is_keyed_by_what_the_host_resolves_to",
+    "test_cache_index.py::test_a_busy_index_holds_a_build_up_once_at_most",
+    "test_outside_files.py::test_a_directory_input_is_keyed_by_its_tree",
+    "test_ireetools.py::test_every_target_form_is_accepted_by_iree_compile",
+    "test_model_zoo.py::test_the_readmes_two_models_through_every_stage",
+    "test_same_bytes.py::test_a_benchmark_is_not_checked_and_never_leaves_the_machine",
+    "test_params.py::test_external_data_must_be_declared_and_is_keyed",
+    "test_torch_export.py::test_a_factory_with_other_weights_on_every_call_fails",
+    "test_interrupt.py::test_signal_stops_the_build_cleanly",
+    "test_priority.py::test_random_graph_starts_a_longest_chain_first",
+    "test_scheduler.py::test_random_graph_invariants",
+)
+
+
+def _longest_rank(item: pytest.Item) -> int | None:
+    """``item``'s place in LONGEST (a parametrized test by its function), or None."""
+    name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+    return LONGEST.index(name) if name in LONGEST else None
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deal LONGEST's tests to the heads of the workers' shares, longest first; the
+    other tests keep their order. ``--dist worksteal`` gives each of N workers a
+    contiguous share (sizes as below) and steals from the tail of a busy worker's
+    queue, so a long test at a share's head neither waits behind short ones nor is
+    the last to start."""
+    ranked = [
+        (rank, i) for i, item in enumerate(items) if (rank := _longest_rank(item)) is not None
+    ]
+    if not ranked:
+        return
+    longest = [items[i] for _, i in sorted(ranked)]
+    chosen = {i for _, i in ranked}
+    rest = iter([item for i, item in enumerate(items) if i not in chosen])
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for worker in range(workers):
+        size = left // (workers - worker)  # as xdist's worksteal sizes its first shares
+        left -= size
+        share = longest[worker::workers]
+        share += itertools.islice(rest, max(0, size - len(share)))
+        ordered += share
+    ordered += list(rest)
+    items[:] = ordered
