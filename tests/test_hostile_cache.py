@@ -360,7 +360,9 @@ def test_cache_clear_during_a_build_ends_both_cleanly(
     clears = 0
     while proc.poll() is None:  # as fast as it goes: into every moment of the build
         err = io.StringIO()
-        code = run_cli(["cache", "clear", "--cache-dir", str(cache)], io.StringIO(), err)
+        code = run_cli(
+            ["cache", "clear", "--cache-dir", str(cache)], stdout=io.StringIO(), stderr=err
+        )
         assert code == 0 and "Traceback" not in err.getvalue(), err.getvalue()
         clears += 1
     out, err_text = proc.communicate(timeout=60)
