@@ -173,7 +173,7 @@ class Heartbeat:
             elif kind in ev.ENDINGS:
                 self._running.pop(key, None)
             elif kind == ev.BUILD_STARTED and self._thread is None:
-                self._stopped = False
+                self._stopped, self._wake = False, None  # nothing of a build before
                 self._thread = threading.Thread(target=self._beat, name="kiln-heartbeat")
                 self._thread.daemon = True
                 self._thread.start()

@@ -24,8 +24,8 @@ Steps = Iterable[tuple[str, list[tuple[Any, ...]]]]
 # A WAL checkpoint copies the log's pages into the database and waits for the disk
 # (two fdatasyncs), on the thread whose commit crossed the mark. At SQLite's default
 # mark (1,000 pages) a clean build of 10,000 small actions on ext4 made 117 of them
-# on the scheduler's thread, and its cache index 40 more on the action workers
-# (4.7 s of waits); every 16,384 pages, a page rewritten by many commits is copied
+# on the scheduler's thread, and its cache index 48 more on the action workers
+# (4.7 s of waits, under load); every 16,384 pages, a page rewritten by many commits is copied
 # once. After a checkpoint the log is cut back to ``WAL_KEEP`` bytes.
 WAL_CHECKPOINT_PAGES = 16384
 WAL_KEEP = 4 << 20
