@@ -1,7 +1,8 @@
 """The PyTorch zoo: torchvision architectures with seeded random weights (nothing is
 downloaded) go model -> ``torch_export`` (iree-turbine, weights in a parameter
 archive) -> compile for ``cpu`` (host) and ``vmvx`` -> verify against the same model
-in eager PyTorch on the same inputs -> benchmark. Needs ``pip install -e '.[iree,torch]'``.
+in eager PyTorch on the same inputs -> benchmark. Needs ``pip install -e '.[iree,torch-zoo]'``
+(torchvision).
 
 Each model is an entrypoint (``kiln build examples/torch_zoo.py resnet18``). Run as a
 script to build them all and end with a table of models x stages, and every failure

@@ -69,7 +69,8 @@ CHECKS: dict[str, str | Syntax | Covered] = {
     "simple__test_sequence_model8": Covered(
         "tests/test_model_zoo.py::test_the_readmes_two_models_through_every_stage"
     ),
-    ".venv/bin/pip install -q -e '.[iree,torch]' && .venv/bin/python examples/torch_zoo.py -j 2": (
+    ".venv/bin/pip install -q -e '.[iree,torch-zoo]' && "
+    ".venv/bin/python examples/torch_zoo.py -j 2": (
         Syntax(
             f"{_NET}; the four torchvision models take many minutes of both cores; "
             "tests/test_torch_export.py runs the same actions on small modules",

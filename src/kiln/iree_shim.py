@@ -37,6 +37,7 @@ import importlib.util
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -207,15 +208,19 @@ def _is_kiln_name(name: str) -> bool:
 def _holders(modules: dict[str, ModuleType], owned: Any, exclude: set[str]) -> list[str]:
     """The modules of ``modules`` (not kiln's own, not a build module kiln loaded,
     not ``__main__``) whose globals hold a module (other than one of their own
-    submodules), class or function whose module name ``owned`` accepts."""
+    submodules), class or function whose module name ``owned`` accepts. Looking
+    is silent: a library's deprecated global warns when its type is asked
+    (torch 2.13's ``torch.distributed.reduce_op``), and the user did not touch it."""
     found = []
-    for name, module in list(modules.items()):
-        if name in exclude or _is_kiln_name(name) or name.startswith("kiln_build_"):
-            continue
-        if name == "__main__" or not isinstance(module, ModuleType):
-            continue
-        if any(owned(home) for home in _homes(name, module)):
-            found.append(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, module in list(modules.items()):
+            if name in exclude or _is_kiln_name(name) or name.startswith("kiln_build_"):
+                continue
+            if name == "__main__" or not isinstance(module, ModuleType):
+                continue
+            if any(owned(home) for home in _homes(name, module)):
+                found.append(name)
     return found
 
 

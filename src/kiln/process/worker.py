@@ -119,6 +119,9 @@ def run_one(sock: socket.socket) -> None:
             install()
         import cloudpickle
 
+        from kiln.process.byvalue import install as import_unpickled_build_modules
+
+        import_unpickled_build_modules()
         cloudpickle.loads(payload)()
         reply: tuple[object, ...] = ("ok",)
     except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
