@@ -66,6 +66,12 @@ SUMMARY = re.compile(
 
 
 @pytest.fixture
+def kiln(kiln_in_process):
+    """In this process (conftest's ``kiln_in_process``)."""
+    return kiln_in_process
+
+
+@pytest.fixture
 def module(write_module) -> Path:
     return write_module(MODULE, header=False)
 

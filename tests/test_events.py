@@ -48,6 +48,12 @@ def broken():
 """
 
 
+@pytest.fixture
+def kiln(kiln_in_process):
+    """In this process (conftest's ``kiln_in_process``)."""
+    return kiln_in_process
+
+
 def documented_fields() -> dict[str, tuple[set[str], set[str]]]:
     """From docs/events.md: each kind's (required, optional) fields."""
     fields = {}

@@ -62,6 +62,13 @@ echo ran >> "{counter}"
 
 
 @pytest.fixture
+def kiln(kiln_in_process: Callable[..., Any]) -> Callable[..., Any]:
+    """In this process: these tests need no process of their own (their commands
+    are the processes that fail)."""
+    return kiln_in_process
+
+
+@pytest.fixture
 def commands(write_module: Callable[..., Path], tmp_path: Path) -> Callable[..., None]:
     """Write the build module, its data and its tool (failing as ``fail`` says)."""
 

@@ -39,6 +39,13 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def kiln(kiln_in_process):
+    """In this process; the tests where a hang or the process's own threads matter
+    take ``kiln_subprocess``."""
+    return kiln_in_process
+
+
+@pytest.fixture
 def server() -> Iterator[HTTPTestServer]:
     with HTTPTestServer() as srv:
         yield srv
@@ -281,10 +288,12 @@ def timed_build(kiln, *args: str) -> tuple[object, float]:
     return r, float(said.group(1))
 
 
-def test_dripping_body_fails_within_the_timeout(write_module, kiln, server: HTTPTestServer) -> None:
+def test_dripping_body_fails_within_the_timeout(
+    write_module, kiln_subprocess, server: HTTPTestServer
+) -> None:
     url = server.drip("/m.bin", os.urandom(4000), every_s=0.2) + "?token=SECRET123"
     fetch_module(write_module, url, timeout=2.0, retries=3)
-    r, took = timed_build(kiln)
+    r, took = timed_build(kiln_subprocess)
     assert r.returncode == 1, r.stderr
     assert took < 2.0 + 4.0  # the timeout, plus slack for a loaded machine
     assert re.search(
@@ -297,22 +306,22 @@ def test_dripping_body_fails_within_the_timeout(write_module, kiln, server: HTTP
 
 
 def test_dripping_headers_fail_within_the_timeout(
-    write_module, kiln, server: HTTPTestServer
+    write_module, kiln_subprocess, server: HTTPTestServer
 ) -> None:
     url = server.drip("/h.bin", b"x" * 100, every_s=0.2, headers=True)
     fetch_module(write_module, url, timeout=1.5, retries=0)
-    r, took = timed_build(kiln)
+    r, took = timed_build(kiln_subprocess)
     assert r.returncode == 1, r.stderr
     assert took < 1.5 + 4.0
     assert "did not finish within its timeout of 1.5 s" in r.stderr, r.stderr
 
 
 def test_a_slow_drip_is_a_stall_without_a_timeout(
-    write_module, kiln, server: HTTPTestServer
+    write_module, kiln_subprocess, server: HTTPTestServer
 ) -> None:
     url = server.drip("/s.bin", os.urandom(4000), every_s=0.1)
     fetch_module(write_module, url, stall_timeout=1.0, retries=1)
-    r, took = timed_build(kiln)
+    r, took = timed_build(kiln_subprocess)
     assert r.returncode == 1, r.stderr
     assert took < 2 * 1.0 + 0.5 + 4.0
     assert "less than 1 KiB arrived in 1 s" in r.stderr and "2 attempts" in r.stderr, r.stderr
@@ -390,7 +399,9 @@ def test_command_that_writes_no_output(write_module, kiln, tmp_path: Path) -> No
 # -- -j ---------------------------------------------------------------------
 
 
-def test_huge_jobs_start_few_threads_and_say_so(write_module, kiln, tmp_path: Path) -> None:
+def test_huge_jobs_start_few_threads_and_say_so(
+    write_module, kiln_subprocess, tmp_path: Path
+) -> None:
     write_module("""
         import threading
         from kiln.graph import BuildAction
@@ -413,7 +424,7 @@ def test_huge_jobs_start_few_threads_and_say_so(write_module, kiln, tmp_path: Pa
             return outs
         """)
     start = time.monotonic()
-    r = kiln("build", "build.py", "-j", "100000")
+    r = kiln_subprocess("build", "build.py", "-j", "100000")  # its own threads counted
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - start < 30
     assert "kiln: -j 100000 capped to 3 (the number of actions in this build)" in r.stderr

@@ -108,6 +108,12 @@ def exported(fail=cl_arg("fail", default="no")):
 
 
 @pytest.fixture
+def kiln(kiln_in_process):
+    """In this process (conftest's ``kiln_in_process``)."""
+    return kiln_in_process
+
+
+@pytest.fixture
 def module(tmp_path: Path) -> Path:
     (tmp_path / "data" / "sub").mkdir(parents=True)
     (tmp_path / "data" / "a.txt").write_text("a")

@@ -148,6 +148,12 @@ class Graph:
         return self.executor.run([self.files[n] for n in names], SchedulerOptions(**options))
 
 
+@pytest.fixture
+def kiln(kiln_in_process):
+    """In this process (conftest's ``kiln_in_process``)."""
+    return kiln_in_process
+
+
 def declare(output_dir: Path, nodes: dict[str, Node]) -> Graph:
     """Declare one recorded action per node (in the given order, deps first), each
     producing the file named after it."""

@@ -8,6 +8,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 MODULE = """
 @entrypoint
 def wide():
@@ -23,6 +25,12 @@ def wide():
 def broken():
     return run_command(name="bad.txt", command=["sh", "-c", "exit 3"])
 """
+
+
+@pytest.fixture
+def kiln(kiln_in_process):
+    """In this process (conftest's ``kiln_in_process``)."""
+    return kiln_in_process
 
 
 def load(path: Path) -> dict[str, Any]:
