@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import os
 import sys
 import sysconfig
@@ -69,6 +68,8 @@ def is_user_file(filename: str, library: tuple[str, ...]) -> bool:
 
 @functools.cache
 def _distributions() -> Mapping[str, list[str]]:
+    import importlib.metadata  # imports email, zipfile...: only once a library is keyed
+
     return importlib.metadata.packages_distributions()
 
 
@@ -80,6 +81,8 @@ def package_version(module: str) -> str:
     top = module.split(".", 1)[0]
     if top in sys.stdlib_module_names or top == "builtins":
         return f"python {sys.version.split()[0]}"
+    import importlib.metadata
+
     found = []
     for dist in sorted(set(_distributions().get(top, ()))):
         try:

@@ -31,7 +31,6 @@ installing and removing it.
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
@@ -124,7 +123,7 @@ def _is_alias(name: str) -> bool:
     return name == PACKAGE or name.startswith(PACKAGE + ".")
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     """Finds ``iree.build`` and its modules in ``kiln/iree_build/``; and ``iree``
     itself, as an empty namespace package, when no ``iree`` package is installed.
 

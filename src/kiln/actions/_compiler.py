@@ -5,7 +5,6 @@ run inside a worker process with its output streamed to the action's log."""
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 import subprocess
 
@@ -21,6 +20,8 @@ DIAGNOSTIC_TAIL_LINES = 40
 @functools.cache
 def compiler_version() -> str:
     """Return the installed iree-base-compiler version (part of compile action keys)."""
+    import importlib.metadata  # imports email, zipfile...: when a key needs it
+
     try:
         return importlib.metadata.version("iree-base-compiler")
     except importlib.metadata.PackageNotFoundError:

@@ -10,7 +10,6 @@ share it (``--pool machine=N`` bounds them to N at once).
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -51,6 +50,8 @@ def runtime_tool(name: str) -> str:
 def runtime_version() -> str:
     """The installed iree-base-runtime's version (part of verify and benchmark keys),
     read once per process, as ``compiler_version``: every such action asks."""
+    import importlib.metadata  # imports email, zipfile...: when a key needs it
+
     try:
         return importlib.metadata.version("iree-base-runtime")
     except importlib.metadata.PackageNotFoundError:

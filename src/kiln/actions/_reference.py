@@ -12,7 +12,6 @@ again.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,6 +43,8 @@ def onnxruntime_version() -> str:
     """The installed onnxruntime's version (part of reference keys), read once per
     process: reading a distribution's metadata costs milliseconds, and every
     reference action of a build asks."""
+    import importlib.metadata  # imports email, zipfile...: when a key needs it
+
     try:
         return importlib.metadata.version("onnxruntime")
     except importlib.metadata.PackageNotFoundError:

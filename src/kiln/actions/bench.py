@@ -28,7 +28,6 @@ import dataclasses
 import functools
 import json
 import os
-import statistics
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -114,6 +113,8 @@ def _measure(
 
 def run_benchmark(bench: Bench) -> None:
     """Worker side of ``benchmark``: measure, summarise, write the JSON result."""
+    import statistics
+
     import numpy as np
 
     from kiln.actions._reference import run_inputs

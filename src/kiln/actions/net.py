@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.actions._download import download
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, FileNamespace
 from kiln.redact import redact_url, url_digest
 
@@ -62,6 +61,8 @@ class FetchHttpAction(BuildAction):
         path = self.output_file.get_fs_path()
         # iree.build's line, which scripts look for; only when a download happens.
         self.run_context.write_status(f"Fetching URL: {self.url} -> {path}")
+        from kiln.actions._download import download  # urllib, ssl: when a fetch runs
+
         download(
             self._url,
             path,

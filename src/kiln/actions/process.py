@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -147,7 +146,7 @@ class CommandAction(BuildAction, SpawnsCommand):
                     path=path,
                     cwd=self.run_context.work_dir,
                     log_fd=spool,
-                    tag=uuid.uuid4().hex,
+                    tag=os.urandom(16).hex(),
                     timeout=self.timeout,
                     on_exit=lambda e: finished(
                         functools.partial(self._after, e, commit, tmp, shown, spool),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.machinery
-import importlib.metadata
 import json
 import os
 import sys
@@ -51,6 +50,8 @@ def torch_versions() -> dict[str, str | None]:
     """The installed torch, torchvision and iree-turbine versions (part of the keys),
     looked up once per process (every torch action holds them). Do not change the
     dict returned: it is shared."""
+    import importlib.metadata  # imports email, zipfile...: when a key needs it
+
     out: dict[str, str | None] = {}
     for dist in ("torch", "torchvision", "iree-turbine"):
         try:

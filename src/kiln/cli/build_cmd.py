@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 from collections.abc import Iterator
 
@@ -60,7 +59,11 @@ def check_mp_context() -> None:
     template, which isolates actions as ``spawn`` does); another value is an error,
     as it is for iree.build."""
     value = os.environ.get("IREE_BUILD_MP_CONTEXT")
-    if value is not None and value not in multiprocessing.get_all_start_methods():
+    if value is None:
+        return
+    import multiprocessing  # its import costs a start ~10 ms: only when asked
+
+    if value not in multiprocessing.get_all_start_methods():
         methods = ", ".join(multiprocessing.get_all_start_methods())
         raise UsageError(f"IREE_BUILD_MP_CONTEXT={value!r} is not a start method: use {methods}")
 

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
-import http.client
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -70,11 +70,14 @@ _TRANSIENT: tuple[tuple[type[BaseException], str], ...] = (
     (MemoryError, "it ran out of memory"),
     (ImportError, "a module it imports is not installed here"),
     (OSError, "the operating system reported an error"),
-    (http.client.HTTPException, "an HTTP connection failed"),
     (subprocess.TimeoutExpired, "a program it ran timed out"),
     (concurrent.futures.CancelledError, "it was cancelled"),
     (concurrent.futures.BrokenExecutor, "its worker pool broke"),
 )
+# The same, for types of modules that a build need not import (http.client brings
+# ssl: ~10 ms of every start). An exception of such a type exists only once its
+# module is imported, so one not in ``sys.modules`` cannot match.
+_TRANSIENT_ELSEWHERE = (("http.client", "HTTPException", "an HTTP connection failed"),)
 _ERRNOS_SAID = (
     errno.ENOSPC,
     errno.EDQUOT,
@@ -140,6 +143,10 @@ def _transient(e: BaseException) -> str | None:
         return f"it was interrupted ({type(e).__name__})"
     for kind, why in _TRANSIENT:
         if isinstance(e, kind):
+            return why
+    for module, name, why in _TRANSIENT_ELSEWHERE:
+        found = getattr(sys.modules.get(module), name, None)
+        if isinstance(found, type) and isinstance(e, found):
             return why
     code = getattr(e, "returncode", None)
     if type(code) is int and (code < 0 or code == _SIGKILL_BY_SHELL):
