@@ -18,17 +18,22 @@ a copy taken at that import.
 from __future__ import annotations
 
 import gc
-import importlib.abc
 import importlib.machinery
 import sys
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kiln.modnames import is_build_module_name
 
+if TYPE_CHECKING:
+    import importlib.abc
 
-class _UnpickledBuildModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+
+class _UnpickledBuildModules:
+    """A meta path finder and its loader (by protocol: importlib.abc imports
+    importlib.resources, a cost every worker would pay)."""
+
     def find_spec(
         self,
         fullname: str,
@@ -37,7 +42,7 @@ class _UnpickledBuildModules(importlib.abc.MetaPathFinder, importlib.abc.Loader)
     ) -> importlib.machinery.ModuleSpec | None:
         if not is_build_module_name(fullname) or _globals_named(fullname) is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, cast("importlib.abc.Loader", self))
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
         return None  # the default module

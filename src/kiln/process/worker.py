@@ -29,6 +29,8 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from kiln.process.byvalue import install as import_unpickled_build_modules
+
 CHUNK = 32 * 1024
 PAYLOAD, REPLY = b"P", b"R"  # kiln -> worker, worker -> kiln
 _PR_SET_PDEATHSIG = 1
@@ -118,8 +120,6 @@ def run_one(sock: socket.socket) -> None:
 
             install()
         import cloudpickle
-
-        from kiln.process.byvalue import install as import_unpickled_build_modules
 
         import_unpickled_build_modules()
         cloudpickle.loads(payload)()
