@@ -40,15 +40,18 @@ class _UnpickledBuildModules:
         path: Sequence[str] | None,
         target: types.ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if not is_build_module_name(fullname) or _globals_named(fullname) is None:
+        namespace = _globals_named(fullname) if is_build_module_name(fullname) else None
+        if namespace is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, cast("importlib.abc.Loader", self))
+        loader = cast("importlib.abc.Loader", self)
+        return importlib.machinery.ModuleSpec(fullname, loader, loader_state=namespace)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
         return None  # the default module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        namespace = _globals_named(module.__name__) or {}
+        spec = module.__spec__
+        namespace: dict[str, Any] = spec.loader_state if spec is not None else {}
         keep = ("__name__", "__spec__", "__loader__")
         module.__dict__.update((k, v) for k, v in namespace.items() if k not in keep)
 
