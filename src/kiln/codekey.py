@@ -66,9 +66,21 @@ def is_user_file(filename: str, library: tuple[str, ...]) -> bool:
     return not filename.startswith(library)
 
 
+def distribution_version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist``; None when it is not
+    installed. importlib.metadata is imported here, when first asked: it imports
+    email, zipfile and more, which a build that keys no library does not need."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @functools.cache
 def _distributions() -> Mapping[str, list[str]]:
-    import importlib.metadata  # imports email, zipfile...: only once a library is keyed
+    import importlib.metadata  # as distribution_version: once a library is keyed
 
     return importlib.metadata.packages_distributions()
 
@@ -81,14 +93,11 @@ def package_version(module: str) -> str:
     top = module.split(".", 1)[0]
     if top in sys.stdlib_module_names or top == "builtins":
         return f"python {sys.version.split()[0]}"
-    import importlib.metadata
-
     found = []
     for dist in sorted(set(_distributions().get(top, ()))):
-        try:
-            found.append(f"{dist}=={importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            continue
+        version = distribution_version(dist)
+        if version is not None:
+            found.append(f"{dist}=={version}")
     if found:
         return " ".join(found)
     version = getattr(sys.modules.get(top), "__version__", None)

@@ -9,6 +9,7 @@ import os
 import subprocess
 
 from kiln.actions._logs import open_log, read_tail, short_diagnostic, shown_path
+from kiln.codekey import distribution_version
 from kiln.errors import ToolError, ToolMissing
 from kiln.output_dir.writing import atomic_output
 from kiln.process.template import template_modules
@@ -20,14 +21,10 @@ DIAGNOSTIC_TAIL_LINES = 40
 @functools.cache
 def compiler_version() -> str:
     """Return the installed iree-base-compiler version (part of compile action keys)."""
-    import importlib.metadata  # imports email, zipfile...: when a key needs it
-
-    try:
-        return importlib.metadata.version("iree-base-compiler")
-    except importlib.metadata.PackageNotFoundError:
-        raise ToolMissing(
-            "iree-base-compiler is not installed (pip install 'kiln[iree]')"
-        ) from None
+    version = distribution_version("iree-base-compiler")
+    if version is None:
+        raise ToolMissing("iree-base-compiler is not installed (pip install 'kiln[iree]')")
+    return version
 
 
 @template_modules("iree.compiler.tools.binaries")  # find_tool: imported once, by the template

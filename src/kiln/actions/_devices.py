@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kiln.codekey import distribution_version
 from kiln.errors import ToolMissing
 from kiln.graph import BuildDependency, BuildMeta
 
@@ -50,12 +51,10 @@ def runtime_tool(name: str) -> str:
 def runtime_version() -> str:
     """The installed iree-base-runtime's version (part of verify and benchmark keys),
     read once per process, as ``compiler_version``: every such action asks."""
-    import importlib.metadata  # imports email, zipfile...: when a key needs it
-
-    try:
-        return importlib.metadata.version("iree-base-runtime")
-    except importlib.metadata.PackageNotFoundError:
-        raise ToolMissing("iree-base-runtime is not installed (pip install 'kiln[iree]')") from None
+    version = distribution_version("iree-base-runtime")
+    if version is None:
+        raise ToolMissing("iree-base-runtime is not installed (pip install 'kiln[iree]')")
+    return version
 
 
 def list_devices(driver: str) -> list[str]:

@@ -24,6 +24,7 @@ from kiln.actions._tensors import (
     load_tensor,
     save_bundle,
 )
+from kiln.codekey import distribution_version
 from kiln.errors import ToolError, ToolMissing
 from kiln.output_dir.writing import atomic_output
 
@@ -43,12 +44,10 @@ def onnxruntime_version() -> str:
     """The installed onnxruntime's version (part of reference keys), read once per
     process: reading a distribution's metadata costs milliseconds, and every
     reference action of a build asks."""
-    import importlib.metadata  # imports email, zipfile...: when a key needs it
-
-    try:
-        return importlib.metadata.version("onnxruntime")
-    except importlib.metadata.PackageNotFoundError:
-        raise ToolMissing("onnxruntime is not installed (pip install 'kiln[iree]')") from None
+    version = distribution_version("onnxruntime")
+    if version is None:
+        raise ToolMissing("onnxruntime is not installed (pip install 'kiln[iree]')")
+    return version
 
 
 def _load_model(path: str) -> Any:

@@ -35,7 +35,7 @@ from typing import Any
 from kiln.actions import _devices
 from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.actions._torch_worker import export_model, write_torch_reference, write_weights
-from kiln.codekey import is_user_file, library_dirs, package_version
+from kiln.codekey import distribution_version, is_user_file, library_dirs, package_version
 from kiln.digests import hash_file
 from kiln.errors import BuildDefinitionError, NotRegularFile
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
@@ -50,15 +50,7 @@ def torch_versions() -> dict[str, str | None]:
     """The installed torch, torchvision and iree-turbine versions (part of the keys),
     looked up once per process (every torch action holds them). Do not change the
     dict returned: it is shared."""
-    import importlib.metadata  # imports email, zipfile...: when a key needs it
-
-    out: dict[str, str | None] = {}
-    for dist in ("torch", "torchvision", "iree-turbine"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
+    return {dist: distribution_version(dist) for dist in ("torch", "torchvision", "iree-turbine")}
 
 
 _LOADERS = (
