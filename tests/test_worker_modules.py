@@ -1,7 +1,8 @@
 """A build module's functions, run in a PROCESS worker, find their module by name
 as they do in kiln's own process (``kiln.process.byvalue``): torch 2.13's dynamo
 imports the module of every function it traces, and a build module reaches the
-worker pickled by value, under a private name that imports nothing there."""
+worker pickled by value, under a private name that imports nothing there. And the
+iree.build shim's look at a library's globals is silent."""
 
 from __future__ import annotations
 
@@ -73,3 +74,35 @@ def test_a_worker_imports_the_build_module_its_functions_came_from(kiln, tmp_pat
     assert found.pop("pid") > 0
     # Only names of build modules whose functions the worker holds import.
     assert sorted(found.values()) == ["not found", "not found"], found
+
+
+NOISY = """
+import warnings
+
+
+class _Deprecated:
+    @property
+    def __class__(self):  # as torch 2.13's torch.distributed.reduce_op warns
+        warnings.warn("noisy.old is deprecated", FutureWarning, stacklevel=2)
+        return _Deprecated
+
+
+old = _Deprecated()
+"""
+
+
+def test_kilns_look_at_a_librarys_globals_prints_no_warning(tmp_path: Path) -> None:
+    # The iree.build shim looks over imported modules' globals (torch 2.13's printed
+    # a FutureWarning under an iree-turbine build); a deprecated global that warns
+    # when its type is asked is not the user's doing.
+    import types
+    import warnings
+
+    from kiln.iree_shim import _holders
+
+    noisy = types.ModuleType("noisy")
+    exec(NOISY, noisy.__dict__)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert _holders({"noisy": noisy}, lambda home: home == "kiln", set()) == []
+    assert [str(w.message) for w in seen] == []
