@@ -47,11 +47,14 @@ def write_module(tmp_path: Path):
 
 
 @pytest.fixture
-def kiln(kiln_subprocess):
-    """Run ``python -m kiln ARGS`` in tmp_path (plain console); return its Result.
-    A test module whose tests need no process of their own overrides it with
-    ``kiln_in_process``."""
-    return kiln_subprocess
+def kiln(request: pytest.FixtureRequest):
+    """Run ``kiln ARGS`` in tmp_path (plain console); return its Result. In a process
+    of its own (``kiln_subprocess``), or in this one (``kiln_in_process``, much
+    faster) where the test module is marked ``pytestmark = pytest.mark.in_process``;
+    a test there that needs a process of its own (a signal, a kill, a hang that
+    must stay bounded, the process's own threads) takes ``kiln_subprocess``."""
+    in_process = request.node.get_closest_marker("in_process") is not None
+    return request.getfixturevalue("kiln_in_process" if in_process else "kiln_subprocess")
 
 
 @pytest.fixture

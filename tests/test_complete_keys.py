@@ -22,10 +22,7 @@ from typing import Any
 
 import pytest
 
-
-@pytest.fixture
-def kiln(kiln_in_process):
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 HELPERS = """

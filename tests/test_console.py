@@ -65,10 +65,7 @@ SUMMARY = re.compile(
 )
 
 
-@pytest.fixture
-def kiln(kiln_in_process):
-    """In this process (conftest's ``kiln_in_process``)."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 @pytest.fixture

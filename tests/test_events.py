@@ -48,10 +48,7 @@ def broken():
 """
 
 
-@pytest.fixture
-def kiln(kiln_in_process):
-    """In this process (conftest's ``kiln_in_process``)."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 def documented_fields() -> dict[str, tuple[set[str], set[str]]]:

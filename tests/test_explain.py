@@ -13,12 +13,7 @@ from chain import chain_project, ran
 from kiln.executor import BuildAction, BuildContext, BuildFile, Executor
 from kiln.scheduler import SchedulerOptions
 
-
-@pytest.fixture
-def kiln(kiln_in_process):
-    """The command line runs in this process here (conftest's ``kiln_in_process``);
-    the tests that need a process of their own take ``kiln_subprocess``."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 STAMP_MODULE = """

@@ -61,11 +61,8 @@ echo ran >> "{counter}"
 """
 
 
-@pytest.fixture
-def kiln(kiln_in_process: Callable[..., Any]) -> Callable[..., Any]:
-    """In this process: these tests need no process of their own (their commands
-    are the processes that fail)."""
-    return kiln_in_process
+# These tests need no process of their own: their commands are the processes that fail.
+pytestmark = pytest.mark.in_process
 
 
 @pytest.fixture

@@ -38,11 +38,8 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture
-def kiln(kiln_in_process):
-    """In this process; the tests where a hang or the process's own threads matter
-    take ``kiln_subprocess``."""
-    return kiln_in_process
+# the tests where a hang or the process's own threads matter take kiln_subprocess
+pytestmark = pytest.mark.in_process
 
 
 @pytest.fixture

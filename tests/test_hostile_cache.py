@@ -32,10 +32,7 @@ from cache_build import (
 Kiln = Callable[..., Any]
 
 
-@pytest.fixture
-def kiln(kiln_in_process: Kiln) -> Kiln:
-    """In this process; the tests where a hang could hide take ``kiln_subprocess``."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process  # the tests where a hang could hide take kiln_subprocess
 
 
 @pytest.fixture

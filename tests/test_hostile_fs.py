@@ -21,12 +21,7 @@ import pytest
 from kiln.errors import ConfinementError
 from kiln.executor import BuildContext, Executor
 
-
-@pytest.fixture
-def kiln(kiln_in_process):
-    """The command line runs in this process here (conftest's ``kiln_in_process``);
-    the tests that need a process of their own take ``kiln_subprocess``."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 HEADER = "from kiln import *\nfrom kiln.executor import *\n"

@@ -23,12 +23,7 @@ from typing import Any
 
 import pytest
 
-
-@pytest.fixture
-def kiln(kiln_in_process):
-    """The command line runs in this process here (conftest's ``kiln_in_process``);
-    the tests that need a process of their own take ``kiln_subprocess``."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 KEYED = """

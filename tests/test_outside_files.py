@@ -107,10 +107,7 @@ def exported(fail=cl_arg("fail", default="no")):
 """
 
 
-@pytest.fixture
-def kiln(kiln_in_process):
-    """In this process (conftest's ``kiln_in_process``)."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from light_models import materialize, write_light
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.in_process]
 
 BUILD = """
 @entrypoint
@@ -28,12 +28,6 @@ def sq():
         ]
     return outs
 """
-
-
-@pytest.fixture
-def kiln(kiln_in_process):
-    """In this process (conftest's ``kiln_in_process``)."""
-    return kiln_in_process
 
 
 def _sha(path: Path) -> str:

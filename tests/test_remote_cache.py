@@ -15,12 +15,7 @@ import pytest
 from cache_build import module_text, runs, tree, write_tool
 from nginx import NginxCache, free_port
 
-
-@pytest.fixture
-def kiln(kiln_in_process):
-    """The command line runs in this process here (conftest's ``kiln_in_process``);
-    the tests that need a process of their own take ``kiln_subprocess``."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 @pytest.fixture

@@ -20,10 +20,7 @@ onnx = pytest.importorskip("onnx")
 np = pytest.importorskip("numpy")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-
-@pytest.fixture
-def kiln(kiln_in_process):
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 MODULE = """

@@ -148,10 +148,7 @@ class Graph:
         return self.executor.run([self.files[n] for n in names], SchedulerOptions(**options))
 
 
-@pytest.fixture
-def kiln(kiln_in_process):
-    """In this process (conftest's ``kiln_in_process``)."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 def declare(output_dir: Path, nodes: dict[str, Node]) -> Graph:

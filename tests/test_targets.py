@@ -35,10 +35,7 @@ def fixed_flags():
 """
 
 
-@pytest.fixture
-def kiln(kiln_in_process):
-    """The command line runs in this process (conftest's ``kiln_in_process``)."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 @pytest.fixture

@@ -16,9 +16,7 @@ from kiln.errors import BuildDefinitionError
 FACTORY = "def make():\n    return None\n"
 
 
-@pytest.fixture
-def kiln(kiln_in_process):
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 def test_a_namespace_package_is_keyed_by_the_code_below_it_that_holds_the_spec(

@@ -27,10 +27,7 @@ def broken():
 """
 
 
-@pytest.fixture
-def kiln(kiln_in_process):
-    """In this process (conftest's ``kiln_in_process``)."""
-    return kiln_in_process
+pytestmark = pytest.mark.in_process
 
 
 def load(path: Path) -> dict[str, Any]:
