@@ -50,7 +50,7 @@ class Sleeper(Step):
 def tiny():
     ctx = BuildContext.current()
     outs = []
-    for i in range(120):
+    for i in range(240):
         out = ctx.allocate_file(f"t{i}.txt")
         Step(output=out, desc=f"tiny {i}", executor=ctx.executor)
         outs.append(out)
@@ -93,14 +93,15 @@ def test_tiny_actions_run_in_line_within_jobs(
     r = kiln("build", "build.py", "tiny", "-j", jobs, "--no-cache", "--events", "ev.jsonl")
     assert r.returncode == 0, r.stderr
     found = lanes(tmp_path / "ev.jsonl")["tiny"]
-    assert len(found) == 120
-    assert found.count("main") >= 60, found  # after the first windows on workers
+    assert len(found) == 240
+    # After the first windows on workers (more of them when the machine is busy).
+    assert found.count("main") >= 80, found
     most = max(
         int(p.read_text().split()[1]) for p in (tmp_path / "kiln-out/genfiles/tiny").iterdir()
     )
     assert most <= int(jobs)
     again = kiln("build", "build.py", "tiny", "-j", jobs)
-    assert "0 built, 120 up to date" in again.stderr
+    assert "0 built, 240 up to date" in again.stderr
 
 
 def test_waiting_actions_stay_on_workers_jobs_at_once(write_module, kiln, tmp_path: Path) -> None:
@@ -139,7 +140,7 @@ def test_judge_promotes_by_window_and_demotes_by_vote() -> None:
     _feed(judge, a, [(0.0001, 0.03)], inline=False)  # one slow run (preempted) does not decide
     assert judge.is_tiny(a) and not judge.is_tiny(b)
     _feed(judge, a, [(0.0001, 0.0001)] * 3, inline=False)  # late worker runs are ignored
-    _feed(judge, a, [(0.003, 0.003)] * 8, inline=True)  # in-line, too slow: back to workers
+    _feed(judge, a, [(0.005, 0.005)] * 8, inline=True)  # in-line, too slow: back to workers
     assert not judge.is_tiny(a)
     _feed(judge, a, [(0.0001, 0.0002)] * 8, inline=False)
     assert judge.is_tiny(a)
@@ -150,7 +151,7 @@ def test_judge_promotes_by_window_and_demotes_by_vote() -> None:
     assert not judge.is_tiny(a)
     _feed(judge, a, [(0.0001, 0.0002)] * 16, inline=False)
     assert not judge.is_tiny(a)
-    _feed(judge, b, [(0.001, 0.0012)] * 8, inline=False)  # too much CPU: stays on workers
+    _feed(judge, b, [(0.0025, 0.003)] * 8, inline=False)  # too much CPU: stays on workers
     assert not judge.is_tiny(b)
 
 
@@ -166,3 +167,16 @@ def test_judge_is_safe_from_many_threads() -> None:
     for t in threads:
         t.join()
     assert judge.is_tiny(a)
+
+
+def test_judge_keeps_a_type_near_its_bound_where_it_is() -> None:
+    """Runs between the two bounds change nothing: a type whose CPU per run sits near
+    one bound does not flip between in-line and the workers window by window."""
+    judge = TinyActions()
+    a, b = object.__new__(_A), object.__new__(_B)
+    _feed(judge, a, [(0.0015, 0.0018)] * 8, inline=False)  # the GIL's handing over shows
+    assert judge.is_tiny(a)
+    _feed(judge, a, [(0.003, 0.0031)] * 64, inline=True)  # a slower stretch of the disk
+    assert judge.is_tiny(a)
+    _feed(judge, b, [(0.003, 0.0031)] * 64, inline=False)
+    assert not judge.is_tiny(b)

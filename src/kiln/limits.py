@@ -72,22 +72,25 @@ class TinyActions:
     a time anyway. Actions are judged by type, in windows of ``SAMPLES`` runs, by
     the vote of most (``QUORUM``) of the window, so that a run the OS preempted
     does not decide. A run waited when its wall time was over twice its thread's
-    CPU time, plus ``WAIT_SLACK_S`` (for I/O, a subprocess, a sleep); in-line, it
-    is small when it did not wait and took under ``CPU_S`` of CPU time and under
-    ``WALL_S`` from start to end. On a worker, wall time also holds the waits for
-    the GIL (after each system call, up to a switch interval while another thread
-    computes), so there a run is small when it took under ``CPU_S`` of CPU time
-    and did not wait by more than two switch intervals. A sleep of milliseconds
-    passes, is seen in-line and sent back for good (below); one of tens of
-    milliseconds does not. ``CPU_S`` is 1 ms: measured on a busy ext4, creating
-    one file costs 300-430 us of CPU in the kernel, and the GIL's handing over
-    between four workers 200-470 us more per run. A type whose window on workers
-    is small becomes tiny: an
-    action that waits, or computes for long without the GIL (which shows as CPU
-    time), stays on the workers, where ``-j`` of them run at once. A tiny type goes
-    back to the workers (and is judged there again) when its in-line window is not
-    small or one in-line run takes over ``LONG_S``; and for the rest of the build
-    when most of its in-line runs waited.
+    CPU time, plus ``WAIT_SLACK_S`` (for I/O, a subprocess, a sleep) in-line, plus
+    two switch intervals on a worker (where wall time also holds the waits for the
+    GIL, up to a switch interval after each system call while another thread
+    computes). On a worker a run is small when it did not wait and took under
+    ``CPU_S`` of CPU time; in-line, when it did not wait and took under
+    ``STAY_CPU_S``. The two bounds differ on purpose: on a worker the GIL's handing
+    over counts as the run's CPU time (an action that creates one file took 0.5 ms
+    of CPU in-line and 1.3 ms, median, on two workers, on this machine's ext4,
+    where creating a file costs hundreds of microseconds in the kernel), and a type
+    whose runs sit near one bound must not flip between the modes: each flip back
+    to the workers cost thousands of runs at twice the CPU before a window voted
+    it in-line again. A sleep of milliseconds passes, is seen in-line and sent
+    back for good (below); one of tens of milliseconds does not. A type whose
+    window on workers is small becomes tiny: an action that waits, or computes for
+    long without the GIL (which shows as CPU time), stays on the workers, where
+    ``-j`` of them run at once. A tiny type goes back to the workers (and is judged
+    there again) when its in-line window is not small or one in-line run takes
+    over ``LONG_S``; and for the rest of the build when most of its in-line runs
+    waited.
 
     Invariant: ``_seen[t]`` holds the current window of type ``t`` (runs, small
     runs, runs that waited), of in-line runs when ``t`` is in ``_tiny``, else of
@@ -97,8 +100,8 @@ class TinyActions:
 
     SAMPLES = 8
     QUORUM = 6
-    CPU_S = 0.001
-    WALL_S = 0.002
+    CPU_S = 0.002
+    STAY_CPU_S = 0.004
     LONG_S = 0.05
     WAIT_SLACK_S = 0.0002
 
@@ -120,7 +123,7 @@ class TinyActions:
             seen = self._seen.setdefault(kind, [0, 0, 0])
             if inline:
                 waited = wall_s > 2 * cpu_s + self.WAIT_SLACK_S
-                small = cpu_s < self.CPU_S and wall_s < self.WALL_S and not waited
+                small = cpu_s < self.STAY_CPU_S and not waited
             else:
                 waited = wall_s > 2 * cpu_s + 2 * sys.getswitchinterval()
                 small = cpu_s < self.CPU_S and not waited
