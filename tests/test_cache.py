@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from cache_build import blob, entries, module_text, rewrite_entries, runs, tree, write_tool
 from httpserver import HTTPTestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kiln.cache.entry import INLINE_MAX
 
@@ -431,6 +433,41 @@ def test_entries_that_are_not_well_formed_are_misses() -> None:
     assert CacheEntry.decode("k1", b"\xff not json") is None
     assert key_name("ab" * 32) == "ab" * 32
     assert key_name("../../x") == hashlib.sha256(b"../../x").hexdigest()
+
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
+_OUTPUT = st.builds(
+    lambda path, digest, size, mode, data: (path, digest, size, mode, data),
+    _TEXT,
+    _TEXT,
+    st.integers(0, 1 << 40),
+    st.integers(0, 0o7777),
+    st.none() | st.binary(max_size=64),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=_TEXT, action=_TEXT, outputs=st.lists(_OUTPUT, max_size=4))
+def test_an_entry_is_written_as_json_dumps_writes_it(
+    key: str, action: str, outputs: list[tuple[str, str, int, int, bytes | None]]
+) -> None:
+    """Entries written by any kiln are read by any other (and by remote caches):
+    kiln's own encoder writes exactly the bytes ``json.dumps(sort_keys=True)`` does,
+    whatever the strings hold (quotes, control characters, non-ASCII)."""
+    from kiln.cache.entry import CachedOutput, CacheEntry
+
+    entry = CacheEntry(key, action, tuple(CachedOutput(*o) for o in outputs))
+    expected = {
+        "format": "kiln-ac/1",
+        "key": key,
+        "action": action,
+        "outputs": [
+            {"path": p, "sha256": d, "size": n, "mode": m}
+            | ({} if data is None else {"data": base64.b64encode(data).decode()})
+            for p, d, n, m, data in outputs
+        ],
+    }
+    assert entry.encode() == json.dumps(expected, sort_keys=True).encode()
 
 
 def test_sizes_and_the_default_cache_dir(tmp_path: Path) -> None:
