@@ -54,8 +54,13 @@ from kiln.state.database import use_wal
 INDEX = "index.db"
 APPLICATION_ID = 0x6B696C6E  # "kiln"
 VERSION = 1
-BATCH_S = 0.25  # new entries wait at most this long for their transaction ...
-BATCH_MAX = 512  # ... or until this many wait
+# New entries wait at most BATCH_S for their transaction, or until BATCH_MAX wait. Each
+# transaction rewrites every page its entries touch, and entries land on random
+# pages: 10,000 tiny actions (tmpfs) spent ~0.15 s less on the index at 1 s and
+# 2,048 than at 0.25 s and 512. What a killed build loses is at most BATCH_S of
+# entries: misses, never wrong results.
+BATCH_S = 1.0
+BATCH_MAX = 2048
 BUSY_S = 2.0
 WALK_EVERY_S = 24 * 3600.0  # eviction walks the whole cache at least this often
 _SUFFIXES = ("", "-wal", "-shm", "-journal")
