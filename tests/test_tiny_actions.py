@@ -75,12 +75,13 @@ def commands():
 """
 
 
-def lanes(events: Path) -> dict[str, list[str]]:
-    """The lanes of the finished actions, by the first word of their description."""
+def lanes(events: Path, event: str = "finished") -> dict[str, list[str]]:
+    """The lanes of the finished (or ``event``) actions, by the first word of their
+    description."""
     found: dict[str, list[str]] = {}
     for line in events.read_text().splitlines():
         e = json.loads(line)
-        if e["event"] == "finished":
+        if e["event"] == event:
             found.setdefault(e["desc"].split()[0], []).append(e["lane"])
     return found
 
@@ -102,6 +103,24 @@ def test_tiny_actions_run_in_line_within_jobs(
     assert most <= int(jobs)
     again = kiln("build", "build.py", "tiny", "-j", jobs)
     assert "0 built, 240 up to date" in again.stderr
+
+
+def test_tiny_cache_lookups_are_served_in_line(write_module, kiln, tmp_path: Path) -> None:
+    """A warm cache serving a fresh output directory: the actions never run, so their
+    lookups are judged on their own; small ones are served on the scheduler's thread
+    after the first windows (before, every one was handed to a worker and back)."""
+    write_module(MODULE, header=False)
+    common = ("build", "build.py", "tiny", "-j", "2", "--cache-dir", "cache")
+    assert kiln(*common, "--output-dir", "o1").returncode == 0
+    r = kiln(*common, "--output-dir", "o2", "--events", "ev.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "0 built, 240 cached" in r.stderr
+    served = lanes(tmp_path / "ev.jsonl", "cached")["tiny"]
+    assert len(served) == 240
+    assert served.count("main") >= 80, served
+    assert sorted(p.read_text() for p in (tmp_path / "o2/genfiles/tiny").iterdir()) == sorted(
+        p.read_text() for p in (tmp_path / "o1/genfiles/tiny").iterdir()
+    )
 
 
 def test_waiting_actions_stay_on_workers_jobs_at_once(write_module, kiln, tmp_path: Path) -> None:
