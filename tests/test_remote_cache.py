@@ -151,3 +151,58 @@ def test_a_remote_that_never_answers_costs_a_bounded_wait(
     [warning] = warnings(r.stderr)
     assert "no answer within 0.5 s" in warning, r.stderr
     assert "4 built" in r.stderr and took < 15
+
+
+SMALL = """
+from kiln import entrypoint
+from kiln.executor import BuildAction, BuildContext
+
+
+class Note(BuildAction):
+    def __init__(self, *, output, **kwargs):
+        super().__init__(**kwargs)
+        self.output = output
+        output.deps.add(self)
+
+    def _invoke(self):
+        self.output.get_fs_path().write_text(self.output.path)
+
+
+@entrypoint
+def small():
+    ctx = BuildContext.current()
+    outs = []
+    for i in range(120):
+        out = ctx.allocate_file(f"n{i}.txt")
+        Note(output=out, desc=f"note {i}", executor=ctx.executor)
+        outs.append(out)
+    return outs
+"""
+
+
+def _cached_lanes(events: Path) -> list[str]:
+    found = [json.loads(line) for line in events.read_text().splitlines()]
+    return [e["lane"] for e in found if e["event"] == "cached"]
+
+
+def test_a_remote_cache_is_never_asked_on_the_schedulers_thread(
+    tmp_path: Path,
+    nginx_cache: NginxCache,
+    kiln: Callable[..., Any],
+    write_module: Callable[..., Path],
+) -> None:
+    """Small lookups are made in-line on the scheduler's thread, but only when they
+    read this machine's cache: with a remote cache set, a lookup may wait for its
+    server, and waits happen on the worker threads."""
+    write_module(SMALL, header=False)
+    build(kiln, "o1", "cache-a", "--remote-cache", nginx_cache.url)
+    remote = build(
+        kiln, "o2", "cache-b", "--remote-cache", nginx_cache.url, "--events", "remote.jsonl"
+    )
+    assert "0 built, 120 cached" in remote.stderr
+    lanes = _cached_lanes(tmp_path / "remote.jsonl")
+    assert len(lanes) == 120 and "main" not in lanes, lanes
+    # The same lookups from the local cache alone: in-line after the first windows.
+    local = build(kiln, "o3", "cache-b", "--events", "local.jsonl")
+    assert "0 built, 120 cached" in local.stderr
+    assert _cached_lanes(tmp_path / "local.jsonl").count("main") >= 40

@@ -101,9 +101,10 @@ class Dispatcher:
         if self.runs_inline(action):
             self.execute(action, decision)
             return
-        asked = self.serves.is_tiny(action) and not self._remote_takes(action)
+        asked = self._serves_inline(action)
         if asked:
-            self.shared.runs[action].start_time = time.time()
+            run = self.shared.runs[action]
+            run.start_time = run.invoke_time = time.time()
             if self._serve_from_cache(action, decision):
                 return
         # The worker that takes this turn runs the best action queued by then, so one
@@ -111,6 +112,18 @@ class Dispatcher:
         with self._queue_lock:
             heapq.heappush(self._queue, (*order, action, decision, asked))
         self.workers().submit(self._execute_next)
+
+    def _serves_inline(self, action: BuildAction) -> bool:
+        """Whether the cache is asked for ``action`` on the scheduler's thread: its
+        type's lookups are tiny, and they read this machine's cache only (a remote
+        cache's server is never waited for on this thread, however fast it was)."""
+        cache = self.shared.cache.cache
+        return (
+            cache is not None
+            and cache.remote is None
+            and self.serves.is_tiny(action)
+            and not self._remote_takes(action)
+        )
 
     def _remote_takes(self, action: BuildAction) -> bool:
         return self.remote is not None and self.remote.takes(action)
