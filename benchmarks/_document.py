@@ -31,22 +31,25 @@ def markdown(res: Results, command: str, took_s: float, machine: list[str]) -> s
         *table(targets(res)),
         "",
         *_defaults_section(res),
-        "## Synthetic graph: layered diamonds",
-        "",
-        "L layers × W nodes; node (0, j) reads source j, node (k, j) reads (k-1, j) and "
-        "one or two other nodes of layer k-1 (seeded RNG); each action writes the SHA-256 "
-        "of each input. kiln (py): a `BuildAction` subclass in-process (THREAD); kiln (sh) "
-        "and Ninja: `sh -c 'sha256sum IN... > OUT'`; doit: Python actions; iree.build: "
-        "`BuildAction` subclasses. 'Change source 0' rewrites source 0; "
-        + ", ".join(
-            f"{g.affected:,} of {g.graph.actions:,} actions depend on it"
-            for g in res.graphs
-            if "change source 0" in g.series
-        )
-        + ". Ratios are wall time, kiln ÷ peer (< 1: kiln faster).",
-        "",
-        *_report.graph_table(res.graphs),
     ]
+    if res.graphs:  # none in a run of --only-defaults or --only-cache
+        out += [
+            "## Synthetic graph: layered diamonds",
+            "",
+            "L layers × W nodes; node (0, j) reads source j, node (k, j) reads (k-1, j) and "
+            "one or two other nodes of layer k-1 (seeded RNG); each action writes the SHA-256 "
+            "of each input. kiln (py): a `BuildAction` subclass in-process (THREAD); kiln (sh) "
+            "and Ninja: `sh -c 'sha256sum IN... > OUT'`; doit: Python actions; iree.build: "
+            "`BuildAction` subclasses. 'Change source 0' rewrites source 0; "
+            + ", ".join(
+                f"{g.affected:,} of {g.graph.actions:,} actions depend on it"
+                for g in res.graphs
+                if "change source 0" in g.series
+            )
+            + ". Ratios are wall time, kiln ÷ peer (< 1: kiln faster).",
+            "",
+            *_report.graph_table(res.graphs),
+        ]
     if res.probe:
         out += [
             "",

@@ -130,3 +130,16 @@ def test_analysis_memory_row_says_where_the_peak_was_reached(bench) -> None:  # 
         "| 100,000 | 1 | 0.500 | 0.800 | 0.400 | 1.700 | 0.040 | 1.800 | 358 | 261 | 1,900 |"
         in "\n".join(_report.analysis_table([big]))
     )
+
+
+def test_a_run_without_the_graph_stages_writes_no_empty_graph_table(bench) -> None:  # type: ignore[no-untyped-def]
+    _, results, _, _ = bench
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _document
+
+        text = _document.markdown(results.Results("full", 3), "run.py --only-defaults", 60.0, [])
+    finally:
+        sys.path.remove(str(BENCH))
+    assert "## Targets" in text
+    assert "layered diamonds" not in text  # --only-defaults ran no graph stage
