@@ -367,6 +367,30 @@ def test_cache_clear_during_a_build_ends_both_cleanly(
     assert len(out.split()) == 64 and clears > 1
 
 
+def test_a_claim_completing_while_the_cache_is_looked_at_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The moment ``kiln cache clear`` (or another build) finds ``.kiln`` but not yet
+    its marker, and the claiming build then writes it: the directory is kiln's,
+    never refused as another program's (exit 2 once in CI, racing a build)."""
+    from kiln.cache import ownership
+
+    root = tmp_path / "cache"
+    ownership.claim_cache_dir(root)
+    real = ownership.read_regular
+    looks: list[Path] = []
+
+    def marker_not_yet_there(path: Path, limit: int) -> bytes:
+        looks.append(path)
+        if len(looks) == 1:  # the first look comes before the claim's rename
+            raise FileNotFoundError(path)
+        return real(path, limit=limit)
+
+    monkeypatch.setattr(ownership, "read_regular", marker_not_yet_there)
+    assert ownership.cache_dir_state(root) == "kiln"
+    assert len(looks) == 2
+
+
 @pytest.fixture
 def read_only_cache(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs mounted at ``cache`` (root only; CI runs as root), remounted read-only

@@ -36,10 +36,11 @@ def _refuse(root: Path, why: str) -> UsageError:
     )
 
 
-def cache_dir_state(root: Path) -> str:
+def cache_dir_state(root: Path, again: bool = True) -> str:
     """``missing``, ``empty``, ``kiln`` or ``legacy`` (made by a kiln before the
     marker) for a directory kiln may use as its cache; UsageError for any other,
-    OSError when it cannot be read. Reads only."""
+    OSError when it cannot be read. Reads only. ``again``: look once more when a
+    claim completed while this look was made."""
     try:
         st = os.stat(root)
     except FileNotFoundError:
@@ -61,8 +62,12 @@ def cache_dir_state(root: Path) -> str:
     try:
         text = read_regular(marker_dir / MARKER, limit=256).decode(errors="replace").strip()
     except FileNotFoundError:
-        # Killed while claiming it (or claimed by another build this very moment).
-        claiming = all(n.startswith(TMP_PREFIX) for n in os.listdir(marker_dir))
+        # Killed while claiming it, or claimed by another build this very moment: then
+        # the marker may be there by now, and a second look reads it.
+        present = os.listdir(marker_dir)
+        if again and MARKER in present:
+            return cache_dir_state(root, again=False)
+        claiming = all(n.startswith(TMP_PREFIX) for n in present)
         rest = names - {KILN_DIR}
         if claiming and (not rest or (rest == {FORMAT_DIR} and _is_legacy(root / FORMAT_DIR))):
             return "legacy"
