@@ -103,7 +103,7 @@ def test_stalled_body_times_out(server: HTTPTestServer, tmp_path: Path) -> None:
     start = time.monotonic()
     with pytest.raises(ToolError, match=r"less than 1 KiB arrived in 0\.3 s") as info:
         download(url, tmp_path / "slow", stall_timeout=0.3, retries=1, backoff=0.01)
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 10  # the server stalls for 60 s; slack for CI's load
     assert "2 attempts" in str(info.value)
     assert server.count("/slow") == 2
     assert leftovers(tmp_path) == [] and not (tmp_path / "slow").exists()
@@ -226,5 +226,5 @@ def test_server_teardown_is_fast_with_stalled_handler() -> None:
             received += client.recv(4096)
         start = time.monotonic()
         server.close()
-        assert time.monotonic() - start < 2
+        assert time.monotonic() - start < 10  # its handler would stall for 60 s
     assert server.count("/hang") == 1
