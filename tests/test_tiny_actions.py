@@ -123,6 +123,100 @@ def test_tiny_cache_lookups_are_served_in_line(write_module, kiln, tmp_path: Pat
     )
 
 
+BLOBS = """
+from kiln import entrypoint
+from kiln.executor import BuildAction, BuildContext
+
+
+class Blob(BuildAction):
+    def __init__(self, *, output, size, **kwargs):
+        super().__init__(**kwargs)
+        self.output, self.size = output, size
+        output.deps.add(self)
+
+    def _invoke(self):
+        self.output.get_fs_path().write_bytes(self.output.path.encode().ljust(self.size, b"."))
+
+
+@entrypoint
+def blobs():
+    ctx = BuildContext.current()
+    outs = []
+    for i in range(96):
+        out = ctx.allocate_file(f"{'big' if i % 2 else 'small'}{i}.bin")
+        Blob(output=out, size=300_000 if i % 2 else 40, desc=f"blob {i}", executor=ctx.executor)
+        outs.append(out)
+    return outs
+"""
+
+
+def test_a_hit_that_copies_a_blob_is_never_served_on_the_schedulers_thread(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    """Outputs kept in their entry are served in-line once lookups of their type are
+    tiny; one kept as a blob is copied by a worker, whatever the type's other hits
+    cost (a large copy on the scheduler's thread would hold up the whole build)."""
+    write_module(BLOBS, header=False)
+    common = ("build", "build.py", "-j", "2", "--cache-dir", "cache")
+    assert kiln(*common, "--output-dir", "o1").returncode == 0
+    r = kiln(*common, "--output-dir", "o2", "--events", "ev.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "0 built, 96 cached" in r.stderr
+    events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
+    lanes = {
+        e["outputs"][0]["path"].rsplit("/", 1)[1]: e["lane"]
+        for e in events
+        if e["event"] == "cached"
+    }
+    big = [lane for name, lane in lanes.items() if name.startswith("big")]
+    small = [lane for name, lane in lanes.items() if name.startswith("small")]
+    assert len(big) == len(small) == 48
+    assert "main" not in big, big
+    assert small.count("main") >= 16, small
+    assert tree_bytes(tmp_path / "o2") == tree_bytes(tmp_path / "o1")
+
+
+def tree_bytes(out: Path) -> dict[str, bytes]:
+    gen = out / "genfiles" / "blobs"
+    return {p.name: p.read_bytes() for p in gen.iterdir()}
+
+
+def test_ctrl_c_during_a_lookup_on_the_schedulers_thread_stops_at_once(
+    write_module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or SIGTERM) that lands in a lookup made on the scheduler's thread ends
+    the build at once: the action it was looking up is not waited for as running."""
+    import io
+    import time
+
+    from kiln.cache import build_cache
+    from kiln.cli.main import run_cli
+    from kiln.scheduling import interruption
+
+    write_module(MODULE, header=False)
+    monkeypatch.chdir(tmp_path)
+    common = ["build", "build.py", "tiny", "-j", "2", "--cache-dir", "cache"]
+    assert run_cli([*common, "--output-dir", "o1"], stdout=io.StringIO(), stderr=io.StringIO()) == 0
+    monkeypatch.setattr(interruption, "WAIT_S", 30.0)  # what waiting for it would cost
+    real = build_cache.BuildCache.restore_small
+    calls: list[str] = []
+
+    def interrupted(self: Any, key: str, outputs: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            calls.append(key)
+            if len(calls) == 30:
+                raise KeyboardInterrupt
+        return real(self, key, outputs)
+
+    monkeypatch.setattr(build_cache.BuildCache, "restore_small", interrupted)
+    err = io.StringIO()
+    started = time.monotonic()
+    code = run_cli([*common, "--output-dir", "o2"], stdout=io.StringIO(), stderr=err)
+    assert code == 130, err.getvalue()
+    assert len(calls) == 30
+    assert time.monotonic() - started < 15  # not the 30 s a forgotten running action costs
+
+
 def test_waiting_actions_stay_on_workers_jobs_at_once(write_module, kiln, tmp_path: Path) -> None:
     write_module(MODULE, header=False)
     r = kiln(

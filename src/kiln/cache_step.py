@@ -69,6 +69,24 @@ class CacheStep:
             self.cache.failed(e)
             return None
 
+    def restore_small(
+        self, action: BuildAction, decision: Decision
+    ) -> tuple[bool, Produced | None]:
+        """``BuildCache.restore_small`` for ``action``: ``(False, None)`` also when its
+        outputs may be served by digest (``known_digests``: blobs), never decided
+        here; ``(True, None)`` when the cache does not apply. Only for a build
+        without a remote cache (its server is never asked here)."""
+        if self.cache is None or not self.applies(action, decision):
+            return True, None
+        outputs = self._plan.outputs[action]
+        try:
+            if known_digests(action, outputs) is not None:
+                return False, None
+            return self.cache.restore_small(decision.key, outputs)
+        except Exception as e:  # noqa: BLE001 - a cache step never fails or hangs a build
+            self.cache.failed(e)
+            return True, None
+
     def save(
         self,
         action: BuildAction,

@@ -151,6 +151,28 @@ class BuildCache:
         self._count("misses" if served is None else "hits")
         return served
 
+    def restore_small(self, key: str, outputs: list[BuildFile]) -> tuple[bool, Produced | None]:
+        """A lookup in this machine's cache that copies no blob (one the scheduler's
+        thread can make): ``(True, outputs)`` on a hit whose outputs all live in
+        the entry, ``(True, None)`` on a miss (counted), ``(False, None)`` when a hit
+        would copy blobs (``restore`` then, on a worker; nothing counted)."""
+        if self.broken:
+            return True, None
+        try:
+            data = self.local.get_entry(key)
+            entry = CacheEntry.decode(key, data) if data is not None else None
+            plan = _match(entry, outputs) if entry is not None else None
+            if plan is not None and any(out.data is None for _, out in plan):
+                return False, None
+            produced = None if plan is None else self._materialize(plan)
+        except _Miss:
+            produced = None
+        except OSError as e:
+            self._local_failed(e)
+            produced = None
+        self._count("misses" if produced is None else "hits")
+        return True, produced
+
     def _restore(
         self,
         key: str,

@@ -45,8 +45,9 @@ class Dispatcher:
     its outputs): an action served from the cache never runs, so without a judge
     of its own a warm cache served every action on a worker thread, each handed
     over and back (10,000 small outputs of the 10k graph: 12.5 s of CPU for 9.7 s
-    of wall, slower than building them). An action whose lookups are tiny is
-    looked up in-line and goes to a worker only on a miss."""
+    of wall, slower than building them). An action whose lookups are tiny, or
+    that runs in-line, is looked up in-line for what its entry holds; it goes to
+    a worker on a miss (unless it runs in-line) or when serving it copies blobs."""
 
     def __init__(
         self,
@@ -95,33 +96,45 @@ class Dispatcher:
 
     def start(self, action: BuildAction, decision: Decision, order: tuple[float, int]) -> None:
         """Run ``action`` (its outputs prepared): now when it runs in-line, else on a
-        worker thread. A command too is started by a worker (which returns as soon
-        as it is spawned): 10,000 trivial commands at -j 2 took 1.7x the wall time
-        when the scheduler's own thread started each of them."""
-        if self.runs_inline(action):
-            self.execute(action, decision)
-            return
-        asked = self._serves_inline(action)
-        if asked:
+        worker thread; first, when its lookups are tiny (or it runs in-line), ask the
+        cache here for what it can serve without copying a blob. A command too is
+        started by a worker (which returns as soon as it is spawned): 10,000 trivial
+        commands at -j 2 took 1.7x the wall time when the scheduler's own thread
+        started each of them."""
+        inline = self.runs_inline(action)
+        asked = False
+        if self._looks_up_here(action, inline):
             run = self.shared.runs[action]
             run.start_time = run.invoke_time = time.time()
-            if self._serve_from_cache(action, decision):
+            try:
+                served = self._serve_small(action, decision)
+            except BaseException:  # Ctrl-C here: the build stops without waiting for it
+                self.shared.running.discard(action)
+                raise
+            if served:
                 return
+            asked = served is False  # a miss: the run needs no second look
+            inline = inline and asked  # blobs to copy: a worker serves them
+        if inline:
+            self.execute(action, decision, asked)
+            return
         # The worker that takes this turn runs the best action queued by then, so one
         # that became ready later but lies on a longer path overtakes the queue.
         with self._queue_lock:
             heapq.heappush(self._queue, (*order, action, decision, asked))
         self.workers().submit(self._execute_next)
 
-    def _serves_inline(self, action: BuildAction) -> bool:
-        """Whether the cache is asked for ``action`` on the scheduler's thread: its
-        type's lookups are tiny, and they read this machine's cache only (a remote
-        cache's server is never waited for on this thread, however fast it was)."""
+    def _looks_up_here(self, action: BuildAction, inline: bool) -> bool:
+        """Whether the cache is asked for ``action`` on the scheduler's thread: it runs
+        in-line or its type's lookups are tiny, and lookups read this machine's cache
+        only (a remote cache's server is never waited for on this thread, however
+        fast it answered; an in-line action then looks up as it runs, as before)."""
         cache = self.shared.cache.cache
         return (
             cache is not None
             and cache.remote is None
-            and self.serves.is_tiny(action)
+            and not self.shared.stopping
+            and (inline or self.serves.is_tiny(action))
             and not self._remote_takes(action)
         )
 
@@ -216,11 +229,28 @@ class Dispatcher:
         self.serves.observe(action, time.thread_time() - cpu, time.perf_counter() - wall, inline)
         if produced is None:
             return False
+        self._served(action, decision, produced)
+        return True
+
+    def _serve_small(self, action: BuildAction, decision: Decision) -> bool | None:
+        """On the scheduler's thread: True when the cache served ``action`` from its
+        entry, False on a miss, None when serving it copies blobs (left to a worker,
+        so that no large copy holds up this thread)."""
+        cpu, wall = time.thread_time(), time.perf_counter()
+        decided, produced = self.shared.cache.restore_small(action, decision)
+        self.serves.observe(action, time.thread_time() - cpu, time.perf_counter() - wall, True)
+        if not decided:
+            return None
+        if produced is None:
+            return False
+        self._served(action, decision, produced)
+        return True
+
+    def _served(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
         name = threading.current_thread().name
         self.served[action] = "main" if name == "MainThread" else name
         self.shared.runs[action].finish_time = time.time()
         self.shared.done.put((action, decision, None, produced))
-        return True
 
     # -- the pools ----------------------------------------------------------------
 
