@@ -74,8 +74,7 @@ class CacheStep:
     ) -> tuple[bool, Produced | None]:
         """``BuildCache.restore_small`` for ``action``: ``(False, None)`` also when its
         outputs may be served by digest (``known_digests``: blobs), never decided
-        here; ``(True, None)`` when the cache does not apply. Only for a build
-        without a remote cache (its server is never asked here)."""
+        here; ``(True, None)`` when the cache does not apply."""
         if self.cache is None or not self.applies(action, decision):
             return True, None
         outputs = self._plan.outputs[action]

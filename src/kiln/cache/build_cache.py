@@ -155,12 +155,14 @@ class BuildCache:
         """A lookup in this machine's cache that copies no blob (one the scheduler's
         thread can make): ``(True, outputs)`` on a hit whose outputs all live in
         the entry, ``(True, None)`` on a miss (counted), ``(False, None)`` when a hit
-        would copy blobs (``restore`` then, on a worker; nothing counted)."""
+        would copy blobs or when a remote cache is set, whose server this never
+        asks (``restore`` then, on a worker; nothing counted)."""
+        if self.remote is not None:
+            return False, None
         if self.broken:
             return True, None
         try:
-            data = self.local.get_entry(key)
-            entry = CacheEntry.decode(key, data) if data is not None else None
+            entry, _ = self._entry(key, None)
             plan = _match(entry, outputs) if entry is not None else None
             if plan is not None and any(out.data is None for _, out in plan):
                 return False, None

@@ -223,28 +223,30 @@ class Dispatcher:
         """On a cache hit, materialize the outputs and report the action done."""
         if self.shared.cache.cache is None:
             return False
-        cpu, wall = time.thread_time(), time.perf_counter()
-        produced = self.shared.cache.restore(action, decision)
-        inline = self.shared.on_scheduler_thread()
-        self.serves.observe(action, time.thread_time() - cpu, time.perf_counter() - wall, inline)
-        if produced is None:
-            return False
-        self._served(action, decision, produced)
-        return True
+        return self._look_up(action, decision, small=False) is True
 
     def _serve_small(self, action: BuildAction, decision: Decision) -> bool | None:
         """On the scheduler's thread: True when the cache served ``action`` from its
         entry, False on a miss, None when serving it copies blobs (left to a worker,
         so that no large copy holds up this thread)."""
+        return self._look_up(action, decision, small=True)
+
+    def _look_up(self, action: BuildAction, decision: Decision, small: bool) -> bool | None:
+        """Ask the cache (``small``: for what the entry holds only), judge the lookup's
+        cost for ``serves``, and report a hit done: True served, False a miss, None
+        left to a worker."""
         cpu, wall = time.thread_time(), time.perf_counter()
-        decided, produced = self.shared.cache.restore_small(action, decision)
-        self.serves.observe(action, time.thread_time() - cpu, time.perf_counter() - wall, True)
-        if not decided:
-            return None
-        if produced is None:
-            return False
-        self._served(action, decision, produced)
-        return True
+        cache = self.shared.cache
+        if small:
+            decided, produced = cache.restore_small(action, decision)
+        else:
+            decided, produced = True, cache.restore(action, decision)
+        inline = self.shared.on_scheduler_thread()
+        self.serves.observe(action, time.thread_time() - cpu, time.perf_counter() - wall, inline)
+        if produced is not None:
+            self._served(action, decision, produced)
+            return True
+        return False if decided else None
 
     def _served(self, action: BuildAction, decision: Decision, produced: Produced) -> None:
         name = threading.current_thread().name
