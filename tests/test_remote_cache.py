@@ -153,38 +153,6 @@ def test_a_remote_that_never_answers_costs_a_bounded_wait(
     assert "4 built" in r.stderr and took < 15
 
 
-SMALL = """
-from kiln import entrypoint
-from kiln.executor import BuildAction, BuildContext
-
-
-class Note(BuildAction):
-    def __init__(self, *, output, **kwargs):
-        super().__init__(**kwargs)
-        self.output = output
-        output.deps.add(self)
-
-    def _invoke(self):
-        self.output.get_fs_path().write_text(self.output.path)
-
-
-@entrypoint
-def small():
-    ctx = BuildContext.current()
-    outs = []
-    for i in range(120):
-        out = ctx.allocate_file(f"n{i}.txt")
-        Note(output=out, desc=f"note {i}", executor=ctx.executor)
-        outs.append(out)
-    return outs
-"""
-
-
-def _cached_lanes(events: Path) -> list[str]:
-    found = [json.loads(line) for line in events.read_text().splitlines()]
-    return [e["lane"] for e in found if e["event"] == "cached"]
-
-
 def test_a_remote_cache_is_never_asked_on_the_schedulers_thread(
     tmp_path: Path,
     nginx_cache: NginxCache,
@@ -194,15 +162,17 @@ def test_a_remote_cache_is_never_asked_on_the_schedulers_thread(
     """Small lookups are made in-line on the scheduler's thread, but only when they
     read this machine's cache: with a remote cache set, a lookup may wait for its
     server, and waits happen on the worker threads."""
-    write_module(SMALL, header=False)
-    build(kiln, "o1", "cache-a", "--remote-cache", nginx_cache.url)
+    from test_tiny_actions import MODULE, lanes
+
+    write_module(MODULE, header=False)
+    build(kiln, "o1", "cache-a", "tiny", "--remote-cache", nginx_cache.url)
     remote = build(
-        kiln, "o2", "cache-b", "--remote-cache", nginx_cache.url, "--events", "remote.jsonl"
+        kiln, "o2", "cache-b", "tiny", "--remote-cache", nginx_cache.url, "--events", "r.jsonl"
     )
-    assert "0 built, 120 cached" in remote.stderr
-    lanes = _cached_lanes(tmp_path / "remote.jsonl")
-    assert len(lanes) == 120 and "main" not in lanes, lanes
+    assert "0 built, 240 cached" in remote.stderr
+    served = lanes(tmp_path / "r.jsonl", "cached")["tiny"]
+    assert len(served) == 240 and "main" not in served, served
     # The same lookups from the local cache alone: in-line after the first windows.
-    local = build(kiln, "o3", "cache-b", "--events", "local.jsonl")
-    assert "0 built, 120 cached" in local.stderr
-    assert _cached_lanes(tmp_path / "local.jsonl").count("main") >= 40
+    local = build(kiln, "o3", "cache-b", "tiny", "--events", "l.jsonl")
+    assert "0 built, 240 cached" in local.stderr
+    assert lanes(tmp_path / "l.jsonl", "cached")["tiny"].count("main") >= 80

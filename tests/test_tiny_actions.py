@@ -46,6 +46,17 @@ class Sleeper(Step):
     pass
 
 
+class Blob(Step):
+    \"\"\"Writes its name, padded to ``size`` bytes.\"\"\"
+
+    def __init__(self, *, size, **kwargs):
+        super().__init__(**kwargs)
+        self.size = size
+
+    def _invoke(self):
+        self.output.get_fs_path().write_bytes(self.output.path.encode().ljust(self.size, b"."))
+
+
 @entrypoint
 def tiny():
     ctx = BuildContext.current()
@@ -64,6 +75,17 @@ def sleepy():
     for i in range(24):
         out = ctx.allocate_file(f"s{i}.txt")
         Sleeper(output=out, sleep=0.03, desc=f"sleepy {i}", executor=ctx.executor)
+        outs.append(out)
+    return outs
+
+
+@entrypoint
+def blobs():
+    ctx = BuildContext.current()
+    outs = []
+    for i in range(96):
+        out = ctx.allocate_file(f"{'big' if i % 2 else 'small'}{i}.bin")
+        Blob(output=out, size=300_000 if i % 2 else 40, desc=f"blob {i}", executor=ctx.executor)
         outs.append(out)
     return outs
 
@@ -123,41 +145,14 @@ def test_tiny_cache_lookups_are_served_in_line(write_module, kiln, tmp_path: Pat
     )
 
 
-BLOBS = """
-from kiln import entrypoint
-from kiln.executor import BuildAction, BuildContext
-
-
-class Blob(BuildAction):
-    def __init__(self, *, output, size, **kwargs):
-        super().__init__(**kwargs)
-        self.output, self.size = output, size
-        output.deps.add(self)
-
-    def _invoke(self):
-        self.output.get_fs_path().write_bytes(self.output.path.encode().ljust(self.size, b"."))
-
-
-@entrypoint
-def blobs():
-    ctx = BuildContext.current()
-    outs = []
-    for i in range(96):
-        out = ctx.allocate_file(f"{'big' if i % 2 else 'small'}{i}.bin")
-        Blob(output=out, size=300_000 if i % 2 else 40, desc=f"blob {i}", executor=ctx.executor)
-        outs.append(out)
-    return outs
-"""
-
-
 def test_a_hit_that_copies_a_blob_is_never_served_on_the_schedulers_thread(
     write_module, kiln, tmp_path: Path
 ) -> None:
     """Outputs kept in their entry are served in-line once lookups of their type are
     tiny; one kept as a blob is copied by a worker, whatever the type's other hits
     cost (a large copy on the scheduler's thread would hold up the whole build)."""
-    write_module(BLOBS, header=False)
-    common = ("build", "build.py", "-j", "2", "--cache-dir", "cache")
+    write_module(MODULE, header=False)
+    common = ("build", "build.py", "blobs", "-j", "2", "--cache-dir", "cache")
     assert kiln(*common, "--output-dir", "o1").returncode == 0
     r = kiln(*common, "--output-dir", "o2", "--events", "ev.jsonl")
     assert r.returncode == 0, r.stderr
