@@ -5,7 +5,10 @@ beside the same builds with ``--no-cache`` and the peers, alternated in each rou
 The 100 × 100 layered graph (``_graph.py``), each round and each system in turn:
 clean (output directory and cache emptied first), no-op, and for kiln with the
 cache, a fresh output directory with the cache warm; kiln with and without the
-cache share one directory (and so the state of the file system there). Then
+cache share one directory (and so the state of the file system there). For the
+in-process module, ``kiln list --all`` too: Python's start, kiln's imports and
+the module defining its graph, and nothing else, the floor under every kiln
+command on this graph (a no-op's included). Then
 10,000 trivial commands (``: > OUT``) at ``-j 2``: kiln with the cache, kiln with
 ``--no-cache``, Ninja, each from clean (the cache emptied too). Its own CPU per
 command is set against ``OWN_CPU_BEFORE_MS``, what kiln at 93466eb (before this
@@ -74,6 +77,7 @@ KILN_SH_CACHE = System(
 SYSTEMS = (KILN_PY_CACHE, KILN_PY, KILN_SH_CACHE, KILN_SH, NINJA, DOIT)
 CACHED = (KILN_PY_CACHE.name, KILN_SH_CACHE.name)
 TRIVIAL = ("kiln, cache on", "kiln --no-cache", "ninja")
+DEFINED = "graph defined only (kiln list --all)"
 Log = Callable[[str], None]
 
 
@@ -102,6 +106,7 @@ def bench_defaults(
     for scenario in ("clean", "no-op", "warm cache, fresh output dir"):
         systems = CACHED if scenario.startswith("warm") else [s.name for s in SYSTEMS]
         result.series[scenario] = {name: Series(name) for name in systems}
+    result.series[DEFINED] = {KILN_PY_CACHE.name: Series(KILN_PY_CACHE.name)}
     result.trivial = {name: Series(name) for name in TRIVIAL}
     # kiln with and without the cache build in one directory, so that both meet the
     # same file system: on this machine's ext4, creating a file after many deletions
@@ -152,6 +157,12 @@ def _graph_round(
             series.actions_run = count
         took = f"{sample.wall_s:.2f} s wall, {sample.cpu_s:.2f} s CPU"
         log(f"  {s.name} {graph.label} {scenario}: {took}")
+    if s.name in result.series[DEFINED]:
+        argv = [*_tool("kiln", "kiln"), "list", "gen_kiln_py.py", "--all", "--output-dir", "out"]
+        path = root / f"{s.key}-defined-{round_}.log"
+        sample = checked(run_child(argv, cwd=root, log=path), f"{s.name}: kiln list --all")
+        result.series[DEFINED][s.name].samples.append(sample)
+        log(f"  {s.name} {graph.label} {DEFINED}: {sample.wall_s:.2f} s wall")
 
 
 def _trivial_argv(name: str) -> list[str]:
@@ -226,9 +237,9 @@ def _files_per_output(graph: Graph, work: Path) -> tuple[float | None, str]:
 
 def defaults_table(r: DefaultsResult) -> list[str]:
     lines = [
-        "| graph | scenario | system | runs | wall s | CPU s | actions run "
+        "| graph | scenario | system | runs | wall s | CPU s | of which sys s | actions run "
         "| ÷ --no-cache | ÷ peer |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
     ]
     pairs = {
         KILN_PY_CACHE.name: (KILN_PY.name, DOIT.name),
@@ -243,9 +254,10 @@ def defaults_table(r: DefaultsResult) -> list[str]:
                 f"{s.wall_s / o.wall_s:.2f}" if (o := r.get(scenario, other or "")) else ""
                 for other in (plain, peer)
             ]
+            sys_s = "" if s.sys_s is None else f"{s.sys_s:.2f}"
             lines.append(
                 f"| {r.graph.label} | {scenario} | {name} | {len(s.samples)} | {s.wall_s:.2f} "
-                f"| {s.cpu_s:.2f} | {s.actions_run or ''} | {ratios[0]} | {ratios[1]} |"
+                f"| {s.cpu_s:.2f} | {sys_s} | {s.actions_run or ''} | {ratios[0]} | {ratios[1]} |"
             )
     lines += [
         "",

@@ -16,6 +16,8 @@ Wall time ends when the command exits. CPU time comes two ways:
   reaped here once it exits (at most ``LINGER_S`` after the command; then it is
   killed), and its time is counted rather than lost. ``rss_kib`` is the largest
   peak RSS among all of them.
+- ``sys_s``: the kernel's part of ``cpu_s`` (system time), to tell a build
+  bound by its file system from one bound by its own work.
 - ``own_cpu_s``: the command's process alone (all its threads, none of its
   children). Once the command has exited, and before it is reaped,
   ``waitid(WNOWAIT)`` leaves it a zombie whose ``/proc/PID/stat`` still holds
@@ -113,6 +115,7 @@ def main() -> int:
             {
                 "wall_s": wall,
                 "cpu_s": usage.ru_utime + usage.ru_stime,
+                "sys_s": usage.ru_stime,
                 "own_cpu_s": times[0] if times else None,
                 "children_cpu_s": times[1] if times else None,
                 "adopted": adopted,

@@ -31,6 +31,7 @@ class Sample:
     log: Path | None = None
     own_cpu_s: float | None = None  # the command's process alone, threads included
     children_cpu_s: float | None = None  # the children it reaped
+    sys_s: float | None = None  # the kernel's part of cpu_s
 
     @property
     def ok(self) -> bool:
@@ -111,6 +112,7 @@ def run_child(
         log=log,
         own_cpu_s=measured.get("own_cpu_s"),
         children_cpu_s=measured.get("children_cpu_s"),
+        sys_s=measured.get("sys_s"),
     )
 
 
@@ -158,7 +160,15 @@ class Series:
     @property
     def own_cpu_s(self) -> float | None:
         """Median CPU of the command's own process, None where /proc was unreadable."""
-        values = [s.own_cpu_s for s in self.samples]
+        return self._known_median("own_cpu_s")
+
+    @property
+    def sys_s(self) -> float | None:
+        """Median system (kernel) time, None where a sample did not measure it."""
+        return self._known_median("sys_s")
+
+    def _known_median(self, attr: str) -> float | None:
+        values = [getattr(s, attr) for s in self.samples]
         if not values or any(v is None for v in values):
             return None
         return statistics.median(v for v in values if v is not None)

@@ -11,6 +11,7 @@ from _defaults import (
     CACHE_OVER_NO_CACHE,
     CACHED,
     CACHED_CLEAN_OF_DOIT,
+    DEFINED,
     OWN_CPU_BEFORE_MS,
     WARM_OF_CLEAN,
     DefaultsResult,
@@ -164,10 +165,17 @@ def defaults_targets(d: DefaultsResult) -> list[Target]:
         ),
     ]
     doit = d.get("no-op", "doit")
+    defined = d.get(DEFINED, py)
     for system in CACHED:
         noop = d.get("no-op", system)
         limit = max(NOOP_S, doit.wall_s * NOOP_OF_DOIT) if doit else NOOP_S
-        rows.append(_upper(f"defaults: {n} no-op, {system}", noop.wall_s if noop else None, limit))
+        row = _upper(f"defaults: {n} no-op, {system}", noop.wall_s if noop else None, limit)
+        if defined is not None and noop is not None:
+            # What no build of this graph goes below: Python defining the graph.
+            floor = f"; the graph's definition alone (kiln list --all): {defined.wall_s:.3f} s"
+            over = ", itself over the limit" if defined.wall_s > limit else ""
+            row = dataclasses.replace(row, margin=row.margin + floor + over)
+        rows.append(row)
         rows.append(
             _versus(
                 f"defaults: {n} warm cache, fresh output dir ÷ clean, {system}",

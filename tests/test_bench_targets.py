@@ -143,3 +143,33 @@ def test_a_run_without_the_graph_stages_writes_no_empty_graph_table(bench) -> No
         sys.path.remove(str(BENCH))
     assert "## Targets" in text
     assert "layered diamonds" not in text  # --only-defaults ran no graph stage
+
+
+def test_the_defaults_rows_give_the_no_op_its_floor_and_the_kernels_share(bench) -> None:  # type: ignore[no-untyped-def]
+    measure, _, targets, _ = bench
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _defaults
+        import _graph
+    finally:
+        sys.path.remove(str(BENCH))
+    d = _defaults.DefaultsResult(_graph.make_graph(100, 100), runs=1)
+    py = _defaults.KILN_PY_CACHE.name
+
+    def series(wall: float, sys_s: float | None = None) -> object:
+        s = measure.Series(py)
+        s.samples.append(measure.Sample(wall, wall, 50.0, 0, sys_s=sys_s))
+        return s
+
+    d.series = {
+        "clean": {py: series(9.0, 4.5)},
+        "no-op": {py: series(0.9), "doit": series(1.3)},
+        _defaults.DEFINED: {py: series(0.36)},
+    }
+    row = next(r for r in targets.defaults_targets(d) if r.name == f"defaults: 10k no-op, {py}")
+    assert row.met is False and row.measured == "0.900 s"
+    floor = "the graph's definition alone (kiln list --all): 0.360 s, itself over the limit"
+    assert row.margin.endswith(floor)
+    table = "\n".join(_defaults.defaults_table(d))
+    assert f"| 100x100 | clean | {py} | 1 | 9.00 | 9.00 | 4.50 |" in table
+    assert f"| 100x100 | no-op | {py} | 1 | 0.90 | 0.90 |  |" in table  # sys not measured
