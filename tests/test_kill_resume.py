@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from procs import wait_gone
@@ -442,3 +443,97 @@ def test_finished_actions_are_recorded_before_dependents_start_and_soon_otherwis
     assert (gen / "beside.out").read_text() == "recorded"
     names = ("first", "after", "beside")
     assert recorded(tmp_path / "kiln-out") == {f"records/{n}.out" for n in names}
+
+
+THIRD_WAITS = """\
+import os, sys, time
+name, out = sys.argv[1:]
+here = os.path.dirname(os.path.realpath(__file__))
+with open(os.path.join(here, "ran.log"), "a") as log:
+    log.write(name + "\\n")
+with open(os.path.join(here, "ran.log")) as log:
+    third = len(log.read().splitlines()) == 3
+if third and os.path.exists(os.path.join(here, "slow.flag")):
+    open(os.path.join(here, "marker.tmp"), "w").write(str(os.getpid()))
+    os.replace(os.path.join(here, "marker.tmp"), os.path.join(here, "marker"))
+    time.sleep(60)
+open(out, "w").write(name)
+"""
+
+MANY = """\
+import sys
+from kiln import entrypoint, run_command
+
+@entrypoint
+def many():
+    return [run_command(name=f"m{i:02}.out", command=[sys.executable, "third.py", f"m{i:02}.out",
+                                                      "{out}"])
+            for i in range(40)]
+"""
+
+
+def test_actions_claimed_ahead_that_never_started_run_in_the_next_build(
+    tmp_path: Path, runs: Runs, write_module: Callable[..., Path]
+) -> None:
+    """A round's transaction claims the actions waiting after it too (their records
+    dropped, their outputs kiln's); a build killed before they start leaves them to
+    the next build, which runs each of them and what finished unrecorded, once."""
+    write_module(MANY, header=False)
+    (tmp_path / "third.py").write_text(THIRD_WAITS)
+    (tmp_path / "slow.flag").write_text("")
+    marker = tmp_path / "marker"
+    proc = runs.start("-j", "1")
+    runs.kill_when(proc, marker.exists)
+    runs.pids.append(int(marker.read_text()))
+    first = ran(tmp_path)
+    assert len(first) == 3
+    out = tmp_path / "kiln-out"
+    # The two that finished are recorded within GROUP_COMMIT_S: a kill sooner loses it.
+    kept = recorded(out)
+    assert kept <= {f"many/{name}" for name in first}
+    assert len(kept) <= 2
+
+    (tmp_path / "slow.flag").unlink()
+    resumed = runs.run("-j", "2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"kiln: done: {40 - len(kept)} built, {len(kept)} up to date" in resumed.stderr
+    names = {f"m{i:02}.out" for i in range(40)}
+    assert ran(tmp_path) == sorted(names - {k.removeprefix("many/") for k in kept})
+    assert recorded(out) == {f"many/{n}" for n in names}
+    assert outputs(out) == clean_build(runs, "-j", "2")
+
+
+def test_a_round_of_actions_claimed_ahead_starts_without_a_transaction(
+    tmp_path: Path,
+    kiln_in_process: Callable[..., Any],
+    write_module: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Independent commands, one or two per round at -j 2: all are claimed by the
+    first round's transaction, not one transaction per round (the records of what
+    finished go to the state within GROUP_COMMIT_S)."""
+    write_module(
+        """\
+        from kiln import entrypoint, run_command
+
+        @entrypoint
+        def touch():
+            return [run_command(name=f"t{i}", command=["sh", "-c", ": > {out}"])
+                    for i in range(300)]
+        """,
+        header=False,
+    )
+    claims: list[int] = []
+    commit = StateStore.commit_round
+
+    def counted(self: StateStore, finished: Any, starting: list[str], *rest: Any) -> None:
+        if starting:
+            claims.append(len(starting))
+        commit(self, finished, starting, *rest)
+
+    monkeypatch.setattr(StateStore, "commit_round", counted)
+    result = kiln_in_process("build", "build.py", "-j", "2")
+    assert result.returncode == 0, result.stderr
+    assert sum(claims) >= 300  # every action claimed before it started
+    assert len(claims) <= 5, claims  # was one per round: 150 or more
+    assert "0 built, 300 up to date" in kiln_in_process("build", "build.py").stderr

@@ -245,9 +245,19 @@ class Scheduler:
         if not chosen:
             return
         # One transaction records what finished since the last one, drops the old
-        # records of the chosen and claims their outputs.
-        runs = ((e[3].action_id, self.plan.outputs[e[2]]) for e in chosen)
-        self._outputs.claim(runs, self.recorder.take())
+        # records of the chosen and claims their outputs, and does the same for every
+        # action that came to wait since the last one. A round that starts only
+        # actions claimed so, none of which depends on a record still waiting, needs
+        # no transaction: the records are written with the next one or when due
+        # (``Recorder``).
+        unclaimed = self._outputs.unclaimed([e[3].action_id for e in chosen])
+        if unclaimed or self.recorder.read_by(e[2] for e in chosen):
+            outputs = self.plan.outputs
+            self._outputs.claim(
+                [(e[3].action_id, outputs[e[2]]) for e in chosen if e[3].action_id in unclaimed],
+                self.recorder.take(),
+                [(e[3].action_id, outputs[e[2]]) for e in ready.take_arrived()],
+            )
         for entry in chosen:
             self._start(entry[2], entry[3], entry[:2])
 

@@ -43,24 +43,41 @@ class ActionOutputs:
         self._written: set[str] | None = None
         self._user_files: frozenset[str] | None = None  # ``kiln.output_dir.prefilled``'s, read once
         self._claimed: set[BuildFile] = set()  # claimed by ``claim``, not yet prepared
+        self._ahead: set[str] = set()  # actions claimed ahead of their round, not started
 
     def claim(
         self,
         runs: Iterable[tuple[str, Iterable[BuildFile]]],
         finished: tuple[list[tuple[str, ActionRecord]], list[tuple[str, FailureRecord]]],
+        ahead: Iterable[tuple[str, Iterable[BuildFile]]] = (),
     ) -> None:
         """Before a round of actions (``(action id, outputs)``) starts, in one
         transaction with the records of the actions ``finished`` since the last
         round and the failures to remember: drop their records (and remembered
-        failures) and claim their outputs as kiln's to write."""
-        ids, paths = [], []
-        for action_id, outputs in runs:
+        failures) and claim their outputs as kiln's to write. The same is done for
+        the actions ``ahead``, waiting to start in a later round: a round that
+        starts only actions claimed so needs no transaction (``unclaimed``)."""
+        ids: list[str] = []
+        paths: list[str] = []
+        now = list(runs)
+        starting = {i for i, _ in now}
+        later = [(i, f) for i, f in ahead if i not in starting and i not in self._ahead]
+        for action_id, outputs in (*now, *later):
             ids.append(action_id)
             for f in outputs:
                 if f.source is None and not self._users(f):
                     paths.append(f.layout.relative_path(f))
                     self._claimed.add(f)
         self._store.commit_round(finished[0], ids, paths, finished[1])
+        self._ahead.update(i for i, _ in later)
+
+    def unclaimed(self, ids: list[str]) -> set[str]:
+        """Those of ``ids`` that no earlier ``claim`` claimed ahead. They are about to
+        start: none of them counts as claimed ahead any more."""
+        ahead = self._ahead
+        missing = {i for i in ids if i not in ahead}
+        ahead.difference_update(ids)
+        return missing
 
     def prepare(self, outputs: Iterable[BuildFile]) -> None:
         """Record ``outputs`` as kiln's to write (unless ``claim`` did), then make

@@ -26,7 +26,8 @@ class ReadyQueue:
     """Invariants: ``pending[n]`` counts the deps of ``n`` not yet finished; a node
     is in ``finished`` once it succeeded, failed or was cascaded; ``ready`` holds
     the nodes all of whose deps succeeded that nobody took yet; ``waiting`` is a
-    heap, its first entry the action to start next."""
+    heap, its first entry the action to start next; ``arrived`` lists the entries
+    queued since the last ``take_arrived``, in arrival order."""
 
     def __init__(
         self, plan: Plan, paths: Callable[[], dict[BuildDependency, float]] | None = None
@@ -36,6 +37,7 @@ class ReadyQueue:
         self.ready: deque[BuildDependency] = deque(n for n in plan.order if not n.deps)
         self.finished: set[BuildDependency] = set()
         self.waiting: list[Waiting] = []
+        self.arrived: list[Waiting] = []
         self._arrivals = itertools.count()
         self._paths_of = paths  # None: first come, first served
         self._paths: dict[BuildDependency, float] | None = None
@@ -76,7 +78,14 @@ class ReadyQueue:
             if self._paths is None:  # first needed now: a no-op build never computes it
                 self._paths = self._paths_of()
             priority = -self._paths[action]
-        heapq.heappush(self.waiting, (priority, next(self._arrivals), action, decision))
+        entry = (priority, next(self._arrivals), action, decision)
+        heapq.heappush(self.waiting, entry)
+        self.arrived.append(entry)
+
+    def take_arrived(self) -> list[Waiting]:
+        """The entries queued since the last call (some may have started since)."""
+        arrived, self.arrived = self.arrived, []
+        return arrived
 
     def next_waiting(self) -> Waiting:
         return heapq.heappop(self.waiting)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 
 from kiln.graph import BuildAction, BuildFile
 from kiln.incremental import Decision
@@ -28,14 +29,16 @@ GROUP_COMMIT_S = 0.05
 
 class Recorder:
     """Invariant: ``unrecorded`` holds the records of the actions that finished
-    since the last transaction, ``failures`` the failures to remember since then;
-    ``due`` is when they must be written at the latest (infinity when none wait)."""
+    since the last transaction, ``failures`` the failures to remember since then,
+    ``unwritten`` the actions of ``unrecorded``; ``due`` is when they must be
+    written at the latest (infinity when none wait)."""
 
     def __init__(self, store: StateStore, digests: dict[BuildFile, str | None]) -> None:
         self.store = store
         self._digests = digests  # every file's digest known this build
         self.unrecorded: list[tuple[str, ActionRecord]] = []
         self.failures: list[tuple[str, FailureRecord]] = []
+        self.unwritten: set[BuildAction] = set()
         self.due = math.inf
 
     def ran(self, decision: Decision, run: NodeRun) -> None:
@@ -54,6 +57,7 @@ class Recorder:
         self._due()
         record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)
         self.unrecorded.append((decision.action_id, record))
+        self.unwritten.add(action)
 
     def failed(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
         """``action`` ran and failed with ``error``: remember it with the next
@@ -71,7 +75,20 @@ class Recorder:
         """The records and failures waiting to be written; none wait afterwards."""
         finished = (self.unrecorded, self.failures)
         self.unrecorded, self.failures, self.due = [], [], math.inf
+        self.unwritten = set()
         return finished
+
+    def read_by(self, actions: Iterable[BuildAction]) -> bool:
+        """Whether one of ``actions`` depends on an action whose record waits (on it
+        or on a file it produced): then that record must be written before it starts."""
+        waiting = self.unwritten
+        if not waiting:
+            return False
+        return any(
+            dep in waiting or not waiting.isdisjoint(dep.deps)
+            for action in actions
+            for dep in action.deps
+        )
 
     def write(self) -> None:
         """Write the records and failures waiting, in one transaction."""
