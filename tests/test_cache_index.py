@@ -313,6 +313,8 @@ def test_after_many_misses_a_miss_costs_no_query_and_new_names_are_still_found(
     assert mine.get("stored elsewhere") is None
     assert queries == []
     assert ix.CacheIndex(path, lambda where, why: None).get("stored elsewhere") == b"theirs"
+    mine.close()  # the build ended: the next one in this process asks again
+    assert mine.get("stored elsewhere") == b"theirs"
 
 
 def test_an_index_holding_more_names_than_it_reads_asks_for_each(

@@ -459,11 +459,14 @@ class CacheIndex:
             return int(counted)
 
     def close(self) -> None:
-        """Write what waits and close the connections (opened again if needed)."""
+        """Write what waits and close the connections (opened again if needed). The
+        names read are forgotten: a later build in this process asks the database
+        again, and sees what other builds stored meanwhile."""
         with contextlib.suppress(OSError):
             self.flush()
         with self._write_lock, self._lock:
             self._close_connections()
+            self._misses, self._names = 0, None
 
     def _close_connections(self) -> None:
         for db in (self._db, self._writer):
