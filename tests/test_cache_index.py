@@ -89,7 +89,8 @@ def test_builds_in_four_processes_write_one_index_at_once_without_damage(
         project(root, f"salt{i % 2}", count)
     procs = [kiln_at(root, "build", "build.py", "-j", "2", cache=cache) for root in roots]
     errors = [finished(p) for p in procs]
-    assert all("warning" not in e for e in errors), errors
+    warned = [line for e in errors for line in e.splitlines() if "warning" in line]
+    assert warned == []
     db = sqlite3.connect(index_path(cache))
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     db.close()
@@ -276,63 +277,3 @@ def test_rows_of_the_wrong_type_are_neither_counted_nor_a_crash(
     db.close()
     for command in (["cache", "stats"], ["cache", "gc"]):
         finished(kiln_at(tmp_path, *command, cache=cache))
-
-
-def test_after_many_misses_a_miss_costs_no_query_and_new_names_are_still_found(
-    tmp_path: Path,
-) -> None:
-    """After ``NAMES_AFTER`` misses the index reads the names it holds once; then a
-    name outside them (and outside what this process stored since) is a miss without
-    a query, a name it held or stored since is still found, and a name another
-    process stored meanwhile is a miss (the action runs, as on any miss)."""
-    from kiln.cache import index as ix
-
-    path = str(tmp_path / "index.db")
-    other = ix.CacheIndex(path, lambda where, why: None)
-    assert other.put("held", b"old entry")
-    other.flush()
-    mine = ix.CacheIndex(path, lambda where, why: None)
-    assert mine.get("held") == b"old entry"
-    queries: list[str] = []
-    assert mine._connection(create=False) is not None
-    mine._db.set_trace_callback(queries.append)  # type: ignore[union-attr]
-    for i in range(ix.NAMES_AFTER):
-        assert mine.get(f"absent-{i}") is None
-    assert len(queries) == ix.NAMES_AFTER + 1  # one query per miss, then the names read
-    assert "SELECT name FROM entries" in queries[-1]
-    queries.clear()
-    assert mine.get("absent-again") is None
-    assert queries == []  # answered from memory
-    assert mine.get("held") == b"old entry"  # held when read: asked of the database
-    assert mine.put("stored here", b"new entry")
-    mine.flush()
-    assert mine.get("stored here") == b"new entry"
-    assert other.put("stored elsewhere", b"theirs")
-    other.flush()
-    queries.clear()
-    assert mine.get("stored elsewhere") is None
-    assert queries == []
-    assert ix.CacheIndex(path, lambda where, why: None).get("stored elsewhere") == b"theirs"
-    mine.close()  # the build ended: the next one in this process asks again
-    assert mine.get("stored elsewhere") == b"theirs"
-
-
-def test_an_index_holding_more_names_than_it_reads_asks_for_each(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from kiln.cache import index as ix
-
-    monkeypatch.setattr(ix, "NAMES_MAX", 3)
-    monkeypatch.setattr(ix, "NAMES_AFTER", 2)
-    path = str(tmp_path / "index.db")
-    other = ix.CacheIndex(path, lambda where, why: None)
-    for i in range(4):
-        assert other.put(f"held-{i}", b"x")
-    other.flush()
-    mine = ix.CacheIndex(path, lambda where, why: None)
-    for i in range(3):
-        assert mine.get(f"absent-{i}") is None
-    queries: list[str] = []
-    mine._db.set_trace_callback(queries.append)  # type: ignore[union-attr]
-    assert mine.get("absent-3") is None
-    assert len(queries) == 1  # too many names to hold: every lookup is a query

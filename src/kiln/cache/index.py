@@ -62,14 +62,6 @@ VERSION = 1
 BATCH_S = 1.0
 BATCH_MAX = 2048
 BUSY_S = 2.0
-# A build that looks up many names the index does not hold (a clean build with a
-# cold cache) would pay a query for each (10,000 tiny actions: ~0.25 s of the
-# scheduler's thread). After NAMES_AFTER such misses the names the index holds are
-# read once, if it holds at most NAMES_MAX; then a name outside them, and outside
-# what this process stored since, is a miss without a query. A name another build
-# stores meanwhile is then a miss here: the action runs, as on any miss.
-NAMES_AFTER = 256
-NAMES_MAX = 65_536
 WALK_EVERY_S = 24 * 3600.0  # eviction walks the whole cache at least this often
 _SUFFIXES = ("", "-wal", "-shm", "-journal")
 _SCHEMA = (
@@ -132,10 +124,6 @@ class CacheIndex:
         self._touched: set[str] = set()
         self._added = 0
         self._since = 0.0  # when the oldest pending write was made
-        self._misses = 0  # lookups the database answered with nothing
-        # Every name the database held when read (``NAMES_AFTER``), and those stored
-        # by this process since; None until then, or when it held too many.
-        self._names: set[str] | None = None
 
     # -- opening ---------------------------------------------------------------
 
@@ -220,8 +208,6 @@ class CacheIndex:
             data = self._pending.get(name) or self._flushing.get(name)
             if data is not None:
                 return data
-            if self._names is not None and name not in self._names:
-                return None
             db = self._connection(create=False)
             if db is None:
                 return None
@@ -234,7 +220,6 @@ class CacheIndex:
                 self._failed(e)
                 return None
             if row is None or not isinstance(row[0], bytes):
-                self._missed(db)
                 return None
             due = False
             if touch and not self.readonly:
@@ -244,18 +229,6 @@ class CacheIndex:
             self.flush()
         return bytes(row[0])
 
-    def _missed(self, db: sqlite3.Connection) -> None:
-        """Count a miss; at the ``NAMES_AFTER``-th, read the names the index holds."""
-        self._misses += 1
-        if self._misses != NAMES_AFTER:
-            return
-        try:
-            rows = db.execute("SELECT name FROM entries LIMIT ?", (NAMES_MAX + 1,)).fetchall()
-        except sqlite3.Error:
-            return  # every lookup still asks the database
-        if len(rows) <= NAMES_MAX:
-            self._names = {row[0] for row in rows if isinstance(row[0], str)}
-
     def put(self, name: str, data: bytes) -> bool:
         """Store ``data`` under ``name`` with the next batch (or spill it, should the
         index fail); False when the index takes no writes (the caller keeps the entry
@@ -264,8 +237,6 @@ class CacheIndex:
             if self.broken or self.readonly:
                 return False
             self._pending[name] = data
-            if self._names is not None:
-                self._names.add(name)
             self._added += len(data)
             due = self._due()
         if due:
@@ -459,14 +430,11 @@ class CacheIndex:
             return int(counted)
 
     def close(self) -> None:
-        """Write what waits and close the connections (opened again if needed). The
-        names read are forgotten: a later build in this process asks the database
-        again, and sees what other builds stored meanwhile."""
+        """Write what waits and close the connections (opened again if needed)."""
         with contextlib.suppress(OSError):
             self.flush()
         with self._write_lock, self._lock:
             self._close_connections()
-            self._misses, self._names = 0, None
 
     def _close_connections(self) -> None:
         for db in (self._db, self._writer):
