@@ -57,37 +57,34 @@ class Blob(Step):
         self.output.get_fs_path().write_bytes(self.output.path.encode().ljust(self.size, b"."))
 
 
+def many(count, name, make):
+    # ``count`` actions, the i-th made by ``make(output, i, executor)`` and writing
+    # the file ``name(i)``; their outputs.
+    ctx = BuildContext.current()
+    outs = [ctx.allocate_file(name(i)) for i in range(count)]
+    for i, out in enumerate(outs):
+        make(out, i, ctx.executor)
+    return outs
+
+
 @entrypoint
 def tiny():
-    ctx = BuildContext.current()
-    outs = []
-    for i in range(240):
-        out = ctx.allocate_file(f"t{i}.txt")
-        Step(output=out, desc=f"tiny {i}", executor=ctx.executor)
-        outs.append(out)
-    return outs
+    return many(240, lambda i: f"t{i}.txt",
+                lambda out, i, ex: Step(output=out, desc=f"tiny {i}", executor=ex))
 
 
 @entrypoint
 def sleepy():
-    ctx = BuildContext.current()
-    outs = []
-    for i in range(24):
-        out = ctx.allocate_file(f"s{i}.txt")
-        Sleeper(output=out, sleep=0.03, desc=f"sleepy {i}", executor=ctx.executor)
-        outs.append(out)
-    return outs
+    return many(24, lambda i: f"s{i}.txt",
+                lambda out, i, ex: Sleeper(output=out, sleep=0.03, desc=f"sleepy {i}",
+                                           executor=ex))
 
 
 @entrypoint
 def blobs():
-    ctx = BuildContext.current()
-    outs = []
-    for i in range(96):
-        out = ctx.allocate_file(f"{'big' if i % 2 else 'small'}{i}.bin")
-        Blob(output=out, size=300_000 if i % 2 else 40, desc=f"blob {i}", executor=ctx.executor)
-        outs.append(out)
-    return outs
+    return many(96, lambda i: f"{'big' if i % 2 else 'small'}{i}.bin",
+                lambda out, i, ex: Blob(output=out, size=300_000 if i % 2 else 40,
+                                        desc=f"blob {i}", executor=ex))
 
 
 @entrypoint
@@ -158,13 +155,13 @@ def test_a_hit_that_copies_a_blob_is_never_served_on_the_schedulers_thread(
     assert r.returncode == 0, r.stderr
     assert "0 built, 96 cached" in r.stderr
     events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
-    lanes = {
+    lane_of = {
         e["outputs"][0]["path"].rsplit("/", 1)[1]: e["lane"]
         for e in events
         if e["event"] == "cached"
     }
-    big = [lane for name, lane in lanes.items() if name.startswith("big")]
-    small = [lane for name, lane in lanes.items() if name.startswith("small")]
+    big = [lane for name, lane in lane_of.items() if name.startswith("big")]
+    small = [lane for name, lane in lane_of.items() if name.startswith("small")]
     assert len(big) == len(small) == 48
     assert "main" not in big, big
     assert small.count("main") >= 16, small
