@@ -19,7 +19,7 @@ def dead(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
+    except OSError:  # gone meanwhile: ENOENT, or ESRCH from a process being reaped
         return True
 
 

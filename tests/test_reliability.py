@@ -76,8 +76,11 @@ def _dead(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:  # gone meanwhile (ESRCH while it is reaped, or ENOENT)
+        return True
 
 
 class AfterDeath(BuildAction):
