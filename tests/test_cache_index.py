@@ -277,3 +277,57 @@ def test_rows_of_the_wrong_type_are_neither_counted_nor_a_crash(
     db.close()
     for command in (["cache", "stats"], ["cache", "gc"]):
         finished(kiln_at(tmp_path, *command, cache=cache))
+
+
+class _Rows(list[Any]):
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+
+def test_a_build_that_creates_the_index_meanwhile_is_seen_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two builds open a new index at once; the second finishes creating it right
+    after the first read which tables it has. The first sees the index whole or not
+    at all (never its tables missing with its id set: "another program's database")."""
+    import threading
+
+    import kiln.cache.index as index_module
+    from kiln.cache.index import CacheIndex
+
+    monkeypatch.setattr(index_module, "BUSY_S", 30.0)  # the other build waits, never gives up
+    path = str(tmp_path / "index.db")
+    said: dict[str, list[str]] = {"first": [], "other": []}
+    fired: list[threading.Thread] = []
+
+    def other_build() -> None:
+        index = CacheIndex(path, lambda place, why: said["other"].append(why))
+        index.put("other", b"o")
+        index.flush()
+
+    class Hooked(sqlite3.Connection):
+        def execute(self, sql: str, *args: Any) -> Any:  # type: ignore[override]
+            rows = _Rows(super().execute(sql, *args).fetchall())
+            if "sqlite_master" in sql and not fired:
+                fired.append(threading.Thread(target=other_build))
+                fired[0].start()
+                fired[0].join(1.0)  # done unless the first's read holds it off
+            return rows
+
+    connect = sqlite3.connect
+    first_connection = iter([True])
+
+    def hooked_connect(*args: Any, **kw: Any) -> sqlite3.Connection:
+        factory = Hooked if next(first_connection, False) else sqlite3.Connection
+        return connect(*args, **kw, factory=factory)
+
+    monkeypatch.setattr(index_module.sqlite3, "connect", hooked_connect)
+    first = CacheIndex(path, lambda place, why: said["first"].append(why))
+    first.put("first", b"f")
+    first.flush()
+    fired[0].join(30)
+    assert not fired[0].is_alive()
+    assert said == {"first": [], "other": []}
+    db = sqlite3.connect(path)
+    assert sorted(r[0] for r in db.execute("SELECT name FROM entries")) == ["first", "other"]
+    db.close()

@@ -454,12 +454,15 @@ def _read_only_fs(directory: str) -> bool:
 def _prepare(db: sqlite3.Connection, readonly: bool) -> None:
     """Check that ``db`` is kiln's index (_IndexUnusable if not) or, unless
     ``readonly``, make it one."""
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    app = db.execute("PRAGMA application_id").fetchone()[0]
+    # One read transaction: another build may be creating the index meanwhile, and
+    # statements read apart could see its tables missing but its id set.
+    with _transaction(db, "DEFERRED"):
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        app = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
     if tables or app:
         if app != APPLICATION_ID or not _TABLES.issubset(tables):
             raise _IndexUnusable("not kiln's index: another program's database")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
         if version != VERSION:
             raise _IndexUnusable(f"format {version}, which this kiln does not read")
     if readonly:
@@ -473,10 +476,11 @@ def _prepare(db: sqlite3.Connection, readonly: bool) -> None:
 
 
 @contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction (taken at once: never upgraded from a read, which a
-    concurrent writer could make fail without waiting); rolled back on any error."""
-    db.execute("BEGIN IMMEDIATE")
+def _transaction(db: sqlite3.Connection, kind: str = "IMMEDIATE") -> Iterator[None]:
+    """One transaction, rolled back on any error. A write transaction is taken at
+    once (IMMEDIATE: never upgraded from a read, which a concurrent writer could make
+    fail without waiting); DEFERRED for reads that must see one snapshot."""
+    db.execute(f"BEGIN {kind}")
     try:
         yield
     except BaseException:
