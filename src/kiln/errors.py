@@ -52,6 +52,7 @@ for a user-facing error.
 
 from __future__ import annotations
 
+import signal
 import traceback
 from typing import Any
 
@@ -201,12 +202,21 @@ class HelpShown(KilnError):
         self.exit_code = status
 
 
+def signal_name(signum: int) -> str:
+    """``SIGTERM``, ``SIGRTMIN+3``; ``signal N`` for a number no name is known for."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        low, high = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
+        return f"SIGRTMIN+{signum - low}" if low < signum < high else f"signal {signum}"
+
+
 class BuildInterrupted(KeyboardInterrupt):
     """The build was stopped by a signal; ``signum`` says which, ``exit_code``
     is 128 + ``signum``."""
 
     def __init__(self, signum: int):
-        super().__init__(f"interrupted by signal {signum}")
+        super().__init__(f"interrupted by {signal_name(signum)}")
         self.signum = signum
 
     @property

@@ -27,7 +27,7 @@ from typing import IO, cast
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import user_line
 from kiln.cli.options import COMMAND_HELP, parser_streams
-from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError
+from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError, signal_name
 from kiln.iree_shim import activated as iree_build_shim
 from kiln.terminal import TerminalStream, printable
 
@@ -138,7 +138,7 @@ def run_cli(
         _discard_broken(out, err)
         return 128 + signal.SIGPIPE
     except BuildInterrupted as e:
-        _say(err, f"kiln: interrupted by {signal.Signals(e.signum).name}")
+        _say(err, f"kiln: interrupted by {signal_name(e.signum)}")
         return e.exit_code
     except KeyboardInterrupt:
         _say(err, "kiln: interrupted")
@@ -246,19 +246,17 @@ _IREE_COMMAND_FLAGS = MappingProxyType(
 
 
 # The signals that end a build: clean-up, then exit 128 + N. Every signal whose
-# default action would end kiln on the spot, leaving commands and temporaries.
-STOP_SIGNALS = (
-    signal.SIGHUP,
-    signal.SIGINT,
-    signal.SIGPIPE,
-    signal.SIGTERM,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGALRM,
-    signal.SIGXCPU,
-    signal.SIGVTALRM,
-    signal.SIGPROF,
+# default action would end kiln on the spot (signal(7): "Term" and "Core"), leaving
+# commands and temporaries; but SIGKILL and SIGSTOP (which cannot be caught), the
+# faults a bad instruction or access raises in the process itself (SIGSEGV, SIGBUS,
+# SIGFPE, SIGILL, SIGABRT: a handler that returns meets them again; Python's
+# faulthandler reports those), and SIGXFSZ (ignored: the write fails with EFBIG).
+_STOP_NAMES = (
+    "SIGHUP SIGINT SIGPIPE SIGTERM SIGQUIT SIGUSR1 SIGUSR2 SIGALRM SIGXCPU SIGVTALRM "
+    "SIGPROF SIGTRAP SIGSYS SIGIO SIGPWR SIGSTKFLT"
+)
+STOP_SIGNALS = tuple(getattr(signal, n) for n in _STOP_NAMES.split() if hasattr(signal, n)) + tuple(
+    range(getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1) + 1)
 )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import pickle
 import select
-import signal
 import socket
 import sys
 import threading
@@ -19,7 +18,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kiln.errors import ActionFailed, ActionTimeout, RemoteError, TemplateGone, WorkerCrashed
+from kiln.errors import (
+    ActionFailed,
+    ActionTimeout,
+    RemoteError,
+    TemplateGone,
+    WorkerCrashed,
+    signal_name,
+)
 from kiln.iree_shim import active as iree_build_shim_active
 from kiln.process.template import Template, modules_for
 from kiln.process.worker import CHUNK, PAYLOAD, REPLY, Frames, send_framed
@@ -31,10 +37,8 @@ def describe_exit(exitcode: int | None) -> str:
     if exitcode is None:
         return "an unknown status"
     if exitcode < 0:
-        try:
-            return f"signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"signal {-exitcode}"
+        name = signal_name(-exitcode)
+        return name if name.startswith("signal") else f"signal {name}"
     return f"exit code {exitcode}"
 
 
