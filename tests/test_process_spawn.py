@@ -256,3 +256,61 @@ def test_commands_are_started_by_the_worker_threads_within_jobs(
     assert len(handed) == 6
     seen = [int((tmp_path / f"kiln-out/genfiles/b/o{i}").read_text()) for i in range(6)]
     assert max(seen) <= 2, seen
+
+
+READS_STDIN = """
+@entrypoint
+def reads():
+    return run_command(name="r.txt", command=["sh", "-c", "cat > {out}"])
+"""
+
+
+def test_a_command_reads_nothing_from_kilns_stdin(write_module, tmp_path: Path) -> None:
+    """What a command would read from kiln's terminal or pipe is in no key: a command
+    that reads its stdin gets end of file at once, never kiln's input, never a wait."""
+    write_module(READS_STDIN)
+    with open(tmp_path / "err.txt", "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kiln", "build", "build.py", "--no-cache"],
+            cwd=tmp_path,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(b"typed by the user\n")
+        proc.stdin.flush()  # and kept open, as a terminal is
+        try:
+            assert proc.wait(timeout=60) == 0, (tmp_path / "err.txt").read_text()
+        finally:
+            proc.kill()
+            proc.stdin.close()
+    assert (tmp_path / "kiln-out/genfiles/reads/r.txt").read_bytes() == b""
+
+
+SPAWN_READER = """
+import os, sys
+from kiln.process import posix_spawn
+
+if sys.argv[1] == "through-sh":
+    posix_spawn._libc = lambda signals: None
+pid = posix_spawn.spawn("/bin/sh", ["sh", "-c", "readlink /proc/self/fd/0; cat"],
+                        [b"PATH=/usr/bin:/bin"], cwd=".", out_fd=1, close_fds=())
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.parametrize("way", ["posix_spawn", "through-sh"])
+def test_spawn_gives_a_command_dev_null_for_stdin(tmp_path: Path, way: str) -> None:
+    """Both ways of starting a command (the C library's, and ``sh`` where it has no
+    ``addchdir_np``) open ``/dev/null`` as its stdin, whatever the caller's is."""
+    r = subprocess.run(
+        [sys.executable, "-c", SPAWN_READER, way],
+        cwd=tmp_path,
+        input=b"the caller's input\n",
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"/dev/null\n"  # and cat read nothing

@@ -49,7 +49,9 @@ def compile_module(
         header = f"$ {redact_urls(subprocess.list2cmdline(cmd))}\n"
         fd = open_log(log_path, header)
         try:
-            returncode = subprocess.run(cmd, stdout=fd, stderr=fd).returncode
+            returncode = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd
+            ).returncode
         finally:
             os.close(fd)
         if returncode != 0:

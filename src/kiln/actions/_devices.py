@@ -64,6 +64,7 @@ def list_devices(driver: str) -> list[str]:
         return [f"{driver}://"]
     proc = subprocess.run(
         [runtime_tool("iree-run-module"), f"--list_devices={driver}"],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         errors="replace",

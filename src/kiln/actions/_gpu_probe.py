@@ -55,7 +55,14 @@ def probe(flags: list[str]) -> str | None:
         with open(source, "w", encoding="utf-8") as f:
             f.write(_PROBE)
         cmd = [exe, source, *flags, "--compile-to=executable-configurations", "-o", os.devnull]
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120)
+        proc = subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=120,
+        )
     if proc.returncode == 0:
         return None
     lines = (proc.stdout + proc.stderr).splitlines()

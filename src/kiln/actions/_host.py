@@ -172,7 +172,14 @@ def _probe(target: list[str]) -> dict[str, str]:
         with open(source, "w", encoding="utf-8") as f:
             f.write(_PROBE)
         cmd = [exe, source, *target, "--compile-to=executable-configurations", "-o", "-"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300)
+        proc = subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=300,
+        )
     match = _TARGET.search(proc.stdout)
     if proc.returncode != 0 or match is None:
         lines = [ln for ln in proc.stderr.splitlines() if "error:" in ln]

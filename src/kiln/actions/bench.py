@@ -93,7 +93,9 @@ def _measure(
     # Both streams go to files, not memory: the module may print without bound.
     out_path, err_path = os.path.join(input_dir, "out.json"), os.path.join(input_dir, "err.txt")
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        returncode = subprocess.run(cmd, stdout=out, stderr=err).returncode
+        returncode = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+        ).returncode
     if returncode != 0:
         tail = read_tail(err_path if os.path.getsize(err_path) else out_path, max_lines=12)
         raise ToolError(

@@ -39,6 +39,7 @@ class _Libc:
         self.destroy = libc.posix_spawn_file_actions_destroy
         self.dup2 = libc.posix_spawn_file_actions_adddup2
         self.close = libc.posix_spawn_file_actions_addclose
+        self.open = libc.posix_spawn_file_actions_addopen
         self.chdir = libc.posix_spawn_file_actions_addchdir_np
         self.spawn = libc.posix_spawn
         self.attr = _Opaque()
@@ -83,8 +84,10 @@ def spawn(
     default_signals: Sequence[int] = (signal.SIGPIPE,),
 ) -> int:
     """Start ``program`` with ``argv`` and ``env`` (``NAME=VALUE`` entries) in ``cwd``,
-    in a new session, stdout and stderr on ``out_fd``, ``close_fds`` closed and
-    ``default_signals`` at their defaults; its pid. Raises OSError when it cannot."""
+    in a new session, stdin from ``/dev/null`` (a command never reads kiln's terminal
+    or pipe: an input outside the key), stdout and stderr on ``out_fd``, ``close_fds``
+    closed and ``default_signals`` at their defaults; its pid. Raises OSError when it
+    cannot."""
     libc = _libc(tuple(int(s) for s in default_signals))
     if libc is None:
         return _spawn_through_shell(program, argv, env, cwd, out_fd, close_fds, default_signals)
@@ -92,6 +95,7 @@ def spawn(
     libc.init(ctypes.byref(actions))
     try:
         ref = ctypes.byref(actions)
+        libc.open(ref, 0, os.devnull.encode(), os.O_RDONLY, 0)
         libc.dup2(ref, out_fd, 1)
         libc.dup2(ref, out_fd, 2)
         for fd in close_fds:
@@ -125,7 +129,8 @@ def _spawn_through_shell(
         raise FileNotFoundError(2, "No such directory", cwd)
     shell = ["sh", "-c", 'cd -- "$1" && shift 2 && exec "$@"', "kiln", cwd, "--", program]
     shell += argv[1:]
-    actions: list[tuple[int, ...]] = [
+    actions: list[tuple[int | str, ...]] = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_DUP2, out_fd, 1),
         (os.POSIX_SPAWN_DUP2, out_fd, 2),
     ]
