@@ -49,6 +49,36 @@ def printable(text: str, *, one_line: bool = False) -> str:
     return pattern.sub(_escape, text)
 
 
+class PrintableOutput(io.TextIOBase):
+    """kiln's stdout (listings, built paths, help, graph text): every write escaped
+    (``printable``; lines and tabs kept). Unlike ``TerminalStream`` its errors reach
+    the caller: a closed stdout ends kiln quietly where the command line sees it."""
+
+    def __init__(self, stream: IO[str]):
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class TerminalStream(io.TextIOBase):
     """kiln's stderr. Every write is escaped (``printable``) and never raises once
     the reader has gone: a progress line must not break the thread that prints

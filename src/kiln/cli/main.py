@@ -29,7 +29,7 @@ from kiln.cli.loader import user_line
 from kiln.cli.options import COMMAND_HELP, parser_streams
 from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError, signal_name
 from kiln.iree_shim import activated as iree_build_shim
-from kiln.terminal import TerminalStream, printable
+from kiln.terminal import PrintableOutput, TerminalStream, printable
 
 USAGE_LINES = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
        kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]"""
@@ -122,8 +122,9 @@ def run_cli(
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
 ) -> int:
-    out = stdout if stdout is not None else sys.stdout
-    # Every line kiln prints goes through it, escaped (``kiln.terminal``).
+    # Every line kiln prints goes through these, escaped (``kiln.terminal``): names of
+    # files, descriptions and help texts come from build modules and the file system.
+    out = cast(IO[str], PrintableOutput(stdout if stdout is not None else sys.stdout))
     err = cast(IO[str], TerminalStream(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
     # While kiln runs, the build module's (and its libraries') ``import iree.build``

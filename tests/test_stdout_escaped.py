@@ -1,0 +1,55 @@
+"""What kiln prints on stdout (listings, built paths, help, graph text) comes from
+build modules and the file system: it reaches the terminal only escaped, as its
+stderr does (``kiln.terminal.printable``), in every command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.in_process
+
+TITLE = "\x1b]0;PWNED\x07\x1b[2J"  # sets the terminal's title, clears the screen
+SHOWN = "\\x1b]0;PWNED\\x07\\x1b[2J"
+
+MODULE = r"""
+T = "\x1b]0;PWNED\x07\x1b[2J"
+
+@entrypoint(description="MNIST " + T)
+def ep(flavour=cl_arg("flavour", default="a", help="which one " + T)):
+    src = source_file("evil" + T + ".txt")
+    return run_command(name="right\u202eleft.txt", inputs=[src],
+                       command=["cp", "{inputs[0]}", "{out}"])
+"""
+
+
+@pytest.fixture
+def project(write_module, tmp_path: Path) -> Path:
+    write_module(MODULE)
+    (tmp_path / f"evil{TITLE}.txt").write_text("data\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "build.py"],
+        ["list", "build.py", "--all"],
+        ["list", "build.py", "--all", "--bare"],
+        ["build.py", "--list-all"],
+        ["build", "build.py", "--help"],
+        ["graph", "build.py"],
+        ["build", "build.py"],
+    ],
+    ids=["list", "list-all", "list-bare", "iree-list-all", "help", "graph", "build"],
+)
+def test_stdout_carries_no_raw_control_character(kiln, project: Path, argv: list[str]) -> None:
+    r = kiln(*argv)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\u202e" not in r.stdout
+    if argv[0] == "build" and "--help" not in argv:
+        assert "right\\u202eleft.txt" in r.stdout  # the built path, escaped
+        assert (project / "kiln-out/genfiles/ep/right\u202eleft.txt").read_text() == "data\n"
+    elif argv[0] != "graph":
+        assert SHOWN in r.stdout  # said, escaped, not dropped
