@@ -78,6 +78,28 @@ def make(name, deps=(), **kw):
 """
 
 CASES = [
+    Case(
+        "entrypoint-name-with-a-slash",
+        2,
+        ["entrypoint name 'models/mnist' (at {module}:{line}) is not a name"],
+        extra=(
+            "def make():  # HERE\n"
+            "    return run_command(name='x.txt', command=['sh', '-c', 'echo > {{out}}'])\n"
+            "make.__name__ = 'models/mnist'\n"
+            "mnist = entrypoint(make)\n"
+        ),
+    ),
+    Case(
+        "path-taken-by-an-entrypoint",
+        2,
+        ["duplicate path 'dot': defined at {module}:{line} and already at {module}:{first}"],
+        extra=(
+            "@entrypoint  # FIRST\n"
+            "def dot():\n"
+            "    return run_command(name='ls.txt', inputs=[source_file('.')],  # HERE\n"
+            "                       command=['sh', '-c', 'ls {{inputs[0]}} > {{out}}'])\n"
+        ),
+    ),
     # -- the build module --------------------------------------------------------
     Case(
         "syntax-error",

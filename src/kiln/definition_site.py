@@ -38,6 +38,12 @@ class DefinitionSite:
             frame = frame.f_back
         return cls(frame.f_code.co_filename, frame.f_lineno)
 
+    @classmethod
+    def of_function(cls, function: object) -> DefinitionSite | None:
+        """Where ``function`` (or what it wraps) is defined: its ``def`` line."""
+        code = getattr(getattr(function, "__wrapped__", function), "__code__", None)
+        return cls(code.co_filename, code.co_firstlineno) if code is not None else None
+
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno}"
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kiln.args import ClArg, expand_cl_arg_defaults, extract_cl_arg_defs
+from kiln.definition_site import DefinitionSite
 from kiln.errors import BuildDefinitionError
 from kiln.graph import BuildContext, BuildEntrypoint, BuildFile, join_namespace
 
@@ -15,6 +16,7 @@ class Entrypoint:
     """A named build function; calling it inside a context builds its subgraph."""
 
     def __init__(self, name: str, wrapped: Callable[..., Any], description: str | None = None):
+        _check_name(name, wrapped)
         self.name = name
         self.description = description or (wrapped.__doc__ or "").strip().split("\n")[0]
         self.cl_arg_defs: list[ClArg] = list(extract_cl_arg_defs(wrapped))
@@ -41,8 +43,8 @@ class Entrypoint:
         items = list(results) if isinstance(results, Iterable) else [results]
         if all(isinstance(item, str | BuildFile) for item in items):
             return items
-        code = getattr(getattr(self, "__wrapped__", None), "__code__", None)
-        where = f" (at {code.co_filename}:{code.co_firstlineno})" if code else ""
+        site = DefinitionSite.of_function(self)
+        where = f" (at {site})" if site else ""
         raise BuildDefinitionError(
             f"entrypoint '{self.name}'{where} returned {results!r}; return None, a "
             "BuildFile, a file name, or a list of them"
@@ -50,6 +52,20 @@ class Entrypoint:
 
     def __repr__(self) -> str:
         return f"Entrypoint({self.name!r})"
+
+
+def _check_name(name: object, wrapped: Callable[..., Any]) -> None:
+    """An entrypoint's name is one component of the graph's paths (and of the output
+    directory's): never empty, ``.``, ``..`` or with a ``/`` (a target could never
+    name it, and it would be built under another entrypoint's directory)."""
+    if isinstance(name, str) and name not in ("", ".", "..") and "/" not in name:
+        return
+    site = DefinitionSite.of_function(wrapped)
+    where = f" (at {site})" if site else ""
+    raise BuildDefinitionError(
+        f"entrypoint name {name!r}{where} is not a name: give the function a name without "
+        "'/' that is not empty, '.' or '..'"
+    )
 
 
 def entrypoint(f: Callable[..., Any] | None = None, *, description: str | None = None) -> Any:

@@ -25,9 +25,9 @@ class BuildContext(BuildDependency):
     relative to its ``path``. ``BuildContext.current()`` is the innermost one
     entered (held in a ``ContextVar``)."""
 
-    def __init__(self, path: str, executor: GraphHost):
+    def __init__(self, path: str, executor: GraphHost, site: DefinitionSite | None = None):
         super().__init__(executor=executor)
-        self.def_site = DefinitionSite.capture(self)
+        self.def_site = site or DefinitionSite.capture(self)
         self.path = path
         self._tokens: list[Any] = []
         self._graph.register(path, self)
@@ -133,6 +133,7 @@ class BuildEntrypoint(BuildContext):
     """The context of one called entrypoint; ``outputs`` are the files it returned."""
 
     def __init__(self, path: str, executor: GraphHost, entrypoint: Any):
-        super().__init__(path, executor)
+        # Its site is the entrypoint's ``def``: kiln calls it, no line of the user's does.
+        super().__init__(path, executor, DefinitionSite.of_function(entrypoint))
         self.entrypoint = entrypoint
         self.outputs: list[BuildFile] = []
