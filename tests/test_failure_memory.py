@@ -599,3 +599,52 @@ def test_a_failures_table_of_other_columns_is_replaced(commands, kiln, tmp_path:
             ("gen/demo/bad.txt",)
         ]
     assert kiln("build", "build.py").returncode == 1 and runs(tmp_path) == 2
+
+
+FILLS_THE_DISK = """
+@entrypoint
+def big():
+    return run_command(name="big.bin", command=["sh", "-c", "head -c 3000000 /dev/zero > {out}"])
+"""
+
+
+def test_a_failure_on_a_full_disk_is_retried_though_its_words_were_lost(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    """The command's "No space left on device" went to its log, on the same full disk:
+    kiln read no such words. The disk being full at the failure is enough: once there
+    is room the next build runs it (it is not "failed (unchanged)")."""
+    import os
+
+    write_module(FILLS_THE_DISK)
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)]
+    r = subprocess.run(mount, capture_output=True, text=True)
+    if r.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs in CI: {r.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+    try:
+        failed = kiln("build", "build.py", "--output-dir", str(mnt / "out"))
+        assert failed.returncode == 1, failed.stderr
+        subprocess.run(["mount", "-o", "remount,size=16m", str(mnt)], check=True)
+        again = kiln("build", "build.py", "--output-dir", str(mnt / "out"))
+        assert again.returncode == 0, again.stderr
+        assert "(unchanged)" not in again.stderr
+        assert (mnt / "out/genfiles/big/big.bin").stat().st_size == 3_000_000
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_any_failure_while_the_disk_is_nearly_full_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kiln.scheduling.failures as failures
+
+    error = ValueError("deterministic")
+    (tmp_path / "out").mkdir()
+    assert retry_reason(_action(tmp_path, _Failing), _keyed(), error) is None
+    monkeypatch.setattr(failures, "LOW_SPACE", 1 << 62)  # more than any disk has free
+    why = retry_reason(_action(tmp_path, _Failing), _keyed(), error)
+    assert why is not None and "disk has less than" in why

@@ -23,7 +23,10 @@ Never remembered:
   failed, a file of the wrong kind);
 - a failure whose message carries the operating system's words for a machine
   that ran out of something or a network that failed (a tool that found the
-  disk full exits 1 like any other failure, but says so).
+  disk full exits 1 like any other failure, but says so);
+- any failure while the output directory's disk is nearly full (``LOW_SPACE``) or
+  out of inodes: a tool that found it full may have said so nowhere kiln can read
+  (its log is on that disk too).
 
 Each exception in the chain (``__cause__``, and ``__context__`` unless the raiser
 suppressed it with ``from None``) counts, so an ``ActionFailed`` raised from, or
@@ -102,6 +105,7 @@ RESOURCE_WORDS = (
     "name or service not known",
 )
 _SIGKILL_BY_SHELL = 128 + signal.SIGKILL
+LOW_SPACE = 64 << 20  # bytes free on the output directory's disk, below which it is full
 _MAX_CHAIN = 32
 
 
@@ -120,6 +124,19 @@ def retry_reason(action: BuildAction, decision: Decision, error: BaseException) 
     said = next((words for words in RESOURCE_WORDS if words in text), None)
     if said is not None:
         return f"its error says {said!r}"
+    return _disk_full(action)
+
+
+def _disk_full(action: BuildAction) -> str | None:
+    """Why the output directory's disk counts as full now, or None."""
+    try:
+        disk = os.statvfs(action.executor.layout.output_dir)
+    except (AttributeError, OSError):
+        return None
+    if disk.f_bavail * disk.f_frsize < LOW_SPACE:
+        return f"the output directory's disk has less than {LOW_SPACE >> 20} MiB free"
+    if disk.f_files and not disk.f_favail:
+        return "the output directory's disk has no free inode"
     return None
 
 
