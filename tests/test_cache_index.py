@@ -331,3 +331,77 @@ def test_a_build_that_creates_the_index_meanwhile_is_seen_whole_or_not_at_all(
     db = sqlite3.connect(path)
     assert sorted(r[0] for r in db.execute("SELECT name FROM entries")) == ["first", "other"]
     db.close()
+
+
+def _clear(cache: Path) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "kiln", "cache", "clear", "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stderr
+
+
+@pytest.mark.parametrize("index", ["open", "not yet made"])
+def test_a_build_using_the_cache_goes_on_using_it_after_kiln_cache_clear(
+    tmp_path: Path, index: str
+) -> None:
+    """``kiln cache clear`` in another process while a build holds the cache (its
+    directories seen, its index open or not yet made, so that ``v1/`` goes): what
+    the build stores afterwards, blobs and entries, is stored and found by the next
+    build, without a warning."""
+    import hashlib
+
+    from kiln.cache.local import LocalCache
+
+    cache, said = tmp_path / "cache", []
+    running = LocalCache(cache, said.append)
+    blob = tmp_path / "blob"
+
+    def store(content: bytes) -> str:
+        blob.write_bytes(content)
+        digest = hashlib.sha256(content).hexdigest()
+        assert running.put_file(blob, digest)
+        return digest
+
+    def entry(name: str) -> tuple[str, bytes]:
+        key = hashlib.sha256(name.encode()).hexdigest()
+        return key, json.dumps({"key": key, "name": name}).encode()
+
+    store(b"before" * 1000)
+    if index == "open":
+        key, data = entry("before")
+        running.put_entry(key, data)
+        running.index.flush()
+    assert "removed" in _clear(cache)
+    assert (cache / "v1").exists() == (index == "open")
+    after = store(b"after" * 1000)  # its tmp/ and cas/ directories are gone
+    key, data = entry("after")
+    running.put_entry(key, data)
+    running.index.flush()
+    running.log_build({"hits": 0})
+    running.close()
+    assert said == []
+    later = LocalCache(cache, said.append)
+    assert later.has_blob(after)
+    assert later.get_entry(key) == data
+    assert later.get_entry(entry("before")[0]) is None  # cleared
+    assert said == []
+
+
+def test_kiln_cache_clear_leaves_the_temporary_a_build_is_writing(tmp_path: Path) -> None:
+    from kiln.cache.local import LocalCache
+
+    cache = tmp_path / "cache"
+    running = LocalCache(cache)
+    fd, name = running.dir.new_tmp("w-")
+    try:
+        old_fd, old = running.dir.new_tmp("w-")
+        os.close(old_fd)
+        os.utime(old, (time.time() - 3600, time.time() - 3600))  # a killed build's
+        _clear(cache)
+        assert os.path.exists(name) and not os.path.exists(old)
+    finally:
+        os.close(fd)

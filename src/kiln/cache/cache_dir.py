@@ -211,24 +211,35 @@ class CacheDir:
 
     def make_dirs(self, directory: str) -> None:
         """Make ``directory`` of the layout (claiming the cache first); ConfinementError
-        if a link or another kind of file is in the way."""
+        if a link or another kind of file is in the way. A directory made before and
+        removed since (``kiln cache clear`` while a build runs) is made again."""
         self._tree.make_dirs(directory)
+        if not _is_dir(directory):
+            self._tree = self._new_tree()
+            self._tree.make_dirs(directory)
 
     def new_tmp(self, prefix: str) -> tuple[int, str]:
         """A new, empty file under ``tmp/``: its descriptor (open for writing) and
         name, unique among the processes and threads sharing the cache."""
         tmp = f"{self._base}/tmp"
+        made: list[tuple[int, str]] = []
+
+        def make() -> None:
+            self.make_dirs(tmp)
+            while True:
+                name = f"{tmp}/{prefix}{self._tag}-{next(self._serial)}"
+                try:
+                    made.append((os.open(name, _NEW_TMP, 0o600), name))
+                    return
+                except FileExistsError:  # left by a process of the same tag: the next name
+                    continue
+
         try:
-            self._retrying(lambda: self.make_dirs(tmp))
+            self._retrying(make)
         except ConfinementError as e:  # nowhere to write: the cache cannot be filled
             self.skip(tmp, str(e))
             raise OSError(errno.ENOTDIR, f"{tmp} is not a directory kiln made") from None
-        while True:
-            name = f"{tmp}/{prefix}{self._tag}-{next(self._serial)}"
-            try:
-                return os.open(name, _NEW_TMP, 0o600), name
-            except FileExistsError:  # left by a process of the same tag: the next name
-                continue
+        return made[0]
 
     def commit(self, tmp: str, target: str) -> None:
         """Give the temporary ``tmp`` (its mode set through its descriptor) its place
@@ -271,9 +282,15 @@ class CacheDir:
         """Append ``line`` to ``builds.log``; its size after. A link, FIFO or other
         file there is reported and left (-1)."""
         path = self.log_file
+        opened: list[int] = []
+
+        def open_log() -> None:
+            self.make_dirs(self._base)
+            opened.append(open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+
         try:
-            self._retrying(lambda: self.make_dirs(self._base))
-            fd = open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            self._retrying(open_log)
+            fd = opened[0]
         except ConfinementError as e:
             self.skip(self._base, str(e))
             return -1
@@ -340,6 +357,13 @@ class CacheDir:
         if self._tree.dir_problem(self._base) is None:
             _rmdir_quietly(self._base)
         self._tree = self._new_tree()
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _exists(path: str) -> bool:

@@ -406,28 +406,42 @@ class CacheIndex:
                 self._failed(e)
 
     def clear(self) -> int:
-        """Remove the index (its entries: how many there were), unless it is not
-        kiln's (reported, left as it is)."""
+        """Remove the index's entries (how many there were). A sound index is emptied
+        in one transaction and kept: builds that have it open go on writing to it, and
+        what they store is kept (a database removed under them would take it along). A
+        damaged one is removed; one that is not kiln's is reported and left as it is."""
         with self._write_lock, self._lock:
             self._pending.clear()
             self._touched.clear()
             self._added = 0
             if not os.path.lexists(self.path):
                 return 0
-            counted = 0
             db = self._connection(create=False)
-            if db is not None:
-                with contextlib.suppress(sqlite3.Error):
-                    counted = db.execute("SELECT count(*) FROM entries").fetchone()[0]
-                self._close_connections()
-            elif not self.damaged:
-                return 0  # another program's file, a link, a FIFO: reported, kept
-            for suffix in _SUFFIXES:  # a build that has it open stops writing to it
+            counted = self._empty(db) if db is not None else 0
+            if not self.damaged:  # emptied; or another program's, a link, a FIFO: kept
+                return counted
+            self._close_connections()
+            for suffix in _SUFFIXES:  # nothing in it can be read: no build writes to it
                 with contextlib.suppress(FileNotFoundError):
                     if stat.S_ISREG(os.lstat(self.path + suffix).st_mode):
                         os.unlink(self.path + suffix)
             self.broken, self.damaged = False, False
-            return int(counted)
+            return 0
+
+    def _empty(self, db: sqlite3.Connection) -> int:
+        """Delete every entry and the accounting of ``db``; how many entries there were.
+        Its pages are given back to the file system when no build holds it."""
+        try:
+            with _transaction(db):
+                counted = int(db.execute("DELETE FROM entries").rowcount)
+                db.execute("DELETE FROM meta")
+        except sqlite3.Error as e:
+            self._failed(e)
+            return 0
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return counted
 
     def close(self) -> None:
         """Write what waits and close the connections (opened again if needed)."""

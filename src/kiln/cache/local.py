@@ -49,6 +49,8 @@ __all__ = ["FORMAT_DIR", "CacheUsage", "LocalCache", "copy_verified"]
 
 _FICLONE = 0x40049409  # Linux ioctl: share the source's extents (btrfs, xfs)
 _STALE_TMP_S = 3600.0
+# ``clear`` leaves the temporaries written to this recently: a running build's.
+_WRITING_TMP_S = 600.0
 _LOG_KEEP = 100
 _LOG_MAX = 1 << 20  # builds.log is read back at most this far
 
@@ -277,9 +279,12 @@ class LocalCache:
 
     def clear(self) -> int:
         """Remove every entry, blob and temporary (what is not kiln's stays, reported);
-        the number of entries and files removed."""
+        the number of entries and files removed. Builds may be using the cache: the
+        temporaries they are writing stay (``_WRITING_TMP_S``), and the index is
+        emptied in place, so that what they store afterwards is kept."""
         doomed = [path for _, path, _ in self.dir.files()]
-        doomed += [path for path, _ in self.dir.temporaries()]
+        cutoff = time.time() - _WRITING_TMP_S
+        doomed += [path for path, st in self.dir.temporaries() if st.st_mtime < cutoff]
         doomed.append(self.dir.log_file)
         removed = sum(self.dir.discard(path) for path in doomed)
         if self.dir.index_dir_ok():
