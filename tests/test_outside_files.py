@@ -15,6 +15,7 @@ output directories a user filled first, tried as a hostile user would.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 from collections.abc import Callable
@@ -163,6 +164,88 @@ def test_a_directory_input_is_keyed_by_its_tree(
     assert build() == [reader]
     why = kiln("explain", "build.py", entrypoint).stdout
     assert "holds a symbolic link out of it (out), which kiln does not follow" in why, why
+
+
+DEEP = """\
+from kiln import *
+
+@entrypoint
+def deep():
+    return run_command(name="deep.txt", inputs=[source_file("data")],
+                       command=["sh", "-c", "echo deep >> ../ran.log; echo ok > {out}"])
+"""
+
+
+def deep_file(top: Path, depth: int, text: str) -> None:
+    """Write ``text`` to ``top/a/a/.../a/f``, ``depth`` directories down, made as
+    needed one at a time through descriptors (the whole path may pass PATH_MAX)."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir("a", dir_fd=fd)
+            below = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        out = os.open("f", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=fd)
+        os.write(out, text.encode())
+        os.close(out)
+    finally:
+        os.close(fd)
+
+
+def remove_deep(top: Path) -> None:
+    """Remove what ``deep_file`` made below ``top`` a level at a time, by short paths
+    (``shutil.rmtree``, pytest's clean-up too, recurses once per level)."""
+    a, held = top / "a", top / "held"
+    while (a / "a").is_dir():
+        (a / "a").rename(held)
+        a.rmdir()
+        held.rename(a)
+    (a / "f").unlink()
+    a.rmdir()
+
+
+def test_a_directory_input_thousands_of_levels_deep_is_keyed(
+    kiln: Callable[..., Any], tmp_path: Path
+) -> None:
+    (tmp_path / "build.py").write_text(DEEP)
+    data = tmp_path / "data"
+    data.mkdir()
+    deep_file(data, 1500, "one")  # deeper than Python's recursion limit
+    try:
+
+        def build() -> list[str]:
+            r = kiln("build", "build.py")
+            assert r.returncode == 0, r.stderr
+            return ran(tmp_path)
+
+        assert build() == ["deep"]
+        assert build() == []
+        deep_file(data, 1500, "two")
+        assert build() == ["deep"]
+        r = kiln("explain", "build.py")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    finally:
+        remove_deep(data)
+
+
+def test_a_directory_input_deeper_than_paths_can_name_is_refused(
+    kiln: Callable[..., Any], tmp_path: Path
+) -> None:
+    (tmp_path / "build.py").write_text(DEEP)
+    data = tmp_path / "data"
+    data.mkdir()
+    deep_file(data, 2100, "one")  # data/a/.../a passes PATH_MAX (4096 bytes)
+    try:
+        for command in ("build", "explain"):
+            r = kiln(command, "build.py")
+            assert r.returncode == 2, r.stderr
+            assert f"in the directory input {data}: File name too long" in r.stderr
+            assert "Traceback" not in r.stderr
+        assert ran(tmp_path) == []
+    finally:
+        remove_deep(data)
 
 
 def test_absolute_inputs_are_read_and_never_written(
