@@ -450,8 +450,9 @@ def _line(text: str, mark: str = "# HERE") -> int:
         ("a\\x1bb", "control character '\\x1b'"),
         ("d/" + "n" * 256, "component of 256 bytes"),
         (".kiln-tmp-0123456789-abcdef01", "reserves for its temporaries"),
+        ("a\\udcffb", "byte 0xff, which is not UTF-8"),
     ],
-    ids=["nul", "escape", "too-long", "temporary"],
+    ids=["nul", "escape", "too-long", "temporary", "not-utf8"],
 )
 def test_bad_output_name_is_a_definition_error(kiln, project: Path, name: str, expect: str) -> None:
     text = (
@@ -503,6 +504,93 @@ def clash():
     assert "would be both a file and a directory" in r.stderr
     assert f"{module}:{_line(text, '# FIRST')}" in r.stderr
     assert f"{module}:{_line(text)}" in r.stderr
+
+
+# ``ep`` names its output after an argument: ``--model`` given a byte that is not
+# UTF-8 reaches it as the lone surrogate ``os.fsdecode`` makes of it.
+NAMED_BY_ARGUMENT = (
+    HEADER
+    + """
+@entrypoint
+def ep(model=cl_arg("model", default="m", help="the model")):
+    return run_command(name=f"{model}.txt",
+                       command=["sh", "-c", "echo run >> ../runs.log; echo fresh > {out}"])
+"""
+)
+
+
+def test_an_output_name_from_an_argument_that_is_not_utf8_is_refused(
+    kiln_subprocess, project: Path
+) -> None:
+    (project / "build.py").write_text(NAMED_BY_ARGUMENT)
+    for _ in range(2):  # and again: nothing was left half-recorded
+        r = kiln_subprocess("build", "build.py", "--model", "\udcff")  # the byte 0xff
+        assert r.returncode == 2, r.stderr
+        assert "holds the byte 0xff, which is not UTF-8" in r.stderr
+        assert "Traceback" not in r.stderr
+    assert runs(project) == 0
+    assert kiln_subprocess("build", "build.py", "--model", "caf\u00e9").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("build",), ("build", "--dry-run"), ("explain",), ("clean",)],
+    ids=["build", "dry-run", "explain", "clean"],
+)
+def test_an_output_dir_that_is_not_utf8_is_refused(kiln_subprocess, project: Path, argv) -> None:
+    before = sorted(os.listdir(project))
+    files = () if argv == ("clean",) else ("build.py",)
+    for _ in range(2):
+        r = kiln_subprocess(*argv, *files, "--output-dir", "out\udcff")  # out, byte 0xff
+        assert r.returncode == 2, r.stderr
+        assert "as the output directory: its path holds the byte 0xff" in r.stderr
+        assert "choose another with --output-dir" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(os.listdir(project)) == before  # nothing made, nothing run
+
+
+# A checkout whose directory's name is not UTF-8 (as Python decodes it), holding a
+# source tree with such a name in it and a source file named so.
+CHECKOUT = "co\udce9"
+NOT_UTF8_SOURCES = (
+    HEADER
+    + """
+import os
+
+@entrypoint
+def ep():
+    tree, one = source_file("data"), source_file(os.fsdecode(b"g\\xff.txt"))
+    return run_command(name="x.txt", inputs=[tree, one],
+                       command=["sh", "-c", "echo run >> ../runs.log; cat {inputs[1]} > {out}"])
+"""
+)
+
+
+def test_a_checkout_and_sources_whose_names_are_not_utf8_build(kiln, project: Path) -> None:
+    checkout = project / CHECKOUT
+    (checkout / "data").mkdir(parents=True)
+    (checkout / "build.py").write_text(NOT_UTF8_SOURCES)
+    in_tree = checkout / "data" / "f\udcff.txt"
+    one = checkout / "g\udcff.txt"
+    in_tree.write_text("1")
+    one.write_text("one")
+
+    def build() -> int:
+        r = kiln("build", f"{CHECKOUT}/build.py")
+        assert r.returncode == 0, r.stderr
+        return runs(project)
+
+    assert build() == 1
+    assert build() == 1  # keyed: an unchanged tree and file run nothing
+    in_tree.write_text("2")
+    assert build() == 2
+    one.write_text("two")
+    assert build() == 3
+    assert (project / "kiln-out" / "genfiles" / "ep" / "x.txt").read_text() == "two"
+    r = kiln("explain", f"{CHECKOUT}/build.py")
+    assert r.returncode == 0 and "up to date" in r.stdout, r.stderr
+    # Its own kiln-out is under a name that is not UTF-8: refused, saying what to do.
+    r = kiln("build", f"{CHECKOUT}/build.py", "--output-dir", f"{CHECKOUT}/kiln-out")
+    assert r.returncode == 2 and "choose another with --output-dir" in r.stderr, r.stderr
 
 
 BROKEN = (

@@ -178,6 +178,20 @@ def test_clean_removes_the_report_kiln_wrote_and_keeps_one_written_elsewhere(
     assert (tmp_path / "mine.html").is_file()
 
 
+def test_a_report_in_the_output_directory_named_not_in_utf8_is_cleaned(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    write_module(MODULE)
+    assert kiln("build", "build.py", "wide").returncode == 0
+    name = "r\udcff.html"  # r, the byte 0xff (as Python decodes it), .html
+    r = kiln("report", "-o", f"kiln-out/{name}")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "kiln-out" / name).is_file()
+    r = kiln("clean")
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "kiln-out").iterdir()) == []  # recorded as kiln's, removed
+
+
 def test_report_of_a_killed_build(write_module, kiln, tmp_path: Path) -> None:
     write_module(MODULE)
     assert kiln("build", "build.py", "chain").returncode == 0

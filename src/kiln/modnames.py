@@ -11,6 +11,7 @@ without that path tag: ``build_module_name`` makes the private name and
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -19,9 +20,12 @@ _PRIVATE = re.compile(rf"{_PREFIX}[0-9a-f]{{12}}_")
 
 
 def build_module_name(path: Path) -> str:
-    """The name a build module loaded from the file ``path`` is imported as."""
-    tag = hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    return f"{_PREFIX}{tag}_{path.stem.replace('-', '_')}"
+    """The name a build module loaded from the file ``path`` is imported as: text,
+    whatever bytes the path holds (a byte that is not UTF-8 is spelled ``\\xff``,
+    as keys spell it)."""
+    tag = hashlib.sha256(os.fsencode(path)).hexdigest()[:12]
+    stem = os.fsencode(path.stem).decode(errors="backslashreplace")
+    return f"{_PREFIX}{tag}_{stem.replace('-', '_')}"
 
 
 def is_build_module_name(name: str) -> bool:

@@ -1,7 +1,8 @@
 """Checking output names when the graph is defined, before anything touches the disk.
 
 An output name is refused (a ``BuildDefinitionError`` naming it and the user's
-file and line) when it holds a control character (NUL included), when one of its
+file and line) when it holds a control character (NUL included) or a byte that is
+not UTF-8 (from a command-line argument: ``os.fsdecode``'s lone surrogate), when one of its
 components is longer than the file system allows (``NAME_MAX``, 255 bytes; kiln's
 temporaries have short names of their own, so nothing is added to it), when the
 whole path passes ``PATH_MAX``, when it looks like one of kiln's temporaries, or
@@ -14,7 +15,7 @@ import os
 import re
 
 from kiln.errors import BuildDefinitionError
-from kiln.output_dir.ownership import NAME_MAX, PATH_MAX
+from kiln.output_dir.ownership import NAME_MAX, PATH_MAX, non_utf8
 from kiln.output_dir.writing import TMP_PREFIX
 
 # Unicode's control characters (category Cc): C0, DEL and C1.
@@ -26,6 +27,12 @@ def name_problem(rel: str) -> str | None:
     bad = _CONTROL.search(rel)
     if bad is not None:
         return f"holds the control character {bad.group()!r}; use printable characters"
+    undecodable = non_utf8(rel)
+    if undecodable is not None:
+        return (
+            f"holds the {undecodable}, which is not UTF-8; kiln records output names as "
+            "UTF-8 text: use UTF-8 (in the module, or in the argument that names it)"
+        )
     ascii_only = rel.isascii()  # then a component's length is its size in bytes
     for part in rel.split("/"):
         size = len(part) if ascii_only else len(os.fsencode(part))

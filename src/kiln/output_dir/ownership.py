@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -24,6 +25,20 @@ PATH_MAX = 4096
 _LEGACY_NAMES = frozenset(
     {"lock", "state.db", "state.db-wal", "state.db-shm", "logs", "tmp", USER_FILES}
 )
+# A lone surrogate: what ``os.fsdecode`` makes of a byte that is not UTF-8
+# (U+DC80-U+DCFF), or one a string spelled itself; UTF-8 cannot encode either.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def non_utf8(path: str) -> str | None:
+    """What in ``path`` is not UTF-8 text (``byte 0xff``), or None. The output
+    directory's paths and the output names are recorded as text (the state,
+    the manifest, the logs), so they must be UTF-8."""
+    bad = _SURROGATE.search(path)
+    if bad is None:
+        return None
+    code = ord(bad.group())
+    return f"byte 0x{code - 0xDC00:02x}" if code >= 0xDC80 else f"lone surrogate U+{code:04X}"
 
 
 # -- ownership -------------------------------------------------------------------
@@ -41,6 +56,13 @@ def output_dir_state(root: Path) -> str:
     output directory kiln may use; raise
     UsageError (naming it and ``--output-dir``) for any other, StateError when it
     cannot be a directory. Reads only."""
+    bad = non_utf8(str(root))
+    if bad is not None:
+        raise UsageError(
+            f"refusing to use {str(root)!r} as the output directory: its path holds the "
+            f"{bad}, which is not UTF-8, and kiln records the paths there as UTF-8 text; "
+            "choose another with --output-dir (or rename the directory)"
+        )
     try:
         st = os.stat(root)
     except FileNotFoundError:

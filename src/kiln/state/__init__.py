@@ -13,7 +13,9 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     ``app`` = ``kiln``, ``schema`` = ``1``. Anything else is a foreign database.
 ``files(path TEXT PRIMARY KEY, size, mtime_ns, ino, ctime_ns, sha256 TEXT)``
     SHA-256 of a file, valid while its stat still matches the four numbers, so a
-    no-op build reads no file contents.
+    no-op build reads no file contents. Here and in ``written`` and
+    ``file_metadata``, a path that is not UTF-8 is stored as its bytes, a BLOB
+    (``schema.stored_path``).
 ``actions(id TEXT PRIMARY KEY, key TEXT, params TEXT, inputs TEXT, outputs TEXT)``
     One row per action that last succeeded. ``id`` names the action by its
     outputs; ``key`` is the digest deciding whether it must run again;

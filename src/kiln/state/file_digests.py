@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kiln.digests import hash_file
 from kiln.errors import NotRegularFile
 from kiln.output_dir.writing import file_kind
+from kiln.state.schema import loaded_path, stored_path
 
 if TYPE_CHECKING:
     from kiln.graph import BuildFile
@@ -29,9 +30,10 @@ def stat_key(st: os.stat_result) -> StatKey:
 
 
 # The rows of the digest cache whose every field has its type (a mistyped row is
-# not trusted: SQLite leaves it out).
+# not trusted: SQLite leaves it out). A path is text, or the file system's bytes
+# where they are not UTF-8 (``stored_path``).
 TYPED_ROWS = (
-    "SELECT * FROM files WHERE typeof(path) = 'text' AND typeof(sha256) = 'text'"
+    "SELECT * FROM files WHERE typeof(path) IN ('text', 'blob') AND typeof(sha256) = 'text'"
     + "".join(f" AND typeof({c}) = 'integer'" for c in ("size", "mtime_ns", "ino", "ctime_ns"))
 )
 UPSERT = "INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)"
@@ -47,7 +49,7 @@ class FileDigests:
     def __init__(self, rows: list[tuple[Any, ...]]):
         self._lock = threading.Lock()
         self._known: dict[str, tuple[StatKey, str]] = {
-            path: ((size, mtime, ino, ctime), digest)
+            loaded_path(path): ((size, mtime, ino, ctime), digest)
             for path, size, mtime, ino, ctime, digest in rows
         }
         self._pending: dict[str, tuple[StatKey, str]] = {}
@@ -104,7 +106,7 @@ class FileDigests:
     def take_pending(self) -> list[tuple[Any, ...]]:
         """The rows to write for the digests remembered since the last call."""
         with self._lock:
-            rows = [(p, *s, d) for p, (s, d) in self._pending.items()]
+            rows = [(stored_path(p), *s, d) for p, (s, d) in self._pending.items()]
             self._pending.clear()
             return rows
 

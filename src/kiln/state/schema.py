@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 SCHEMA_VERSION = "1"
 
 TABLES = """
@@ -39,3 +41,23 @@ LATER_TABLES = {
     "failures": FAILURES,
 }
 META = f"INSERT INTO meta VALUES ('app', 'kiln'), ('schema', '{SCHEMA_VERSION}')"
+
+
+def stored_path(path: str) -> str | bytes:
+    """``path`` as a table keyed by paths (``files``, ``written``, ``file_metadata``)
+    stores it: text when it is UTF-8, else its bytes (a name with a byte that is not
+    UTF-8, which ``os.fsdecode`` made a lone surrogate: SQLite's text cannot hold
+    it). A BLOB never equals a TEXT, so no two paths share a row, and an older kiln,
+    reading text rows only, skips it. Every path goes into those tables through here."""
+    if path.isascii():
+        return path
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+    return path
+
+
+def loaded_path(stored: str | bytes) -> str:
+    """The path ``stored_path`` stored."""
+    return stored if isinstance(stored, str) else os.fsdecode(stored)

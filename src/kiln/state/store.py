@@ -17,7 +17,7 @@ from kiln.state.database import StateDatabase
 from kiln.state.file_digests import FileDigests, StatKey
 from kiln.state.integrity import metadata_dict
 from kiln.state.records import ActionRecord, FailureRecord
-from kiln.state.schema import FAILURES_COLUMNS
+from kiln.state.schema import FAILURES_COLUMNS, loaded_path, stored_path
 
 # The columns of ``failures`` by name: a row is written and read the same whatever
 # else a table of another kiln holds.
@@ -180,7 +180,10 @@ class StateStore:
                     ("DELETE FROM actions WHERE id = ?", gone),
                     ("DELETE FROM failures WHERE id = ?", forgotten),
                     (_INSERT_FAILURE, [failure.row(aid) for aid, failure in failed]),
-                    ("INSERT OR IGNORE INTO written VALUES (?)", [(p,) for p in paths]),
+                    (
+                        "INSERT OR IGNORE INTO written VALUES (?)",
+                        [(stored_path(p),) for p in paths],
+                    ),
                 ]
             )
             self._new_durations.clear()
@@ -196,9 +199,10 @@ class StateStore:
     def written_outputs(self) -> set[str]:
         """Every output path kiln ever let an action write here."""
         try:
-            return {r[0] for r in self.database.read("SELECT path FROM written")}
+            rows = self.database.read("SELECT path FROM written")
         except sqlite3.DatabaseError:
             return set()
+        return {loaded_path(r[0]) for r in rows if isinstance(r[0], (str, bytes))}
 
     def nonreproducible(self) -> frozenset[str]:
         """The keys whose results a check found not reproduced (read once per call)."""
@@ -220,14 +224,15 @@ class StateStore:
         """The metadata dict of ``key``; ``mutate`` edits it under the lock and returns
         True to persist."""
         with self._lock:
-            found = self.database.read("SELECT data FROM file_metadata WHERE path = ?", (key,))
+            stored = stored_path(key)
+            found = self.database.read("SELECT data FROM file_metadata WHERE path = ?", (stored,))
             data = metadata_dict(found[0][0]) if found else {}
             if mutate is not None and mutate(data):
                 self.database.transaction(
                     [
                         (
                             "INSERT OR REPLACE INTO file_metadata VALUES (?, ?)",
-                            [(key, json.dumps(data, sort_keys=True))],
+                            [(stored, json.dumps(data, sort_keys=True))],
                         )
                     ]
                 )
