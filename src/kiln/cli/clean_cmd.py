@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from kiln.cli.options import KilnArgumentParser, output_dir
-from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST, output_rel_path
+from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST
 from kiln.lock import OutputLock
 from kiln.output_dir.ownership import KILN_DIR, MARKER, output_dir_state
 from kiln.output_dir.prefilled import USER_FILES
@@ -41,7 +41,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     with OutputLock(root, wait=not ns.no_wait, notify=lambda m: print(m, file=err)):
         state = StateSnapshot(root, warn=lambda m: print(m, file=err))
         try:
-            owned = state.written_outputs() | _recorded_outputs(state)
+            owned = state.written_outputs() | state.recorded_outputs()
         finally:
             state.close()
         removed = _Remover(root)
@@ -61,18 +61,6 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
 # The last build's record (kiln report reads it).
 # kiln's own files under .kiln/ besides the state and the marker.
 _LAST_BUILD = ("last-events.jsonl", "last-trace.json", HOST_MEMO)
-
-
-def _recorded_outputs(state: StateSnapshot) -> set[str]:
-    """The outputs of recorded actions, as paths relative to the output directory."""
-    found = set()
-    for record in state.records().values():
-        outputs = record.outputs if isinstance(record.outputs, dict) else {}
-        for key in outputs:
-            rel = output_rel_path(str(key))
-            if rel is not None:
-                found.add(rel)
-    return found
 
 
 class _Remover:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kiln.layout import output_rel_path
 from kiln.state import file_digests
 from kiln.state.database import StateDatabase
 from kiln.state.file_digests import FileDigests, StatKey
@@ -203,6 +204,17 @@ class StateStore:
         except sqlite3.DatabaseError:
             return set()
         return {loaded_path(r[0]) for r in rows if isinstance(r[0], (str, bytes))}
+
+    def recorded_outputs(self) -> set[str]:
+        """The outputs of the recorded actions, as paths relative to the output dir."""
+        found = set()
+        for record in self.records().values():
+            outputs = record.outputs if isinstance(record.outputs, dict) else {}
+            for key in outputs:
+                rel = output_rel_path(str(key))
+                if rel is not None:
+                    found.add(rel)
+        return found
 
     def nonreproducible(self) -> frozenset[str]:
         """The keys whose results a check found not reproduced (read once per call)."""
