@@ -232,6 +232,81 @@ def test_clean_of_a_missing_directory_does_nothing(kiln, project: Path) -> None:
     assert "nothing to clean" in r.stderr and not (project / "kiln-out").exists()
 
 
+# -- the files a user names for kiln to write: never kiln's own ----------------------
+
+# ``kiln report -o``, ``kiln build --events`` and ``--profile``, each naming PATH.
+WRITERS = {
+    "report": ("report", "-o"),
+    "events": ("build", "build.py", "--events"),
+    "profile": ("build", "build.py", "--profile"),
+}
+KILNS_OWN = [
+    "kiln-out/.kiln/format",
+    "kiln-out/.kiln/lock",
+    "kiln-out/.kiln/state.db",
+    "kiln-out/.kiln/last-events.jsonl",
+    "kiln-out/manifest.json",
+    "kiln-out/genfiles/ep/x.txt",  # the build's output
+    "kiln-out/genfiles/other/y.txt",  # an output of an entrypoint not built (events)
+    "kiln-out/genfiles/ep/../../.kiln/format",
+    "through/../.kiln/lock",  # through a link to kiln-out/genfiles: kiln-out/.kiln/lock
+    "through/../manifest.json",
+    "through/ep/x.txt",
+]
+
+
+def assert_refused(r: Any, path: str) -> None:
+    assert r.returncode == 2, r.stderr
+    assert path in r.stderr and "choose another path" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("path", KILNS_OWN)
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_file_named_to_write_is_never_one_of_kilns_own(
+    kiln, project: Path, writer: str, path: str
+) -> None:
+    out = built(kiln, project)
+    (project / "through").symlink_to(out / "genfiles")
+    before = tree(out)
+    target = "ep" if writer != "report" else None
+    r = kiln(*WRITERS[writer], path, *([target] if target else []))
+    assert_refused(r, path)
+    assert tree(out) == before  # refused before anything was written
+    again = kiln("build", "build.py")  # the directory is still kiln's, and up to date
+    assert again.returncode == 0, again.stderr
+    assert runs(project) == 1
+    assert kiln("clean").returncode == 0
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_file_named_to_write_is_never_in_the_cache(
+    kiln, project: Path, writer: str, _private_cache: Path
+) -> None:
+    r = kiln("build", "build.py", "--cache-dir", "cache")
+    assert r.returncode == 0, r.stderr
+    assert (project / "cache" / ".kiln" / "format").is_file()
+    for path in ("cache/.kiln/format", "cache/v1/mine.json", f"{_private_cache}/mine.json"):
+        r = kiln(*WRITERS[writer], path)
+        assert_refused(r, path)
+    assert not (project / "cache" / "v1" / "mine.json").exists()
+    assert not (_private_cache / "mine.json").exists()
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_file_named_to_write_beside_the_outputs_is_written(
+    kiln, project: Path, writer: str
+) -> None:
+    built(kiln, project)
+    for path in ("kiln-out/mine.txt", "kiln-out/genfiles/ep/mine.txt", "mine.txt"):
+        r = kiln(*WRITERS[writer], path)
+        assert r.returncode == 0, r.stderr
+        assert (project / path).stat().st_size > 0
+    again = kiln("build", "build.py")
+    assert again.returncode == 0, again.stderr
+    assert runs(project) == 1
+
+
 # -- confinement: kiln's own files -------------------------------------------------
 
 

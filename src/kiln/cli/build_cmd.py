@@ -6,14 +6,43 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from kiln.cli.destinations import check_destination
 from kiln.cli.executor_options import open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
 from kiln.cli.requested import check_compile_targets, output_paths, resolve_targets
 from kiln.errors import UsageError
+from kiln.graph import BuildFile
 from kiln.reporting import format_root_causes, format_success, format_summary
 from kiln.result import SchedulerOptions
 from kiln.trace import EventLog, TraceFile
+
+
+def check_event_files(inv: Invocation) -> None:
+    """``--events`` and ``--profile`` name none of kiln's own files: none in ``.kiln/``
+    or the cache, not the manifest, none of the build's files (``check_destination``;
+    before the lock, so that a refused build writes nothing)."""
+    executor = inv.executor
+    cache = executor.cache.local.root if executor.cache is not None else None
+
+    def declared() -> list[str]:
+        return [
+            executor.relative_path(node)
+            for node in executor.all.values()
+            if isinstance(node, BuildFile) and node.source is None
+        ]
+
+    for option in ("events", "profile"):
+        path = getattr(inv.ns, option, None)
+        if path is not None:
+            check_destination(
+                f"--{option}",
+                path,
+                executor.output_dir,
+                cache_dir=cache,
+                declared=declared,
+                warn=executor.reporter.message,
+            )
 
 
 def add_event_readers(inv: Invocation) -> EventLog | None:
@@ -77,6 +106,7 @@ def run(inv: Invocation) -> int:
     over_budget: list[str] = []
     plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
     check_compile_targets(executor, plan.actions)
+    check_event_files(inv)
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
     remote = open_remote(inv.ns, executor.cache, executor.reporter.message)

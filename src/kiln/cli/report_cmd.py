@@ -4,16 +4,20 @@ the last build, or of one of the builds before it that ``.kiln/`` keeps.
 Reads what the last build kept in ``DIR/.kiln/`` and ``DIR/manifest.json``;
 needs no build module. Prints the page's path on stdout. A page written inside
 the output directory is recorded in its state as kiln's (``kiln clean`` removes
-it, as it removes what builds wrote); one written elsewhere is the user's.
+it, as it removes what builds wrote); one written elsewhere is the user's. A page
+never goes over one of kiln's own files (``kiln.cli.destinations``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from kiln.cache.config import default_cache_dir
+from kiln.cli.destinations import check_destination
 from kiln.cli.options import KilnArgumentParser
 from kiln.errors import StateError, UsageError
 from kiln.output_dir.ownership import output_dir_state
@@ -61,8 +65,12 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     target: Path = ns.output if ns.output is not None else ns.output_dir / default
     if not target.parent.is_dir():
         raise UsageError(f"-o {target}: no directory {target.parent} to write it in")
+    # Refused before anything is written: never one of kiln's own files.
+    written = check_destination(
+        "-o", target, ns.output_dir, cache_dir=default_cache_dir(), warn=_printer(err)
+    )
     page = render(report, ns.output_dir.absolute())
-    _claim(ns.output_dir.absolute(), target.absolute(), err)
+    _claim(ns.output_dir.absolute(), written, err)
     try:
         with atomic_output(target) as tmp:
             tmp.write_text(page, encoding="utf-8")
@@ -101,10 +109,15 @@ def _list(output_dir: Path, out: IO[str]) -> int:
     return 0
 
 
+def _printer(err: IO[str]) -> Callable[[str], None]:
+    return lambda text: print(text, file=err)
+
+
 def _claim(root: Path, target: Path, err: IO[str]) -> None:
-    """Record ``target`` as kiln's in ``root``'s state when it lies inside ``root``
-    (before writing it: a report killed half-way is kiln's to clean up too)."""
-    rel = os.path.relpath(target, root)
+    """Record ``target`` (where the page is written, its directory's links resolved)
+    as kiln's in ``root``'s state when it lies inside ``root`` (before writing it: a
+    report killed half-way is kiln's to clean up too)."""
+    rel = os.path.relpath(target, os.path.realpath(root))
     if rel == ".." or rel.startswith(".." + os.sep):
         return
     from kiln.state import StateStore
@@ -115,7 +128,7 @@ def _claim(root: Path, target: Path, err: IO[str]) -> None:
     except (UsageError, StateError):
         return
     try:
-        store = StateStore(root, warn=lambda m: print(m, file=err))
+        store = StateStore(root, warn=_printer(err))
         try:
             store.claim_outputs([rel.replace(os.sep, "/")])
         finally:
