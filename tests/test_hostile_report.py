@@ -246,3 +246,147 @@ def test_listing_shows_descriptions_escaped(hostile_module: Path, kiln_in_proces
     for seq in RAW:
         assert seq not in r.stdout
     assert "forged\\nkiln: done" in r.stdout
+
+
+# -- what user code writes while kiln runs it -----------------------------------------
+
+# Each line a build module, its actions and their workers write: a screen clear and
+# a retitle, behind a tag that finds the line.
+WRITES_MODULE = r"""
+import functools, logging, os, subprocess, sys, warnings
+
+BAD = "\x1b[2J \x1b]0;pwned\x07"
+sys.stderr.write(f"M1 {BAD} at import\n")
+
+
+def work(path):
+    print(f"W1 {BAD} print")
+    print(f"W2 {BAD} print to stderr", file=sys.stderr)
+    warnings.warn(f"W3 {BAD} warning")
+    logging.warning(f"W4 {BAD} logging")
+    os.write(2, f"W5 {BAD} os.write\n".encode())
+    subprocess.run([sys.executable, "-c", f"print({'W6 ' + BAD + ' a program'!r})"], check=True)
+    open(path, "w").write("x")
+
+
+class InWorker(BuildAction):
+    def __init__(self, out, **kw):
+        super().__init__(concurrency=ActionConcurrency.PROCESS, **kw)
+        self.out = out
+        out.deps.add(self)
+
+    def _remotable_thunk(self):
+        return functools.partial(work, str(self.out.get_fs_path()))
+
+
+class InKiln(BuildAction):
+    def __init__(self, out, tag, **kw):
+        super().__init__(**kw)
+        self.out, self.tag = out, tag
+        out.deps.add(self)
+
+    def _invoke(self):
+        t = self.tag
+        sys.stderr.write(f"{t}1 {BAD} sys.stderr.write\n")
+        print(f"{t}2 {BAD} print to stderr", file=sys.stderr)
+        warnings.warn(f"{t}3 {BAD} warning")
+        logging.warning(f"{t}4 {BAD} logging")
+        sys.stdout.buffer.write(f"{t}5 {BAD} stdout bytes\n".encode())
+        sys.stderr.buffer.write(f"{t}6 {BAD} stderr bytes\n".encode())
+        sys.stderr.flush()
+        self.out.get_fs_path().write_text("x")
+
+
+@entrypoint
+def worker():
+    ctx = BuildContext.current()
+    return InWorker(ctx.allocate_file("w.txt"), desc="w", executor=ctx.executor).out
+
+
+@entrypoint
+def thread():
+    ctx = BuildContext.current()
+    return InKiln(ctx.allocate_file("t.txt"), "T", desc="t", executor=ctx.executor).out
+
+
+@entrypoint
+def inline():
+    ctx = BuildContext.current()
+    out = ctx.allocate_file("i.txt")
+    none = ActionConcurrency.NONE
+    return InKiln(out, "I", desc="i", executor=ctx.executor, concurrency=none).out
+"""
+
+
+def _assert_lines_escaped(stderr: str, tags: list[str]) -> None:
+    assert "\x1b" not in stderr and "\x07" not in stderr, stderr
+    for tag in tags:
+        lines = [line for line in stderr.splitlines() if f"{tag} " in line]
+        assert lines and "\\x1b[2J \\x1b]0;pwned\\x07" in lines[0], (tag, stderr)
+
+
+@pytest.mark.parametrize(
+    ("target", "tags"),
+    [
+        ("worker", ["W1", "W2", "W3", "W4", "W5", "W6"]),
+        ("thread", ["T1", "T2", "T3", "T4", "T5", "T6"]),
+        ("inline", ["I1", "I2", "I3", "I4", "I5", "I6"]),
+    ],
+)
+def test_what_user_code_writes_reaches_the_terminal_escaped(
+    target: str, tags: list[str], write_module: Callable[..., Path], kiln_subprocess: Kiln
+) -> None:
+    """Whatever the stream (print, sys.stderr, warnings, logging, the bytes under them,
+    a worker's descriptors and the programs it starts): escaped, at import too."""
+    write_module(WRITES_MODULE)
+    r = kiln_subprocess("build", "build.py", target, "--no-cache")
+    assert r.returncode == 0, r.stderr
+    assert "kiln: done: 1 built" in r.stderr
+    _assert_lines_escaped(r.stderr, ["M1", *tags])
+    assert "\x1b" not in r.stdout and r.stdout.strip().endswith(".txt")
+
+
+SILENCER_MODULE = """
+import os, sys
+
+
+class Silencer(BuildAction):
+    def __init__(self, out, how, fails, **kw):
+        super().__init__(**kw)
+        self.out, self.how, self.fails = out, how, fails
+        out.deps.add(self)
+
+    def _invoke(self):
+        if self.how == "close":
+            sys.stderr.close()
+            sys.stdout.close()
+        else:
+            sys.stderr = sys.stdout = open(os.devnull, "w")
+        if not self.fails:
+            self.out.get_fs_path().write_text("x")
+
+
+@entrypoint
+def silence(how=cl_arg("how", default="close"), fails=cl_arg("fails", default=0, type=int)):
+    ctx = BuildContext.current()
+    out = ctx.allocate_file("s.txt")
+    return Silencer(out, how, fails, desc="s", executor=ctx.executor).out
+"""
+
+
+@pytest.mark.parametrize(("how", "fails"), [("close", 0), ("close", 1), ("replace", 1)])
+def test_user_code_cannot_silence_kiln(
+    how: str, fails: int, write_module: Callable[..., Path], kiln_subprocess: Kiln
+) -> None:
+    """An action that closes or replaces sys.stderr and sys.stdout: kiln still says
+    how the build ended, with the status that says it, and prints the outputs."""
+    write_module(SILENCER_MODULE)
+    r = kiln_subprocess("build", "build.py", "--how", how, "--fails", str(fails), "--no-cache")
+    if fails:
+        assert r.returncode == 1, r.stderr
+        assert "finished without writing its output" in r.stderr
+        assert r.stderr.splitlines()[-1].startswith("kiln: FAILED: 0 built"), r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.splitlines()[-1].startswith("kiln: done: 1 built"), r.stderr
+        assert r.stdout.strip().endswith("s.txt"), r.stdout

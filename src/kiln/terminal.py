@@ -9,6 +9,10 @@ as ``\\x1b`` or ``\\u202e``. Where kiln writes them:
 
 - ``TerminalStream`` wraps kiln's stderr: everything written through it is escaped
   (newlines kept, they are kiln's line structure), so no message path can forget it.
+- User code writes through ``TerminalStream`` too: while kiln runs it in its own
+  process, its ``sys.stdout`` and ``sys.stderr`` are streams of that kind onto kiln's
+  stderr (``user_streams``), bytes written to their ``buffer`` included; what a
+  worker process prints is escaped on its way (``kiln.process.worker_output``).
 - One-line fields (an action's description as ``str(action)``, the fields of the
   events the reporters print, ``displayed``) escape newlines too: a description
   never starts a line of its own.
@@ -21,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from collections.abc import Iterator
 from typing import IO, Any
 
 # Controls but tab and newline; DEL and C1; the Unicode bidirectional controls.
@@ -83,12 +88,25 @@ class TerminalStream(io.TextIOBase):
     """kiln's stderr. Every write is escaped (``printable``) and never raises once
     the reader has gone: a progress line must not break the thread that prints
     it (the SIGPIPE of such a write stops the build instead, see ``kiln.cli.main``).
-    ``raw`` is the same stream unescaped, for the live display's own sequences."""
+    ``raw`` is the same stream unescaped, for the live display's own sequences;
+    ``buffer`` takes bytes, decoded (what does not decode shown as ``\\xNN``) and
+    written escaped. Closing it closes neither: ``stream`` stays open."""
 
     def __init__(self, stream: IO[str]):
         super().__init__()
         self._stream = stream
         self.raw: IO[str] = _Unescaped(stream)  # type: ignore[assignment]
+        self._bytes: _Bytes | None = None
+
+    @property
+    def buffer(self) -> IO[bytes]:
+        if self._bytes is None:
+            self._bytes = _Bytes(self)
+        return self._bytes  # type: ignore[return-value]
+
+    def twin(self) -> TerminalStream:
+        """Another escaped stream onto the same terminal, to be closed on its own."""
+        return TerminalStream(self._stream)
 
     def write(self, text: str) -> int:
         with contextlib.suppress(OSError, ValueError):
@@ -121,6 +139,7 @@ class _Unescaped(TerminalStream):
         io.TextIOBase.__init__(self)
         self._stream = stream
         self.raw = self  # type: ignore[assignment]
+        self._bytes = None
 
     def write(self, text: str) -> int:
         with contextlib.suppress(OSError, ValueError):
@@ -131,3 +150,38 @@ class _Unescaped(TerminalStream):
 def raw_stream(stream: IO[str]) -> IO[str]:
     """The unescaped side of ``stream`` when it is a ``TerminalStream``, else itself."""
     return stream.raw if isinstance(stream, TerminalStream) else stream
+
+
+class _Bytes(io.RawIOBase):
+    """The binary side of a ``TerminalStream`` (``sys.stdout.buffer``): written
+    through it, as text."""
+
+    def __init__(self, text: TerminalStream):
+        super().__init__()
+        self._text = text
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._text.write(bytes(view).decode(self._text.encoding, "backslashreplace"))
+        return len(view)
+
+    def flush(self) -> None:
+        self._text.flush()
+
+
+@contextlib.contextmanager
+def user_streams(stream: IO[str]) -> Iterator[None]:
+    """While user code runs in kiln's process (a build module's import and
+    entrypoints, thread and in-line actions): its ``sys.stdout`` and ``sys.stderr``
+    write to ``stream``, kiln's stderr (stdout carries only kiln's own output),
+    escaped, each through a ``TerminalStream`` of its own, so that user code that
+    closes or replaces one leaves kiln's messages their stream."""
+    terminal = stream if isinstance(stream, TerminalStream) else TerminalStream(stream)
+    with (
+        contextlib.redirect_stdout(terminal.twin()),
+        contextlib.redirect_stderr(terminal.twin()),
+    ):
+        yield

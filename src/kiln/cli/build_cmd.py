@@ -15,6 +15,7 @@ from kiln.errors import UsageError
 from kiln.graph import BuildFile
 from kiln.reporting import format_root_causes, format_success, format_summary
 from kiln.result import SchedulerOptions
+from kiln.terminal import user_streams
 from kiln.trace import EventLog, TraceFile
 
 
@@ -114,8 +115,9 @@ def run(inv: Invocation) -> int:
     # Then the lock, before any file is opened: a build that waits for (or gives up
     # on) another truncates none of that build's files, --events included.
     with remote as executor.remote, lock, _closing(add_event_readers(inv)):
-        # What actions print goes to stderr: stdout carries only the paths printed below.
-        with contextlib.redirect_stdout(inv.stderr):
+        # What actions print goes to stderr, escaped: stdout carries only the paths
+        # printed below.
+        with user_streams(inv.stderr):
             result = executor.run(targets, options, plan)
         if not options.dry_run:
             from kiln.manifest import skipped_checks, write_manifest

@@ -50,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     # Like other command-line tools, end quietly when a pipe's reader goes away
     # (``kiln graph m.py | head``).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    code = run_cli(sys.argv[1:] if argv is None else argv)
-    _leave_threads_behind(code)
+    # kiln's own stream: what the build's code does to sys.stderr leaves it alone.
+    stderr = sys.stderr
+    code = run_cli(sys.argv[1:] if argv is None else argv, stderr=stderr)
+    _leave_threads_behind(code, stderr)
     # The command is over and its status decided: a write to a closed connection
     # while the interpreter exits (a library's atexit handler, a daemon thread) fails
     # with EPIPE rather than killing kiln by SIGPIPE with another status.
@@ -64,11 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _leave_threads_behind(code: int) -> None:
+def _leave_threads_behind(code: int, stderr: IO[str]) -> None:
     """Exit now, with ``code``, if threads that are not daemons are still running
     (a build module started them): Python would wait for them at exit, and kiln
-    would print its outputs and never end. Says which, then runs the exit handlers
-    itself and leaves without joining them."""
+    would print its outputs and never end. Says which on ``stderr``, then runs the
+    exit handlers itself and leaves without joining them."""
     left = [t for t in threading.enumerate() if _holds_exit(t)]
     if not left:
         return
@@ -78,12 +80,12 @@ def _leave_threads_behind(code: int) -> None:
         print(
             f"kiln: warning: {len(left)} thread(s) that the build started still run "
             f"({names}{more}); kiln exits without waiting for them",
-            file=sys.stderr,
+            file=stderr,
             flush=True,
         )
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
     os._exit(code)

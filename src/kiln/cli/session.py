@@ -30,6 +30,7 @@ from kiln.errors import BuildDefinitionError, HelpShown, UsageError
 from kiln.executor import Executor
 from kiln.progress import ProgressReporter
 from kiln.reporting import PlainReporter
+from kiln.terminal import user_streams
 
 
 @contextlib.contextmanager
@@ -41,7 +42,7 @@ def open_session(
     start_dir = os.getcwd()
     with contextlib.ExitStack() as stack:
         if module is None:
-            with contextlib.redirect_stdout(err):  # the module's prints: not kiln's output
+            with user_streams(err):  # the module's prints: not kiln's output, escaped
                 module, argv, prog = _load_from_argv(command, argv, stack)
         else:
             prog = f"{os.path.basename(getattr(module, '__file__', None) or 'build')} {command}"
@@ -79,7 +80,7 @@ def _open(
     )
     executor.cache = open_cache(ns, reporter.message, start_dir)
     where = getattr(module, "__file__", None) or module.__name__
-    with argument_namespace_context(args), contextlib.redirect_stdout(err):
+    with argument_namespace_context(args), user_streams(err):
         broken = _analyse(executor, where, entrypoints)
     _check_requested(broken, ns.targets, reporter)
     stack.callback(executor.close)

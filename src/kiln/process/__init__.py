@@ -5,6 +5,7 @@
     posix_spawn.py  ``posix_spawn`` with a working directory, through the C library
     template.py     the clean template process PROCESS actions' workers fork from
     worker.py       one worker process: runs one thunk; the framing kiln and it use
+    worker_output.py  what a worker prints, escaped on its way to kiln's stderr
     pool.py         ``ProcessPool``: one fresh worker per thunk, from the template
     reaper.py       what a build leaves running is found and killed
     groups.py       signalling process groups, pidfds

@@ -290,7 +290,8 @@ class Template:
         from kiln.errors import ActionFailed
 
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        out: int = 2 if _valid_fd(2) else subprocess.DEVNULL  # what workers print: stderr
+        # What workers print goes to stderr, escaped by each (``kiln.process.worker_output``).
+        out: int = 2 if _valid_fd(2) else subprocess.DEVNULL
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", bootstrap_code(theirs.fileno())],

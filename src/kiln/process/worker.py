@@ -7,7 +7,8 @@ group (and session) of its own, so that the template can kill it together with
 every subprocess it started, and the kernel kills it when the template dies
 (``PR_SET_PDEATHSIG``). It reads one pickled ``(sys.path, cwd, shim, cloudpickled
 thunk)`` from its socket (``shim``: whether ``iree.build`` imports resolve to kiln,
-as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk, answers with a
+as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk (what it prints
+escaped: ``kiln.process.worker_output``), answers with a
 pickled tuple, ``("ok",)`` or
 ``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
 exits: nothing an action does to its process reaches another action.
@@ -19,7 +20,6 @@ a piece: the tag is lowercase on the last piece.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import pickle
@@ -30,6 +30,7 @@ import traceback
 from collections.abc import Callable
 
 from kiln.process.byvalue import install as import_unpickled_build_modules
+from kiln.process.worker_output import escaped_output
 
 CHUNK = 32 * 1024
 PAYLOAD, REPLY = b"P", b"R"  # kiln -> worker, worker -> kiln
@@ -110,25 +111,25 @@ def run_one(sock: socket.socket) -> None:
     data = recv_framed(sock, PAYLOAD)
     if data is None:
         return
-    try:
-        sys_path, cwd, shim, payload = pickle.loads(data)
-        sys.path[:] = sys_path  # kiln's, so that the thunk's modules import as there
-        if cwd is not None:
-            os.chdir(cwd)
-        if shim:
-            from kiln.iree_shim import install
+    # What the action prints is escaped, and all of it out (the worker ends with
+    # os._exit) before the reply.
+    with escaped_output():
+        try:
+            sys_path, cwd, shim, payload = pickle.loads(data)
+            sys.path[:] = sys_path  # kiln's, so that the thunk's modules import as there
+            if cwd is not None:
+                os.chdir(cwd)
+            if shim:
+                from kiln.iree_shim import install
 
-            install()
-        import cloudpickle
+                install()
+            import cloudpickle
 
-        import_unpickled_build_modules()
-        cloudpickle.loads(payload)()
-        reply: tuple[object, ...] = ("ok",)
-    except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
-        reply = ("err", type(e).__name__, str(e), traceback.format_exc(), _exception_blob(e))
-    for stream in (sys.stdout, sys.stderr):  # the worker ends with os._exit
-        with contextlib.suppress(Exception):
-            stream.flush()
+            import_unpickled_build_modules()
+            cloudpickle.loads(payload)()
+            reply: tuple[object, ...] = ("ok",)
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
+            reply = ("err", type(e).__name__, str(e), traceback.format_exc(), _exception_blob(e))
     send_framed(sock, REPLY, pickle.dumps(reply))
 
 
