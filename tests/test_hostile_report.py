@@ -303,6 +303,22 @@ def worker():
     return InWorker(ctx.allocate_file("w.txt"), desc="w", executor=ctx.executor).out
 
 
+def flood(path):
+    subprocess.Popen(["yes", BAD])  # left running, writing without a pause
+    open(path, "w").write("x")
+
+
+class Flood(InWorker):
+    def _remotable_thunk(self):
+        return functools.partial(flood, str(self.out.get_fs_path()))
+
+
+@entrypoint
+def flooded():
+    ctx = BuildContext.current()
+    return Flood(ctx.allocate_file("f.txt"), desc="f", executor=ctx.executor).out
+
+
 @entrypoint
 def thread():
     ctx = BuildContext.current()
@@ -344,6 +360,19 @@ def test_what_user_code_writes_reaches_the_terminal_escaped(
     assert "kiln: done: 1 built" in r.stderr
     _assert_lines_escaped(r.stderr, ["M1", *tags])
     assert "\x1b" not in r.stdout and r.stdout.strip().endswith(".txt")
+
+
+def test_a_program_a_worker_leaves_writing_does_not_hold_the_action(
+    write_module: Callable[..., Path], kiln_subprocess: Kiln
+) -> None:
+    """What the worker copies once its action returned is bounded: a program the
+    action left writing without a pause neither keeps it from replying nor reaches
+    the terminal raw."""
+    write_module(WRITES_MODULE)
+    r = kiln_subprocess("build", "build.py", "flooded", "--no-cache", timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "kiln: done: 1 built" in r.stderr
+    assert "\x1b" not in r.stderr
 
 
 SILENCER_MODULE = """

@@ -22,6 +22,9 @@ from collections.abc import Iterator
 from kiln.terminal import printable
 
 _READ = 64 * 1024
+# Read after ``close`` at most: a program the action left running that writes without
+# a pause must not keep the worker from replying.
+_DRAIN_MAX = 1 << 20
 
 
 @contextlib.contextmanager
@@ -71,8 +74,8 @@ class _Relay:
         poller = select.poll()
         poller.register(read, select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
-        stopping = False
-        while True:
+        stopping, drained = False, 0
+        while drained < _DRAIN_MAX:
             if not stopping and self._stop_r in {fd for fd, _ in poller.poll()}:
                 stopping = True
                 os.set_blocking(read, False)
@@ -82,6 +85,7 @@ class _Relay:
                 break
             if not data:
                 break
+            drained += len(data) if stopping else 0
             self._write(decoder.decode(data))
         self._write(decoder.decode(b"", final=True))
         os.close(read)
