@@ -124,13 +124,28 @@ def test_root_directory_is_refused_before_anything(kiln, project: Path, command:
     assert not os.path.lexists("/.kiln") and os.path.isdir("/bin")
 
 
-@pytest.mark.parametrize("command", ["build", "clean", "explain"])
-def test_empty_output_dir_option_is_a_usage_error(kiln, project: Path, command: str) -> None:
-    argv = ("clean",) if command == "clean" else (command, "build.py")
-    r = kiln(*argv, "--output-dir", "")
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        ("build", "--output-dir"),
+        ("clean", "--output-dir"),
+        ("explain", "--output-dir"),
+        ("report", "--output-dir"),
+        ("build", "--cache-dir"),
+        ("cache clear", "--cache-dir"),
+    ],
+)
+def test_an_empty_directory_option_is_a_usage_error(
+    kiln, project: Path, command: str, option: str
+) -> None:
+    """An empty directory would silently mean the working directory: the project."""
+    argv = (
+        command.split() if command in ("clean", "report", "cache clear") else [command, "build.py"]
+    )
+    r = kiln(*argv, option, "")
     assert r.returncode == 2
-    assert "--output-dir" in r.stderr and "empty" in r.stderr and "Traceback" not in r.stderr
-    assert not (project / ".kiln").exists()
+    assert option in r.stderr and "got an empty string" in r.stderr, r.stderr
+    assert not (project / ".kiln").exists() and not (project / "v1").exists()
 
 
 def test_marker_is_written_and_a_newer_format_is_refused(kiln, project: Path) -> None:

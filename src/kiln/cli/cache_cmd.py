@@ -10,12 +10,11 @@ is named and left.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import IO
 
 from kiln.cache import LocalCache, format_size
 from kiln.cache.ownership import cache_dir_state, claim_cache_dir
-from kiln.cli.cache_options import cache_dir, max_size, size_option
+from kiln.cli.cache_options import cache_dir, directory_path, max_size, size_option
 from kiln.cli.options import KilnArgumentParser
 from kiln.terminal import printable
 
@@ -34,7 +33,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument(
             "--cache-dir",
-            type=Path,
+            type=directory_path,
             default=None,
             help="the cache (default: $KILN_CACHE_DIR, else ~/.cache/kiln)",
         )

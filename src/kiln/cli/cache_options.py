@@ -31,11 +31,19 @@ def seconds_option(text: str) -> float:
         ) from None
 
 
+def directory_path(text: str) -> Path:
+    """A directory option's value (``--output-dir``, ``--cache-dir``): an empty one
+    would silently mean the working directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory, got an empty string")
+    return Path(text)
+
+
 def add_cache_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cache")
     g.add_argument(
         "--cache-dir",
-        type=Path,
+        type=directory_path,
         default=None,
         help="the local cache (default: $KILN_CACHE_DIR, else kiln under "
         "$XDG_CACHE_HOME or ~/.cache)",

@@ -16,7 +16,8 @@ import stat
 from pathlib import Path
 from typing import IO
 
-from kiln.cli.options import KilnArgumentParser, output_dir
+from kiln.cli.cache_options import directory_path
+from kiln.cli.options import KilnArgumentParser
 from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST
 from kiln.lock import OutputLock
 from kiln.output_dir.ownership import KILN_DIR, MARKER, output_dir_state
@@ -31,7 +32,7 @@ _SHOWN = 5
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     parser = KilnArgumentParser(prog="kiln clean")
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
-    parser.add_argument("--output-dir", type=output_dir, default=Path("kiln-out"))
+    parser.add_argument("--output-dir", type=directory_path, default=Path("kiln-out"))
     parser.add_argument("--no-wait", action="store_true")
     ns = parser.parse_args(argv)
     root: Path = ns.output_dir.absolute()

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import IO, Any
 
 from kiln.args import ClArg, check_cl_args
-from kiln.cli.cache_options import add_cache_options
+from kiln.cli.cache_options import add_cache_options, directory_path
 from kiln.cli.executor_options import add_executor_options
 from kiln.compile_targets import target_name
 from kiln.errors import BuildDefinitionError, HelpShown, UsageError
@@ -151,13 +151,6 @@ def check_report_file(option: str, path: Path, given: object) -> None:
         raise UsageError(f"{option}: the directory of {given} does not exist")
 
 
-def output_dir(text: str) -> Path:
-    """An ``--output-dir`` value: an empty one would silently mean the working directory."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must name a directory, got an empty string")
-    return Path(text)
-
-
 def target_spec(text: str) -> str:
     """A ``--target`` value, checked now so that a typo fails even where nothing compiles."""
     try:
@@ -194,7 +187,7 @@ def pool_limit(text: str) -> tuple[str, int]:
 def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument(
         "--output-dir",
-        type=output_dir,
+        type=directory_path,
         default=DEFAULT_OUTPUT_DIR,
         help="where outputs and build state go (default: ./kiln-out)",
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from kiln.cache.config import default_cache_dir
+from kiln.cli.cache_options import directory_path
 from kiln.cli.destinations import check_destination
 from kiln.cli.options import KilnArgumentParser
 from kiln.errors import StateError, UsageError
@@ -33,7 +34,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
     parser.add_argument(
         "--output-dir",
-        type=Path,
+        type=directory_path,
         default=Path("kiln-out"),
         help="the build's output directory (default: ./kiln-out)",
     )
