@@ -166,6 +166,37 @@ def test_a_directory_input_is_keyed_by_its_tree(
     assert "holds a symbolic link out of it (out), which kiln does not follow" in why, why
 
 
+LISTS = """\
+import os
+from kiln import *
+
+LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.log")
+
+@entrypoint
+def lists():
+    return run_command(name="ls.txt", inputs=[source_file("data")], command=[
+        "sh", "-c", f"echo lists >> {LOG}; ls {{inputs[0]}} > {{out}}"])
+"""
+
+
+def test_a_directory_input_holding_the_output_directory_has_no_key(
+    kiln: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The output directory inside a directory input: what the action reads changes
+    with every build (kiln's state, logs, outputs). It runs on every build, never
+    stale, and explain names that, not kiln's own links there."""
+    (tmp_path / "build.py").write_text(LISTS)
+    (tmp_path / "data").mkdir()
+    out = str(tmp_path / "data" / "kiln-out")
+    for _ in range(2):
+        r = kiln("build", "build.py", "--output-dir", out)
+        assert r.returncode == 0, r.stderr
+        assert ran(tmp_path) == ["lists"]
+    why = kiln("explain", "build.py", "--output-dir", out).stdout
+    assert "its input lists/data holds the output directory" in why, why
+    assert "symbolic link" not in why, why
+
+
 DEEP = """\
 from kiln import *
 

@@ -67,6 +67,14 @@ _UNKNOWN = "<not looked at yet>"  # compared by identity: no digest is this obje
 _KEY_TEXT = json.JSONEncoder(sort_keys=True).encode
 
 
+def _holds_output_dir(directory: BuildFile) -> bool:
+    """Whether the directory input ``directory`` holds the output directory: what an
+    action reads through it then includes kiln's state, logs and outputs."""
+    inside = os.path.realpath(directory.fs_str).rstrip(os.sep) + os.sep
+    out = os.path.realpath(directory.executor.layout.output_dir) + os.sep
+    return out.startswith(inside)
+
+
 class UpToDateChecker:
     """Decides actions in plan order. ``digests`` holds the digest of every file
     known this build (source files lazily, outputs as their producers finish);
@@ -94,7 +102,12 @@ class UpToDateChecker:
             if f.source is None or not os.path.isdir(f.fs_str):
                 raise
             digest, escape = tree_digest(f.fs_str, self.store.digest)  # a directory input
-            if escape is not None:
+            if _holds_output_dir(f):
+                self.unkeyable_inputs[f] = (
+                    f"its input {f.path} holds the output directory, whose files kiln "
+                    "changes in every build (choose an --output-dir outside it to key it)"
+                )
+            elif escape is not None:
                 self.unkeyable_inputs[f] = (
                     f"its input {f.path} holds a symbolic link out of it ({escape}), "
                     "which kiln does not follow"
