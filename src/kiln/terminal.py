@@ -9,6 +9,9 @@ as ``\\x1b`` or ``\\u202e``. Where kiln writes them:
 
 - ``TerminalStream`` wraps kiln's stderr: everything written through it is escaped
   (newlines kept, they are kiln's line structure), so no message path can forget it.
+- ``PrintableOutput`` wraps kiln's stdout (listings, built paths, help, graph text)
+  the same way, but lets its errors through: a closed stdout is handled by the
+  command line.
 - User code writes through ``TerminalStream`` too: while kiln runs it in its own
   process, its ``sys.stdout`` and ``sys.stderr`` are streams of that kind onto kiln's
   stderr (``user_streams``), bytes written to their ``buffer`` included; what a
