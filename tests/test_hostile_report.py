@@ -253,7 +253,7 @@ def test_listing_shows_descriptions_escaped(hostile_module: Path, kiln_in_proces
 # Each line a build module, its actions and their workers write: a screen clear and
 # a retitle, behind a tag that finds the line.
 WRITES_MODULE = r"""
-import functools, logging, os, subprocess, sys, warnings
+import ctypes, functools, logging, os, subprocess, sys, warnings
 
 BAD = "\x1b[2J \x1b]0;pwned\x07"
 sys.stderr.write(f"M1 {BAD} at import\n")
@@ -266,6 +266,7 @@ def work(path):
     logging.warning(f"W4 {BAD} logging")
     os.write(2, f"W5 {BAD} os.write\n".encode())
     subprocess.run([sys.executable, "-c", f"print({'W6 ' + BAD + ' a program'!r})"], check=True)
+    ctypes.CDLL(None).printf(f"W7 {BAD} the C library's printf\n".encode())  # buffered
     open(path, "w").write("x")
 
 
@@ -293,6 +294,8 @@ class InKiln(BuildAction):
         logging.warning(f"{t}4 {BAD} logging")
         sys.stdout.buffer.write(f"{t}5 {BAD} stdout bytes\n".encode())
         sys.stderr.buffer.write(f"{t}6 {BAD} stderr bytes\n".encode())
+        for byte in f"{t}7 {BAD} \u00e9\u20ac one byte at a time\n".encode():
+            sys.stderr.buffer.write(bytes([byte]))
         sys.stderr.flush()
         self.out.get_fs_path().write_text("x")
 
@@ -344,9 +347,9 @@ def _assert_lines_escaped(stderr: str, tags: list[str]) -> None:
 @pytest.mark.parametrize(
     ("target", "tags"),
     [
-        ("worker", ["W1", "W2", "W3", "W4", "W5", "W6"]),
-        ("thread", ["T1", "T2", "T3", "T4", "T5", "T6"]),
-        ("inline", ["I1", "I2", "I3", "I4", "I5", "I6"]),
+        ("worker", ["W1", "W2", "W3", "W4", "W5", "W6", "W7"]),
+        ("thread", ["T1", "T2", "T3", "T4", "T5", "T6", "T7"]),
+        ("inline", ["I1", "I2", "I3", "I4", "I5", "I6", "I7"]),
     ],
 )
 def test_what_user_code_writes_reaches_the_terminal_escaped(
@@ -359,6 +362,8 @@ def test_what_user_code_writes_reaches_the_terminal_escaped(
     assert r.returncode == 0, r.stderr
     assert "kiln: done: 1 built" in r.stderr
     _assert_lines_escaped(r.stderr, ["M1", *tags])
+    if target != "worker":  # a character written a byte at a time arrives whole
+        assert "\u00e9\u20ac one byte at a time" in r.stderr, r.stderr
     assert "\x1b" not in r.stdout and r.stdout.strip().endswith(".txt")
 
 

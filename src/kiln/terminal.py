@@ -25,6 +25,7 @@ as ``\\x1b`` or ``\\u202e``. Where kiln writes them:
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import re
@@ -162,13 +163,15 @@ class _Bytes(io.RawIOBase):
     def __init__(self, text: TerminalStream):
         super().__init__()
         self._text = text
+        # A character whose bytes come in two writes is decoded whole.
+        self._decoder = codecs.getincrementaldecoder(text.encoding)("backslashreplace")
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        self._text.write(bytes(view).decode(self._text.encoding, "backslashreplace"))
+        self._text.write(self._decoder.decode(bytes(view)))
         return len(view)
 
     def flush(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import ctypes
 import os
 import select
 import sys
@@ -62,6 +63,10 @@ class _Relay:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        # And the C library's: on a pipe its stdout is fully buffered, and the worker
+        # ends with os._exit (a printf of a native library would be lost).
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).fflush(None)
         for fd in (1, 2):
             os.dup2(self._terminal, fd)
         os.write(self._stop_w, b"x")
