@@ -645,6 +645,33 @@ def test_any_failure_while_the_disk_is_nearly_full_is_retried(
     error = ValueError("deterministic")
     (tmp_path / "out").mkdir()
     assert retry_reason(_action(tmp_path, _Failing), _keyed(), error) is None
-    monkeypatch.setattr(failures, "LOW_SPACE", 1 << 62)  # more than any disk has free
+    monkeypatch.setattr(failures, "disk_full", lambda directory: f"the disk of {directory} is full")
     why = retry_reason(_action(tmp_path, _Failing), _keyed(), error)
-    assert why is not None and "disk has less than" in why
+    assert why == f"the disk of {tmp_path / 'out'} is full"
+
+
+def test_a_deterministic_failure_on_a_small_disk_with_room_is_remembered(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    """A small disk (a 16 MiB tmpfs, all of it under 64 MiB) that has room is not
+    full: a failure of the action itself is remembered there as anywhere."""
+    import os
+
+    write_module(COMMANDS)
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)]
+    r = subprocess.run(mount, capture_output=True, text=True)
+    if r.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs in CI: {r.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+    try:
+        (tmp_path / "data.txt").write_text("data\n")
+        (tmp_path / "tool.sh").write_text(tool(tmp_path, "echo broken input >&2; exit 3"))
+        for _ in range(2):
+            r = kiln("build", "build.py", "--output-dir", str(mnt / "out"))
+            assert r.returncode == 1
+        assert runs(tmp_path) == 1 and "failed (unchanged)" in r.stderr, r.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import posixpath
@@ -34,7 +35,7 @@ from kiln.graph import (
     SpawnsCommand,
     join_namespace,
 )
-from kiln.output_dir.writing import atomic_output, temporary_for
+from kiln.output_dir.writing import atomic_output, disk_full, temporary_for
 from kiln.process.commands import Ended
 from kiln.redact import redact_urls
 
@@ -188,11 +189,18 @@ class CommandAction(BuildAction, SpawnsCommand):
                     f"'{self.desc}' ran past its timeout of {self.timeout:g} s and was killed"
                 )
             if ended.returncode != 0:
-                raise ToolError(
+                # Judged now, its partial output still there: a command that filled the
+                # disk may have said so only in its log, which that disk could not take.
+                full = disk_full(tmp.parent)
+                error = ToolError(
                     f"'{self.desc}': command exited with status {ended.returncode}: {shown()}\n"
-                    f"{read_tail(log) if log else '(it printed nothing)'}".rstrip(),
+                    f"{read_tail(log) if log else '(it printed nothing)'}".rstrip()
+                    + (f"\n({full})" if full else ""),
                     ended.returncode,
                 )
+                if full:
+                    raise error from OSError(errno.ENOSPC, full)
+                raise error
             if ended.left:
                 self.run_context.write_status(
                     f"warning: '{self.desc}' left {len(ended.left)} process(es) running after "

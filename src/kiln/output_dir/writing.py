@@ -172,6 +172,26 @@ def written(
             discard()
 
 
+# Free space on a disk below which it counts as full: this, or a twentieth of a
+# smaller disk (a tmpfs of a few MiB).
+LOW_SPACE = 64 << 20
+
+
+def disk_full(directory: str | Path) -> str | None:
+    """Why the disk of ``directory`` counts as full now (nearly no free space or no
+    free inode), or None; None too when it cannot be told."""
+    try:
+        disk = os.statvfs(directory)
+    except OSError:
+        return None
+    low = min(LOW_SPACE, disk.f_blocks * disk.f_frsize // 20)
+    if disk.f_bavail * disk.f_frsize < low:
+        return f"the disk of {directory} has less than {low >> 10} KiB free"
+    if disk.f_files and not disk.f_favail:
+        return f"the disk of {directory} has no free inode"
+    return None
+
+
 @functools.cache
 def process_umask() -> int:
     """The process's umask, read once (Linux: from /proc, without changing it)."""

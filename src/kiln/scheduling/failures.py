@@ -24,9 +24,10 @@ Never remembered:
 - a failure whose message carries the operating system's words for a machine
   that ran out of something or a network that failed (a tool that found the
   disk full exits 1 like any other failure, but says so);
-- any failure while the output directory's disk is nearly full (``LOW_SPACE``) or
-  out of inodes: a tool that found it full may have said so nowhere kiln can read
-  (its log is on that disk too).
+- any failure while the output directory's disk is full (``disk_full``: nearly no
+  space or no inode free): a tool that found it full may have said so nowhere kiln
+  can read (its log is on that disk too). A command's failure is judged before its
+  partial output is removed (``CommandAction``).
 
 Each exception in the chain (``__cause__``, and ``__context__`` unless the raiser
 suppressed it with ``from None``) counts, so an ``ActionFailed`` raised from, or
@@ -59,6 +60,7 @@ from kiln.errors import (
 )
 from kiln.graph import BuildAction
 from kiln.incremental import Decision
+from kiln.output_dir.writing import disk_full
 from kiln.state import FailureRecord
 
 # Exception types whose failure may pass by itself, with why.
@@ -105,7 +107,6 @@ RESOURCE_WORDS = (
     "name or service not known",
 )
 _SIGKILL_BY_SHELL = 128 + signal.SIGKILL
-LOW_SPACE = 64 << 20  # bytes free on the output directory's disk, below which it is full
 _MAX_CHAIN = 32
 
 
@@ -130,14 +131,10 @@ def retry_reason(action: BuildAction, decision: Decision, error: BaseException) 
 def _disk_full(action: BuildAction) -> str | None:
     """Why the output directory's disk counts as full now, or None."""
     try:
-        disk = os.statvfs(action.executor.layout.output_dir)
-    except (AttributeError, OSError):
+        root = action.executor.layout.output_dir
+    except AttributeError:
         return None
-    if disk.f_bavail * disk.f_frsize < LOW_SPACE:
-        return f"the output directory's disk has less than {LOW_SPACE >> 20} MiB free"
-    if disk.f_files and not disk.f_favail:
-        return "the output directory's disk has no free inode"
-    return None
+    return disk_full(root)
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
