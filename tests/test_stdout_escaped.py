@@ -53,3 +53,39 @@ def test_stdout_carries_no_raw_control_character(kiln, project: Path, argv: list
         assert (project / "kiln-out/genfiles/ep/right\u202eleft.txt").read_text() == "data\n"
     elif argv[0] != "graph":
         assert SHOWN in r.stdout  # said, escaped, not dropped
+
+
+PROGRAMS = """
+import ctypes, subprocess
+
+class Talks(BuildAction):
+    def __init__(self, out, **kw):
+        super().__init__(**kw)
+        self.out = out
+        out.deps.add(self)
+
+    def _invoke(self):
+        subprocess.run(["echo", "PROGRAM of a thread action"], check=True)
+        ctypes.CDLL(None).printf(b"PRINTF of a thread action\\n")
+        ctypes.CDLL(None).fflush(None)
+        self.out.get_fs_path().write_text("x")
+
+@entrypoint
+def talks():
+    ctx = BuildContext.current()
+    return Talks(ctx.allocate_file("t.txt"), desc="talks", executor=ctx.executor).out
+"""
+
+
+def test_stdout_carries_only_the_built_paths_whatever_the_builds_programs_write(
+    write_module, kiln_subprocess
+) -> None:
+    """A program an action in kiln's process starts (or a native library) writes to
+    descriptor 1: kiln's stdout is its own, so that goes to stderr, never among the
+    paths a script reads."""
+    write_module(PROGRAMS)
+    r = kiln_subprocess("build", "build.py", "--no-cache")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].endswith("kiln-out/genfiles/talks/t.txt"), r.stdout
+    assert "PROGRAM of a thread action" in r.stderr and "PRINTF of a thread action" in r.stderr

@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # kiln's own stream: what the build's code does to sys.stderr leaves it alone.
     stderr = sys.stderr
-    code = run_cli(sys.argv[1:] if argv is None else argv, stderr=stderr)
+    with _stdout_of_kiln_alone() as stdout:
+        code = run_cli(sys.argv[1:] if argv is None else argv, stdout=stdout, stderr=stderr)
     _leave_threads_behind(code, stderr)
     # The command is over and its status decided: a write to a closed connection
     # while the interpreter exits (a library's atexit handler, a daemon thread) fails
@@ -91,6 +92,37 @@ def _leave_threads_behind(code: int, stderr: IO[str]) -> None:
     os._exit(code)
 
 
+@contextlib.contextmanager
+def _stdout_of_kiln_alone() -> Iterator[IO[str] | None]:
+    """The process's stdout for kiln alone while the command runs: descriptor 1 is
+    stderr's meanwhile, so that a program the build's code starts (or a native
+    library's printf) never mixes its output into the paths kiln prints for scripts
+    to read. None, and nothing changed, when stdout is not a descriptor."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield None
+        return
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        yield None
+        return
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    raw = io.FileIO(saved, "w", closefd=False)
+    stream = io.TextIOWrapper(raw, encoding=encoding, errors="backslashreplace")
+    try:
+        yield stream
+    finally:
+        with contextlib.suppress(OSError, ValueError):  # a reader gone: said already
+            stream.close()
+        with contextlib.suppress(OSError):
+            os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _holds_exit(thread: threading.Thread) -> bool:
     """Whether the interpreter would wait for ``thread`` at exit: a thread that is not
     a daemon, but for the workers of ``concurrent.futures`` pools, which the
@@ -110,7 +142,10 @@ def kiln_main(
     """Run kiln's command line on the build module ``module`` (call it from the
     module's ``if __name__ == "__main__":`` block). Exits on failure."""
     mod = importlib.import_module(module) if isinstance(module, str) else module
-    code = run_cli(sys.argv[1:] if args is None else args, mod, stdout, stderr)
+    with contextlib.ExitStack() as stack:
+        if stdout is None:
+            stdout = stack.enter_context(_stdout_of_kiln_alone())
+        code = run_cli(sys.argv[1:] if args is None else args, mod, stdout, stderr)
     if code:
         raise SystemExit(code)
 
