@@ -88,7 +88,7 @@ class PrintableOutput(io.TextIOBase):
         return getattr(self._stream, name)
 
 
-class TerminalStream(io.TextIOBase):
+class TerminalStream(PrintableOutput):
     """kiln's stderr. Every write is escaped (``printable``) and never raises once
     the reader has gone: a progress line must not break the thread that prints
     it (the SIGPIPE of such a write stops the build instead, see ``kiln.cli.main``).
@@ -97,8 +97,7 @@ class TerminalStream(io.TextIOBase):
     written escaped. Closing it closes neither: ``stream`` stays open."""
 
     def __init__(self, stream: IO[str]):
-        super().__init__()
-        self._stream = stream
+        super().__init__(stream)
         self.raw: IO[str] = _Unescaped(stream)  # type: ignore[assignment]
         self._bytes: _Bytes | None = None
 
@@ -120,19 +119,6 @@ class TerminalStream(io.TextIOBase):
     def flush(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             self._stream.flush()
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-    def isatty(self) -> bool:
-        return self._stream.isatty()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self._stream, "encoding", None) or "utf-8"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
 
 
 class _Unescaped(TerminalStream):

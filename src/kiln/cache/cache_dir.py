@@ -41,6 +41,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from kiln.cache.entry import is_digest, is_entry_name
 from kiln.cache.index import INDEX, CacheIndex
@@ -56,6 +57,8 @@ AREAS = ("ac", "cas")
 LOG = "builds.log"
 _TMP_NAME = re.compile(r"[wb]-\d+-[0-9a-f]{8}-\d+\Z")
 _NEW_TMP = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+_T = TypeVar("_T")
 
 
 class CacheDir:
@@ -115,7 +118,7 @@ class CacheDir:
         if not create:
             return self._dir_ok(self._base)
         try:
-            self._retrying(lambda: self.make_dirs(self._base))
+            self._retrying(lambda: self._made_dir(self._base))
         except ConfinementError as e:
             self.skip(self._base, str(e))
             return False
@@ -211,35 +214,36 @@ class CacheDir:
 
     def make_dirs(self, directory: str) -> None:
         """Make ``directory`` of the layout (claiming the cache first); ConfinementError
-        if a link or another kind of file is in the way. A directory made before and
-        removed since (``kiln cache clear`` while a build runs) is made again."""
+        if a link or another kind of file is in the way."""
         self._tree.make_dirs(directory)
+
+    def _made_dir(self, directory: str) -> None:
+        """``make_dirs``, then FileNotFoundError if ``directory`` is not there: one
+        made before and removed since (``kiln cache clear`` while a build runs), for
+        a user of it that is not kiln's own ``open`` (SQLite), under ``_retrying``."""
+        self.make_dirs(directory)
         if not _is_dir(directory):
-            self._tree = self._new_tree()
-            self._tree.make_dirs(directory)
+            raise FileNotFoundError(errno.ENOENT, "removed meanwhile", directory)
 
     def new_tmp(self, prefix: str) -> tuple[int, str]:
         """A new, empty file under ``tmp/``: its descriptor (open for writing) and
         name, unique among the processes and threads sharing the cache."""
         tmp = f"{self._base}/tmp"
-        made: list[tuple[int, str]] = []
 
-        def make() -> None:
+        def make() -> tuple[int, str]:
             self.make_dirs(tmp)
             while True:
                 name = f"{tmp}/{prefix}{self._tag}-{next(self._serial)}"
                 try:
-                    made.append((os.open(name, _NEW_TMP, 0o600), name))
-                    return
+                    return os.open(name, _NEW_TMP, 0o600), name
                 except FileExistsError:  # left by a process of the same tag: the next name
                     continue
 
         try:
-            self._retrying(make)
+            return self._retrying(make)
         except ConfinementError as e:  # nowhere to write: the cache cannot be filled
             self.skip(tmp, str(e))
             raise OSError(errno.ENOTDIR, f"{tmp} is not a directory kiln made") from None
-        return made[0]
 
     def commit(self, tmp: str, target: str) -> None:
         """Give the temporary ``tmp`` (its mode set through its descriptor) its place
@@ -258,14 +262,14 @@ class CacheDir:
 
         self._retrying(place)
 
-    def _retrying(self, act: Callable[[], None]) -> None:
+    def _retrying(self, act: Callable[[], _T]) -> _T:
         """``act()``, once more on a fresh check of the directories if one vanished
         meanwhile (``kiln cache clear`` while a build runs)."""
         try:
-            act()
+            return act()
         except FileNotFoundError:
             self._tree = self._new_tree()
-            act()
+            return act()
 
     def discard(self, path: str) -> bool:
         """Remove kiln's temporary, entry or blob ``path`` if it is a regular file;
@@ -282,15 +286,13 @@ class CacheDir:
         """Append ``line`` to ``builds.log``; its size after. A link, FIFO or other
         file there is reported and left (-1)."""
         path = self.log_file
-        opened: list[int] = []
 
-        def open_log() -> None:
+        def open_log() -> int:
             self.make_dirs(self._base)
-            opened.append(open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+            return open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
         try:
-            self._retrying(open_log)
-            fd = opened[0]
+            fd = self._retrying(open_log)
         except ConfinementError as e:
             self.skip(self._base, str(e))
             return -1
