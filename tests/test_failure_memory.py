@@ -7,12 +7,14 @@ cluster) is retried. Through the CLI and the API, on real files and processes;
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import http.client
 import json
+import os
 import sqlite3
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -608,24 +610,31 @@ def big():
 """
 
 
-def test_a_failure_on_a_full_disk_is_retried_though_its_words_were_lost(
-    write_module, kiln, tmp_path: Path
-) -> None:
-    """The command's "No space left on device" went to its log, on the same full disk:
-    kiln read no such words. The disk being full at the failure is enough: once there
-    is room the next build runs it (it is not "failed (unchanged)")."""
-    import os
-
-    write_module(FILLS_THE_DISK)
-    mnt = tmp_path / "fs"
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A real tmpfs of ``size`` mounted at ``mnt`` for the test (root only; CI runs as
+    root, and there the test fails rather than skips)."""
     mnt.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)]
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)]
     r = subprocess.run(mount, capture_output=True, text=True)
     if r.returncode != 0:
         if os.environ.get("CI"):
             pytest.fail(f"cannot mount a tmpfs in CI: {r.stderr.strip()}")
         pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
     try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_failure_on_a_full_disk_is_retried_though_its_words_were_lost(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    """The command's "No space left on device" went to its log, on the same full disk:
+    kiln read no such words. The disk being full at the failure is enough: once there
+    is room the next build runs it (it is not "failed (unchanged)")."""
+    write_module(FILLS_THE_DISK)
+    with tmpfs(tmp_path / "fs", "2m") as mnt:
         failed = kiln("build", "build.py", "--output-dir", str(mnt / "out"))
         assert failed.returncode == 1, failed.stderr
         subprocess.run(["mount", "-o", "remount,size=16m", str(mnt)], check=True)
@@ -633,8 +642,6 @@ def test_a_failure_on_a_full_disk_is_retried_though_its_words_were_lost(
         assert again.returncode == 0, again.stderr
         assert "(unchanged)" not in again.stderr
         assert (mnt / "out/genfiles/big/big.bin").stat().st_size == 3_000_000
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_any_failure_while_the_disk_is_nearly_full_is_retried(
@@ -651,27 +658,13 @@ def test_any_failure_while_the_disk_is_nearly_full_is_retried(
 
 
 def test_a_deterministic_failure_on_a_small_disk_with_room_is_remembered(
-    write_module, kiln, tmp_path: Path
+    commands, kiln, tmp_path: Path
 ) -> None:
     """A small disk (a 16 MiB tmpfs, all of it under 64 MiB) that has room is not
     full: a failure of the action itself is remembered there as anywhere."""
-    import os
-
-    write_module(COMMANDS)
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)]
-    r = subprocess.run(mount, capture_output=True, text=True)
-    if r.returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(f"cannot mount a tmpfs in CI: {r.stderr.strip()}")
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
-    try:
-        (tmp_path / "data.txt").write_text("data\n")
-        (tmp_path / "tool.sh").write_text(tool(tmp_path, "echo broken input >&2; exit 3"))
+    commands()
+    with tmpfs(tmp_path / "fs", "16m") as mnt:
         for _ in range(2):
             r = kiln("build", "build.py", "--output-dir", str(mnt / "out"))
             assert r.returncode == 1
         assert runs(tmp_path) == 1 and "failed (unchanged)" in r.stderr, r.stderr
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
