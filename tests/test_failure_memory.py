@@ -12,8 +12,13 @@ import errno
 import http.client
 import json
 import os
+import shutil
+import signal
+import socket
 import sqlite3
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -668,3 +673,262 @@ def test_a_deterministic_failure_on_a_small_disk_with_room_is_remembered(
             r = kiln("build", "build.py", "--output-dir", str(mnt / "out"))
             assert r.returncode == 1
         assert runs(tmp_path) == 1 and "failed (unchanged)" in r.stderr, r.stderr
+
+
+# -- failures of the surroundings, with real programs ------------------------------
+
+# One command: $ARGV (PY: this Python, PROGRAM: prog.py's text), by default the
+# program alone. The program counts its runs and, while the file ``cause`` is there
+# (outside the key: the surroundings), fails as the test wrote it.
+SURROUNDINGS = """
+import json, os, sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+PROGRAM = (HERE / "prog.py").read_text() if (HERE / "prog.py").exists() else ""
+ARGV = json.loads(os.environ.get("ARGV", '["PY", "-c", "PROGRAM", "{out}"]'))
+
+
+@entrypoint
+def env():
+    argv = [sys.executable if a == "PY" else PROGRAM if a == "PROGRAM" else a for a in ARGV]
+    return run_command(name="out.txt", command=argv)
+"""
+PROGRAM = """\
+import os, sys, time
+HERE = {here!r}
+with open(os.path.join(HERE, "counter"), "a") as f:
+    f.write("ran\\n")
+if os.path.exists(os.path.join(HERE, "cause")):
+{fail}
+{fetch}
+with open(sys.argv[1], "w") as f:
+    f.write("ok\\n")
+"""
+# Fetches the URL in the file ``url`` (outside the key), as a tool would.
+FETCH_URL = """\
+import urllib.request
+with open(os.path.join(HERE, "url")) as f:
+    urllib.request.urlopen(f.read(), timeout=30).read()
+"""
+WRAPPED = ["sh", "-c", '"$0" "$@"; exit $?', "PY", "-c", "PROGRAM", "{out}"]
+LINE = "Running env/out.txt: it failed with this same key in an earlier build, and "
+NOT_REMEMBERED = LINE + "that failure was not remembered: "
+
+
+def surroundings(write_module: Callable[..., Path], tmp_path: Path, fail: str = "", fetch=False):
+    """Write the build module and its program, failing with ``fail`` (lines of Python)
+    while ``cause`` is there; create ``cause``."""
+    write_module(SURROUNDINGS)
+    body = "\n".join("    " + line for line in (fail or "pass").splitlines())
+    program = PROGRAM.format(here=str(tmp_path), fail=body, fetch=FETCH_URL if fetch else "")
+    (tmp_path / "prog.py").write_text(program)
+    (tmp_path / "cause").touch()
+
+
+def passes_once_the_cause_is_gone(kiln, tmp_path: Path, env=None, gone=None) -> str:
+    """Build: it fails; the cause goes (``gone``, else the file ``cause``); the next
+    plain build runs it again and it succeeds. Returns what ``kiln explain`` said in
+    between."""
+    first = kiln("build", "build.py", env=env)
+    assert first.returncode == 1 and runs(tmp_path) == 1, first.stderr
+    explained = kiln("explain", "build.py", env=env).stdout
+    (gone or (tmp_path / "cause").unlink)()
+    again = kiln("build", "build.py", env=env)
+    assert "(unchanged)" not in again.stderr, again.stderr
+    assert again.returncode == 0 and runs(tmp_path) == 2, again.stderr
+    assert (tmp_path / "kiln-out/genfiles/env/out.txt").read_text() == "ok\n"
+    return explained
+
+
+def test_a_program_that_exits_127_is_retried(write_module, kiln, tmp_path: Path) -> None:
+    surroundings(write_module, tmp_path, "print('cannot go on', file=sys.stderr)\nsys.exit(127)")
+    explained = passes_once_the_cause_is_gone(kiln, tmp_path)
+    assert (
+        f"{NOT_REMEMBERED}the command exited with status 127 (a program it runs is not "
+        "installed)" in explained
+    ), explained
+
+
+def test_a_program_out_of_memory_under_a_limit_is_retried(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    """Under RLIMIT_AS (``ulimit -v``) Python prints ``MemoryError`` and exits 1."""
+    fail = """\
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+data = bytearray(1 << 33)
+"""
+    surroundings(write_module, tmp_path, fail)
+    explained = passes_once_the_cause_is_gone(kiln, tmp_path)
+    assert f"{NOT_REMEMBERED}its error says 'memoryerror' (it ran out of memory)" in explained
+
+
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM],
+    ids=lambda s: s.name,
+)
+def test_a_program_killed_from_outside_through_a_shell_is_retried(
+    write_module, kiln, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """The test sends the signal; the shell around the program reports 128 + N."""
+    fail = "open(os.path.join(HERE, 'pid'), 'w').write(str(os.getpid()))\ntime.sleep(60)"
+    surroundings(write_module, tmp_path, fail)
+    killer = threading.Thread(target=_kill_when_started, args=(tmp_path / "pid", signum))
+    killer.start()
+    try:
+        explained = passes_once_the_cause_is_gone(kiln, tmp_path, {"ARGV": json.dumps(WRAPPED)})
+    finally:
+        killer.join()
+    assert (
+        f"{NOT_REMEMBERED}the command exited with status {128 + signum} (128 + {int(signum)}: "
+        f"a program it runs was killed by {signum.name})" in explained
+    ), explained
+
+
+def _kill_when_started(pid_file: Path, signum: int) -> None:
+    for _ in range(600):
+        if pid_file.exists() and pid_file.read_text():
+            os.kill(int(pid_file.read_text()), signum)
+            return
+        time.sleep(0.05)
+
+
+def test_a_server_that_answered_503_is_asked_again(write_module, kiln, tmp_path: Path) -> None:
+    """The program reads the URL from a file (not its command line): what it printed
+    (``HTTP Error 503``) is the sign."""
+    surroundings(write_module, tmp_path, fetch=True)
+    with HTTPTestServer() as server:
+        (tmp_path / "url").write_text(server.flaky("/m", b"model", failures=1, status=503))
+        explained = passes_once_the_cause_is_gone(kiln, tmp_path)
+        assert server.count("/m") == 2
+    assert NOT_REMEMBERED in explained and "(the network or a server failed)" in explained
+
+
+@pytest.mark.parametrize("peer", ["refused", "hung-up"])
+def test_a_connection_that_failed_is_tried_again(
+    write_module, kiln, tmp_path: Path, peer: str
+) -> None:
+    """A refused connection, or a server that hung up without an answer (Python's
+    ``RemoteDisconnected``); then the server answers."""
+    surroundings(write_module, tmp_path, fetch=True)
+    with HTTPTestServer() as server, _hangs_up() as hung_up:
+        url = f"http://127.0.0.1:{_closed_port()}/m" if peer == "refused" else hung_up
+        (tmp_path / "url").write_text(url)
+        good = server.serve("/m", b"model")
+        passes_once_the_cause_is_gone(
+            kiln, tmp_path, gone=lambda: (tmp_path / "url").write_text(good)
+        )
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+@pytest.mark.parametrize("how", ["url-in-argv", "config-file"])
+def test_curl_that_failed_is_run_again(kiln, write_module, tmp_path: Path, how: str) -> None:
+    """curl -f on a 503, silent (it prints nothing: its command line names the URL),
+    and curl given the URL in a config file, refused ("Couldn't connect to server")."""
+    surroundings(write_module, tmp_path)
+    (tmp_path / "cause").unlink()
+    with HTTPTestServer() as server:
+        if how == "url-in-argv":
+            argv = ["curl", "-s", "-f", "-o", "{out}", server.flaky("/m", b"ok\n", 1, 503)]
+            gone = None
+        else:
+            config = tmp_path / "curl.cfg"
+            config.write_text(f'url = "http://127.0.0.1:{_closed_port()}/m"\n')
+            argv = ["curl", "-sS", "-f", "-K", str(config), "-o", "{out}"]
+            url = server.serve("/m", b"ok\n")
+            gone = lambda: config.write_text(f'url = "{url}"\n')  # noqa: E731
+        env = {"ARGV": json.dumps(argv)}
+        first = kiln("build", "build.py", env=env)
+        assert first.returncode == 1, first.stderr
+        explained = kiln("explain", "build.py", env=env).stdout
+        if gone:
+            gone()
+        again = kiln("build", "build.py", env=env)
+        assert again.returncode == 0 and "(unchanged)" not in again.stderr, again.stderr
+    why = "its parameters name a http URL" if how == "url-in-argv" else "couldn't connect"
+    assert NOT_REMEMBERED in explained and why in explained, explained
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (just released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _hangs_up() -> Iterator[str]:
+    """A URL whose server accepts each connection and closes it without answering."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn, _ = listener.accept()
+                conn.recv(1024)
+                conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/m"
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [
+        # The words, then more than the 20 lines kiln shows of a failure.
+        "print('Connection refused')\nprint('x\\n' * 60)\nsys.exit(1)",
+        # In colour, in capitals, with a tab and a carriage return.
+        "print('\\x1b[1;31mOUT OF\\x1b[0m\\tMEMORY\\r')\nsys.exit(2)",
+        # A shell's word that a program it runs is missing, its own status 1.
+        "os.system('nosuch-tool-xyz; exit 1')\nsys.exit(1)",
+        # A program it ran was killed, reported by make-like words.
+        "print('make: *** [Makefile:3: all] Error 137')\nsys.exit(2)",
+        # An HTTP client library's error type, by its name.
+        "print('httpx.ConnectError: [Errno -2] Name does not resolve')\nsys.exit(1)",
+    ],
+    ids=["words-far-up", "colour-case-spaces", "shell-not-found", "make-137", "type-name"],
+)
+def test_the_signs_cannot_be_hidden_by_their_form(
+    write_module, kiln, tmp_path: Path, fail: str
+) -> None:
+    surroundings(write_module, tmp_path, fail)
+    explained = passes_once_the_cause_is_gone(kiln, tmp_path)
+    assert NOT_REMEMBERED in explained, explained
+
+
+@pytest.mark.parametrize(
+    ("fail", "status"),
+    [
+        ("print('error: the input has a bad token at line 3', file=sys.stderr)\nsys.exit(1)", 1),
+        ("raise ValueError('a bad value in the input')", 1),
+        ("print('usage: --timeout must be a number; see error 5001')\nsys.exit(2)", 2),
+        ("sys.exit(125)", 125),
+    ],
+    ids=["compiler-error", "exception", "words-that-are-not-signs", "status-125"],
+)
+def test_a_deterministic_failure_is_still_remembered(
+    write_module, kiln, tmp_path: Path, fail: str, status: int
+) -> None:
+    """Its cause gone or not, the same key fails the same way: not run again, and
+    explain says why it was remembered."""
+    surroundings(write_module, tmp_path, fail)
+    assert kiln("build", "build.py").returncode == 1
+    (tmp_path / "cause").unlink()
+    again = kiln("build", "build.py")
+    assert again.returncode == 1 and runs(tmp_path) == 1, again.stderr
+    assert "failed (unchanged" in again.stderr
+    explained = kiln("explain", "build.py").stdout
+    assert (
+        f"--retry-failed runs it (remembered: the command exited with status {status}, and "
+        "nothing it printed points at its surroundings)" in explained
+    ), explained

@@ -151,7 +151,8 @@ class UnchangedFailure(ActionFailed):
     failure's, as it was shown; ``log`` the path of that run's log (or None),
     ``failed_at`` when it failed (epoch seconds), ``result`` the JSON result the
     failure carried (a verification's), if any, ``detail`` what ``-v`` showed of
-    it (its traceback) when that said more than the message."""
+    it (its traceback) when that said more than the message, ``why`` why that
+    failure was remembered."""
 
     def __init__(
         self,
@@ -160,12 +161,14 @@ class UnchangedFailure(ActionFailed):
         failed_at: float = 0.0,
         result: dict[str, Any] | None = None,
         detail: str | None = None,
+        why: str = "",
     ):
         super().__init__(message)
         self.log = log
         self.failed_at = failed_at
         self.result = result
         self.detail = detail
+        self.why = why
 
 
 class DependenceException(KilnError):

@@ -169,14 +169,20 @@ class UpToDateChecker:
 
     def _after_failure(self, decision: Decision) -> Decision:
         """``decision`` for an action without a record: with its remembered failure
-        when that has the same key, else saying what changed since it failed."""
+        when that has the same key (one not remembered: saying why it runs again),
+        else saying what changed since it failed."""
         failures = self._failures
         if failures is None:
             failures = self._failures = self.store.failures()
         failure = failures.get(decision.action_id)
         if failure is None or decision.params is None:
             return decision
-        if failure.key == decision.key:
+        if failure.key == decision.key and not failure.remembered:
+            decision.reason = (
+                "it failed with this same key in an earlier build, and that failure was not "
+                f"remembered: {failure.why}"
+            )
+        elif failure.key == decision.key:
             decision.reason = "it failed with this same key in an earlier build"
             decision.failed_before = failure
         else:

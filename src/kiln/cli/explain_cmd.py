@@ -44,7 +44,8 @@ def _not_again(error: BaseException) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(getattr(error, "failed_at", 0)))
     log = getattr(error, "log", None)
     where = f"its log is {log}" if log else f"its error was: {error_line(str(error))}"
+    why = getattr(error, "why", "")
     return (
         f"would not run: it failed with this same key in the build of {when} ({where}); "
-        "--retry-failed runs it"
+        "--retry-failed runs it" + (f" (remembered: {why})" if why else "")
     )

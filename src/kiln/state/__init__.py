@@ -37,16 +37,19 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     at the end of a build; a killed build may lose those of its last actions,
     which only makes the next build's order less informed.
 
-``failures(id TEXT PRIMARY KEY, key, params, inputs, error, detail, log, result, time)``
-    One row per action whose last run failed in a way that will fail again with
-    the same key (``kiln.scheduling.failures`` decides which): its ``key``,
-    ``params`` and ``inputs`` as in ``actions``, the error as the console showed
-    it (and, as ``detail``, what ``-v`` showed when that says more, a traceback,
-    or NULL), the path of that run's log (or NULL), the JSON result the failure carried
-    (a verification's, or NULL) and when it failed (epoch seconds). A build does
-    not run an action again whose key equals its failure's (unless
+``failures(id TEXT PRIMARY KEY, key, params, inputs, error, detail, log, result, time, why,
+remembered)``
+    One row per keyed action whose last run failed: its ``key``, ``params`` and
+    ``inputs`` as in ``actions``, the error as the console showed it (and, as
+    ``detail``, what ``-v`` showed when that says more, a traceback, or NULL), the
+    path of that run's log (or NULL), the JSON result the failure carried (a
+    verification's, or NULL), when it failed (epoch seconds), ``remembered`` (1 when
+    it will fail again with the same key, else 0: ``kiln.scheduling.failures``
+    decides) and ``why`` (or why not), which ``kiln explain`` says. A build does
+    not run an action again whose key equals its remembered failure's (unless
     ``--retry-failed``); the row goes when the action starts again. Local to the
-    output directory: nothing of it goes into a cache.
+    output directory: nothing of it goes into a cache. A table of other columns
+    (an older kiln's) is replaced by an empty one on open: its failures run again.
 
 The records of the actions that finished in one round of the scheduler are
 written in one transaction (``StateStore.commit_round``), before any of their

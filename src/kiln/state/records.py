@@ -98,18 +98,23 @@ class ActionRecord:
 
 
 class FailureRecord:
-    """How an action failed the last time it ran, in a way that fails again with
-    the same key: the key, the keyed parameters and inputs (as ``ActionRecord``'s,
-    JSON text until used, to say what changed since), the error as the console
-    showed it and, when ``-v`` showed more (a traceback), that as ``detail``, the
-    path of that run's log, the JSON result the failure carried (a
-    verification's) and when it failed (epoch seconds).
+    """How an action failed the last time it ran: the key, the keyed parameters and
+    inputs (as ``ActionRecord``'s, JSON text until used, to say what changed since),
+    the error as the console showed it and, when ``-v`` showed more (a traceback),
+    that as ``detail``, the path of that run's log, the JSON result the failure
+    carried (a verification's), when it failed (epoch seconds), whether it is
+    ``remembered`` (it fails again with the same key: ``kiln.scheduling.failures``)
+    and ``why`` (or why not).
 
-    Invariant: ``key`` is a SHA-256 digest; ``error`` is text; ``time`` is one a
-    clock shows (``kiln.events.is_epoch_time``). A row read with anything else is
-    dropped, and its action runs again."""
+    Invariant: ``key`` is a SHA-256 digest; ``error`` and ``why`` are text;
+    ``remembered`` is a bool (0 or 1 in the row); ``time`` is one a clock shows
+    (``kiln.events.is_epoch_time``). A row read with anything else is dropped, and
+    its action runs again."""
 
-    __slots__ = ("key", "params", "inputs", "error", "detail", "log", "result", "time")
+    __slots__ = (
+        *("key", "params", "inputs", "error", "detail", "log", "result", "time"),
+        *("why", "remembered"),
+    )
 
     def __init__(
         self,
@@ -121,6 +126,8 @@ class FailureRecord:
         log: str | None,
         result: str | None,
         time: float,
+        why: str,
+        remembered: bool,
     ):
         self.key = key
         self.params = params  # JSON text, as in the ``actions`` table
@@ -130,25 +137,33 @@ class FailureRecord:
         self.log = log
         self.result = result
         self.time = time
+        self.why = why
+        self.remembered = remembered
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> FailureRecord | None:
         """The record of a row read from ``failures`` (without its id), or None when
         a field does not have the type kiln writes."""
-        key, params, inputs, error, detail, log, result, time = row
+        key, params, inputs, error, detail, log, result, time, why, remembered = row
         if not (type(key) is str and len(key) == 64):
             return None
-        if not all(type(text) is str for text in (params, inputs, error)):
+        if not all(type(text) is str for text in (params, inputs, error, why)):
+            return None
+        if not (type(remembered) is int and remembered in (0, 1)):
             return None
         if not all(text is None or type(text) is str for text in (detail, log, result)):
             return None
         if not is_epoch_time(time):  # also what kiln explain shows as a date
             return None
-        return cls(key, params, inputs, error, detail, log, result, float(time))
+        return cls(
+            key, params, inputs, error, detail, log, result, float(time), why, remembered == 1
+        )
 
     def row(self, action_id: str) -> tuple[Any, ...]:
         """The row of ``failures`` for the action ``action_id``."""
-        return (action_id, *(getattr(self, name) for name in self.__slots__))
+        fields = [getattr(self, name) for name in self.__slots__]
+        fields[-1] = int(self.remembered)
+        return (action_id, *fields)
 
     def as_record(self) -> ActionRecord:
         """Its key, parameters and inputs as a record (no outputs), to compare with

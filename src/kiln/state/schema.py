@@ -30,10 +30,13 @@ DURATIONS = (
 FAILURES = (
     "CREATE TABLE IF NOT EXISTS failures(id TEXT PRIMARY KEY, key TEXT NOT NULL, params TEXT, "
     "inputs TEXT NOT NULL, error TEXT NOT NULL, detail TEXT, log TEXT, result TEXT, "
-    "time REAL NOT NULL) "
+    "time REAL NOT NULL, why TEXT NOT NULL, remembered INTEGER NOT NULL) "
     "WITHOUT ROWID;"
 )
-FAILURES_COLUMNS = ["id", "key", "params", "inputs", "error", "detail", "log", "result", "time"]
+FAILURES_COLUMNS = [
+    *("id", "key", "params", "inputs", "error", "detail", "log", "result", "time"),
+    *("why", "remembered"),
+]
 LATER_TABLES = {
     "written": WRITTEN,
     "nonreproducible": NONREPRODUCIBLE,
