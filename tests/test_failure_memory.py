@@ -3,7 +3,7 @@ not run again by the next build (it counts as failed, unchanged, with the log of
 the run that failed, and the build exits 1); ``--retry-failed`` runs it. What may
 pass by itself (a signal, a timeout, the operating system, the network, the
 cluster) is retried. Through the CLI and the API, on real files and processes;
-``retry_reason``, the one place that decides, case by case."""
+``judge``, the one place that decides, case by case."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from kiln import (
 )
 from kiln.executor import BuildAction, BuildContext, Executor
 from kiln.incremental import Decision
-from kiln.scheduling.failures import retry_reason
+from kiln.scheduling.failures import Verdict, judge, retry_reason
 
 # A command that counts its runs (``counter``, beside the build module) and fails
 # as $FAIL says (default: exit 3, having printed why), and one that needs it.
@@ -503,6 +503,34 @@ REMEMBERED = [
     subprocess.CalledProcessError(1, ["false"]),
     RecursionError("deep"),
     _raised(ActionFailed("without writing its output"), FileNotFoundError(2, "x"), True),
+    ToolError("error: bad token", 125),
+    ValueError("usage: --timeout must be positive; error 5001"),
+    ToolError("error: 'x' op attribute not found (exit code 1)", 1),
+]
+
+
+class ConnectError(Exception):
+    """As httpx names a refused connection: no ``OSError``."""
+
+
+class OutOfMemoryError(RuntimeError):
+    """As torch names a GPU out of memory."""
+
+
+class _Unprintable(ValueError):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+SURROUNDINGS_RETRIED = [
+    *(ToolError("exited", code) for code in (126, 127, 128, 130, 143, 159, 200, 255, 256)),
+    subprocess.CalledProcessError(129, ["tool"]),
+    ConnectError("All connection attempts failed"),
+    OutOfMemoryError("CUDA error"),
+    RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    ValueError("HTTP Error 503: Service Unavailable"),
+    ValueError("<Signals.SIGKILL: 9>"),
+    _Unprintable(),
 ]
 RETRIED = [
     ToolError("killed", -9),
@@ -541,7 +569,7 @@ def test_a_failure_of_the_action_itself_is_remembered(tmp_path: Path, error: Exc
     assert retry_reason(_action(tmp_path, _Failing), _keyed(), error) is None
 
 
-@pytest.mark.parametrize("error", RETRIED, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("error", RETRIED + SURROUNDINGS_RETRIED, ids=lambda e: type(e).__name__)
 def test_a_failure_that_may_pass_by_itself_is_retried(tmp_path: Path, error: BaseException) -> None:
     why = retry_reason(_action(tmp_path, _Failing), _keyed(), error)
     assert why, error
@@ -932,3 +960,117 @@ def test_a_deterministic_failure_is_still_remembered(
         f"--retry-failed runs it (remembered: the command exited with status {status}, and "
         "nothing it printed points at its surroundings)" in explained
     ), explained
+
+
+def test_the_verdict_names_its_reason(tmp_path: Path) -> None:
+    action = _action(tmp_path, _Failing)
+    said = {
+        127: "a program it ran exited with status 127 (a program it runs is not installed)",
+        126: "a program it ran exited with status 126 (a program it runs could not be executed)",
+        143: "a program it ran exited with status 143 (128 + 15: a program it runs was killed "
+        "by SIGTERM)",
+        -9: "a program it ran was killed by SIGKILL",
+        250: "a program it ran exited with status 250 (above 125: not a status a program "
+        "gives of itself)",
+    }
+    for code, why in said.items():
+        assert judge(action, _keyed(), ToolError("failed", code)) == Verdict(False, why)
+    own = " and nothing it printed points at its surroundings"
+    assert judge(action, _keyed(), ToolError("failed", 3)) == Verdict(
+        True, f"a program it ran exited with status 3,{own}"
+    )
+    assert judge(action, _keyed(), ValueError("bad")) == Verdict(
+        True, "it raised ValueError itself, and nothing in its error points at its surroundings"
+    )
+
+
+def _with_log(tmp_path: Path, log: Path) -> _Failing:
+    action = _action(tmp_path, _Failing)
+    action.log_path = str(log)  # type: ignore[attr-defined]
+    return action
+
+
+def test_a_log_that_is_not_a_regular_file_is_not_read_and_rules_nothing_out(
+    tmp_path: Path,
+) -> None:
+    """A FIFO where the log was (reading it would block), or a link (not followed):
+    kiln cannot look for the signs, so the failure is retried."""
+    fifo, link, target = tmp_path / "fifo.log", tmp_path / "link.log", tmp_path / "t.log"
+    os.mkfifo(fifo)
+    target.write_text("error: bad token\n")
+    link.symlink_to(target)
+    started = time.monotonic()
+    for log in (fifo, link):
+        why = retry_reason(_with_log(tmp_path, log), _keyed(), ToolError("failed", 1))
+        assert why is not None and "its log" in why, why
+    assert time.monotonic() - started < 5
+    assert retry_reason(_with_log(tmp_path, target), _keyed(), ToolError("failed", 1)) is None
+    gone = retry_reason(_with_log(tmp_path, tmp_path / "gone"), _keyed(), ToolError("f", 1))
+    assert gone is not None and "cannot read its log" in gone
+
+
+def test_only_a_bounded_tail_of_a_log_is_read(tmp_path: Path) -> None:
+    """A log of a gigabyte (sparse) is judged by its tail at once: the words at its end
+    count; what lies before the tail is not read."""
+    from kiln.scheduling.failure_signs import LOG_TAIL_BYTES, sign_in
+
+    huge = tmp_path / "huge.log"
+    with open(huge, "wb") as f:
+        f.write(b"Connection refused\n")  # before the tail: not read
+        f.truncate(1 << 30)
+    started = time.monotonic()
+    assert retry_reason(_with_log(tmp_path, huge), _keyed(), ToolError("failed", 1)) is None
+    with open(huge, "ab") as f:
+        f.write(b"\nMemoryError\n")
+    why = retry_reason(_with_log(tmp_path, huge), _keyed(), ToolError("failed", 1))
+    assert why == "its output says 'memoryerror' (it ran out of memory)"
+    # A message of many megabytes, one long word or many short lines, is read to its
+    # bounded tail, in linear time.
+    for text in ("x" * (20 << 20), "sh: " * (5 << 20), ("a" * 300 + "\n") * 100_000):
+        assert sign_in(text + "\nKilled") is not None
+    assert time.monotonic() - started < 10
+    assert LOG_TAIL_BYTES <= 1 << 20
+
+
+@pytest.mark.parametrize("remembered", ["yes", 2, 1.5, 0])
+def test_a_failure_row_not_marked_remembered_runs_again(
+    commands, kiln, tmp_path: Path, remembered: object
+) -> None:
+    """A row whose ``remembered`` is damaged is dropped; one marked 0 is explained."""
+    commands()
+    kiln("build", "build.py")
+    db = tmp_path / "kiln-out" / ".kiln" / "state.db"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT remembered FROM failures").fetchall() == [(1,)]
+        conn.execute("UPDATE failures SET remembered = ?", (remembered,))
+    explained = kiln("explain", "build.py").stdout
+    if remembered == 0:
+        assert (
+            "Running demo/bad.txt: it failed with this same key in an earlier build, and that "
+            "failure was not remembered: the command exited with status 3" in explained
+        ), explained
+    else:
+        assert "Running demo/bad.txt: never built" in explained, explained
+    r = kiln("build", "build.py")
+    assert r.returncode == 1 and runs(tmp_path) == 2, r.stderr
+
+
+def test_a_retried_failure_is_written_down_and_forgotten_on_success(
+    write_module, kiln, tmp_path: Path
+) -> None:
+    surroundings(write_module, tmp_path, "sys.exit(127)")
+    kiln("build", "build.py")
+    db = tmp_path / "kiln-out" / ".kiln" / "state.db"
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT id, remembered, why FROM failures").fetchall()
+    assert rows == [
+        (
+            "gen/env/out.txt",
+            0,
+            "the command exited with status 127 (a program it runs is not installed)",
+        )
+    ]
+    (tmp_path / "cause").unlink()
+    assert kiln("build", "build.py").returncode == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM failures").fetchone() == (0,)

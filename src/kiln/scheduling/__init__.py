@@ -11,9 +11,11 @@ its ``Plan`` and ``CommandRunner``).
                      the cache
     command_lanes.py ``CommandLanes``: commands started without a thread, each in a
                      lane, finished when the build's command runner reaps them
-    recording.py     ``Recorder``: the records of finished actions and the failures
-                     remembered, written in groups (one transaction per round)
-    failures.py      which failures are remembered (``retry_reason``): an action
-                     that failed so is not run again with the same key
+    recording.py     ``Recorder``: the records of finished actions and their
+                     failures, written in groups (one transaction per round)
+    failures.py      which failures are remembered (``judge``): only one kiln can
+                     put down to the key; an action that failed so is not run
+                     again with the same key
+    failure_signs.py the surroundings' signs in an error or a log's bounded tail
     interruption.py  stopping a build: what runs is killed, what it half-wrote removed
 """

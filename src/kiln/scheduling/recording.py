@@ -1,7 +1,7 @@
-"""The records of finished actions, and the failures remembered, written in groups.
+"""The records of finished actions, and their failures, written in groups.
 
 The records of the actions that finished since the last transaction (and the
-failures to remember, ``kiln.scheduling.failures``) go to the
+failures, remembered or not: ``kiln.scheduling.failures``) go to the
 build state with the next round's claims, in one transaction, before any
 dependent starts (``Scheduler._launch``), or alone within ``GROUP_COMMIT_S``
 when the round starts nothing. A dependent never runs on an output whose record
@@ -21,7 +21,7 @@ from kiln.scheduling.failures import failure_record
 from kiln.state import ActionRecord, FailureRecord, Produced, StateStore
 
 # What one transaction writes: the records of the actions that succeeded, the
-# failures to remember.
+# failures (remembered or not).
 Finished = tuple[list[tuple[str, ActionRecord]], list[tuple[str, FailureRecord]]]
 
 GROUP_COMMIT_S = 0.05
@@ -29,7 +29,7 @@ GROUP_COMMIT_S = 0.05
 
 class Recorder:
     """Invariant: ``unrecorded`` holds the records of the actions that finished
-    since the last transaction, ``failures`` the failures to remember since then,
+    since the last transaction, ``failures`` the failures since then,
     ``unwritten`` the actions of ``unrecorded``; ``due`` is when they must be
     written at the latest (infinity when none wait)."""
 
@@ -60,8 +60,8 @@ class Recorder:
         self.unwritten.add(action)
 
     def failed(self, action: BuildAction, decision: Decision, error: BaseException) -> None:
-        """``action`` ran and failed with ``error``: remember it with the next
-        transaction, unless it is to be retried (``kiln.scheduling.failures``)."""
+        """``action`` ran and failed with ``error``: write it down with the next
+        transaction, remembered or not (``kiln.scheduling.failures``)."""
         failure = failure_record(action, decision, error)
         if failure is not None:
             self._due()
