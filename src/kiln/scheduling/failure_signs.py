@@ -24,8 +24,8 @@ import re
 import signal
 import stat
 
-LOG_TAIL_BYTES = 256 << 10  # of a log, the part read
-TEXT_TAIL_CHARS = 256 << 10  # of an error's message, the part read
+LOG_TAIL_BYTES = 64 << 10  # of a log, the part read
+TEXT_TAIL_CHARS = 64 << 10  # of an error's message, the part read
 
 _MEMORY = "it ran out of memory"
 _MACHINE = "the disk or another limit of the machine"
@@ -158,6 +158,7 @@ _NAMES = frozenset(
         "brokenprocesspool",
     }
 )
+_NAMES_FOUND = re.compile(r"\b(?:" + "|".join(sorted(_NAMES)) + r")\b")
 # Parts of an exception type's name that say the surroundings failed (httpx's
 # ``ConnectError``, urllib3's ``MaxRetryError``, torch's ``OutOfMemoryError``).
 _NAME_PARTS = (
@@ -231,7 +232,7 @@ _ESCAPE = re.compile(
 )
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f\u0085\u2028\u2029]+")
 _SPACES = re.compile(r"[ \t]+")
-_WORD = re.compile(r"\w+")
+_NAMED = re.compile(r"\b\w+(?:error|exception|timeout|exceeded)\b")
 
 
 def normalize(text: str) -> str:
@@ -252,13 +253,21 @@ def sign_in(text: str) -> str | None:
             if word in flat:
                 return f"{word!r} ({kind})"
     for pattern, kind in _PATTERNS:
-        found = pattern.search(lines)
-        if found is not None:
-            return f"{found.group().strip()[-80:]!r} ({kind})"
-    for word in _WORD.findall(flat):
-        if environment_name(word):
-            return f"{word!r} ({_NAME_KIND})"
-    return None
+        match = pattern.search(lines)
+        if match is not None:
+            return f"{match.group().strip()[-80:]!r} ({kind})"
+    name = _name_in(flat)
+    return None if name is None else f"{name!r} ({_NAME_KIND})"
+
+
+def _name_in(flat: str) -> str | None:
+    """The first exception type's name in ``flat`` that reports the surroundings."""
+    match = _NAMES_FOUND.search(flat)
+    name = None if match is None else match.group()
+    if name is None and any(part in flat for part in _NAME_PARTS):
+        words = (m.group() for m in _NAMED.finditer(flat))
+        name = next((word for word in words if environment_name(word)), None)
+    return name
 
 
 _NAME_KIND = "an error of the surroundings"
