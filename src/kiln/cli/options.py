@@ -264,6 +264,12 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
         )
         p.add_argument("--explain", action="store_true", help="say why each action runs")
         p.add_argument(
+            "--strict",
+            action="store_true",
+            help="stop with an error, instead of a warning, at an action that an "
+            "entrypoint declares but does not reach through what it returns",
+        )
+        p.add_argument(
             "--heartbeat",
             type=seconds_or_off,
             default=30.0,
