@@ -411,3 +411,25 @@ def test_graph_is_dot_text_and_says_when_dot_is_missing(module, kiln, tmp_path: 
     with_dot = kiln("graph", "build.py", "alpha", env={"PATH": str(bare)})
     assert with_dot.returncode == 0 and with_dot.stdout == without.stdout
     assert "Graphviz" not in with_dot.stderr
+
+
+def test_graph_names_reach_graphviz_as_written(write_module, kiln, tmp_path: Path) -> None:
+    # Graphviz reads DOT as UTF-8 and knows no \\u escape: a JSON-quoted label was
+    # drawn as 'mod\\u00e8le'. A quote in a name stays the name's.
+    write_module(
+        """
+        @entrypoint
+        def zoo():
+            return run_command(name='modèle-日本 "q".txt',
+                               command=["sh", "-c", 'echo x > "$0"', "{out}"])
+        """
+    )
+    r = kiln("graph", "build.py", "zoo")
+    assert r.returncode == 0, r.stderr
+    assert "\\u" not in r.stdout
+    assert 'modèle-日本 \\"q\\".txt' in r.stdout, r.stdout
+    dot = subprocess.run(
+        ["dot", "-Tplain"], input=r.stdout, capture_output=True, text=True, timeout=60
+    )
+    assert dot.returncode == 0, dot.stderr
+    assert '"zoo/modèle-日本 \\"q\\".txt" solid ellipse' in dot.stdout, dot.stdout

@@ -4,10 +4,10 @@ thread actions are small enough to run in-line (``TinyActions``)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 
+from kiln.cpus import usable_cpus
 from kiln.graph import BuildAction
 
 # The most actions that run at once, whatever -j says: more threads (or worker
@@ -20,7 +20,7 @@ def cap_jobs(asked: int, actions: int) -> tuple[int, str | None]:
     ``actions``, and a message when the cap is worth telling (a -j above the
     default, the number of CPUs, is the user's own choice)."""
     jobs = min(asked, max(1, actions), MAX_JOBS)
-    if jobs >= asked or asked <= (os.cpu_count() or 1):
+    if jobs >= asked or asked <= usable_cpus():
         return jobs, None
     why = (
         "kiln's limit on actions running at once"

@@ -6,10 +6,10 @@ happened to a node in a build is its ``NodeRun`` in the result.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kiln.cpus import usable_cpus
 from kiln.errors import UnchangedFailure
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class SchedulerOptions:
     """What a build is asked to do."""
 
-    jobs: int = os.cpu_count() or 1
+    jobs: int = field(default_factory=usable_cpus)
     pools: dict[str, int] = field(default_factory=dict)
     fail_fast: bool = False
     dry_run: bool = False

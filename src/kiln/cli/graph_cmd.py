@@ -6,7 +6,6 @@ m.py | dot -Tsvg > graph.svg``), which kiln names on stderr when it is missing.
 
 from __future__ import annotations
 
-import json
 import shutil
 
 from kiln.cli.invocation import Invocation
@@ -22,7 +21,7 @@ def run(inv: Invocation) -> int:
     lines = ["digraph kiln {", "  rankdir=LR;"]
     for node, nid in ids.items():
         shape = "box" if isinstance(node, BuildAction) else "ellipse"
-        lines.append(f"  {nid} [label={json.dumps(node_name(node))}, shape={shape}];")
+        lines.append(f"  {nid} [label={dot_string(node_name(node))}, shape={shape}];")
     for node, nid in ids.items():
         for dep in node.deps:
             lines.append(f"  {ids[dep]} -> {nid};")
@@ -36,3 +35,12 @@ def run(inv: Invocation) -> int:
             file=inv.stderr,
         )
     return 0
+
+
+def dot_string(text: str) -> str:
+    """``text`` as a DOT quoted string that Graphviz reads back as ``text``: the
+    characters as they are (DOT files are UTF-8; a JSON ``\\uXXXX`` escape would be
+    drawn literally), a backslash and a quote escaped, a line break as DOT's
+    centred line break. Other control characters are escaped by kiln's output."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\n") + '"'

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from types import MappingProxyType, ModuleType
 from typing import IO, cast
 
+from kiln._version import __version__
 from kiln.args import argument_namespace_context
 from kiln.cli.loader import user_line
 from kiln.cli.options import COMMAND_HELP, parser_streams
@@ -32,7 +33,8 @@ from kiln.iree_shim import activated as iree_build_shim
 from kiln.terminal import PrintableOutput, TerminalStream, printable
 
 USAGE_LINES = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
-       kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]"""
+       kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]
+       kiln --version"""
 
 
 def usage() -> str:
@@ -233,6 +235,9 @@ def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[
     if command is None:
         if argv and argv[0] in ("-h", "--help"):
             print(usage(), file=out)
+            return 0
+        if argv and argv[0] == "--version":
+            print(f"kiln {__version__}", file=out)
             return 0
         if argv and not argv[0].startswith("-"):
             close = difflib.get_close_matches(argv[0], COMMAND_HELP, n=1, cutoff=0.6)

@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import contextvars
 import difflib
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from kiln.args import ClArg, check_cl_args
 from kiln.cli.cache_options import add_cache_options, directory_path
 from kiln.cli.executor_options import add_executor_options
 from kiln.compile_targets import target_name
+from kiln.cpus import usable_cpus
 from kiln.errors import BuildDefinitionError, HelpShown, UsageError
 from kiln.iree_shim import NO_SHIM_ENV
 
@@ -222,8 +222,9 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             "-j",
             "--jobs",
             type=positive_int,
-            default=os.cpu_count() or 1,
-            help="actions running at once (default: the number of CPUs)",
+            default=usable_cpus(),
+            help="actions running at once (default: the CPUs kiln may use: its affinity "
+            "mask and cgroup CPU quota, here %(default)s)",
         )
         p.add_argument(
             "--pool",
@@ -262,6 +263,12 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             "outputs byte for byte; what differs is listed, exits 1 and is never shared",
         )
         p.add_argument("--explain", action="store_true", help="say why each action runs")
+        p.add_argument(
+            "--strict",
+            action="store_true",
+            help="stop with an error, instead of a warning, at an action that an "
+            "entrypoint declares but does not reach through what it returns",
+        )
         p.add_argument(
             "--heartbeat",
             type=seconds_or_off,

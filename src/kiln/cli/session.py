@@ -28,6 +28,8 @@ from kiln.cli.options import (
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, HelpShown, UsageError
 from kiln.executor import Executor
+from kiln.graph import BuildAction, BuildEntrypoint
+from kiln.graph.reach import unproduced_outputs, unreturned_actions
 from kiln.progress import ProgressReporter
 from kiln.reporting import PlainReporter
 from kiln.terminal import user_streams
@@ -81,8 +83,10 @@ def _open(
     executor.cache = open_cache(ns, reporter.message, start_dir)
     where = getattr(module, "__file__", None) or module.__name__
     with argument_namespace_context(args), user_streams(err):
-        broken = _analyse(executor, where, entrypoints)
+        broken, declared = _analyse(executor, where, entrypoints)
     _check_requested(broken, ns.targets, reporter)
+    if command == "build":
+        _warn_unreturned(executor, declared, ns.targets, bool(ns.strict), reporter)
     stack.callback(executor.close)
     stack.enter_context(_graph_frozen())
     yield Invocation(command, ns, executor, out, err, args)
@@ -119,10 +123,12 @@ def _graph_frozen() -> Iterator[None]:
 
 def _analyse(
     executor: Executor, where: str, entrypoints: dict[str, Entrypoint]
-) -> dict[str, BuildDefinitionError]:
+) -> tuple[dict[str, BuildDefinitionError], dict[str, list[BuildAction]]]:
     """Analyse each entrypoint on its own; one that fails is undone from the graph
-    and its error kept, so that it stops only the commands that need it."""
+    and its error kept, so that it stops only the commands that need it. Also
+    gives the actions each entrypoint that did not fail declared."""
     broken: dict[str, BuildDefinitionError] = {}
+    declared: dict[str, list[BuildAction]] = {}
     for name, ep in entrypoints.items():
         mark = executor.checkpoint()
         try:
@@ -131,10 +137,58 @@ def _analyse(
                 functools.partial(executor.analyze, ep),
                 doing=f"analysing entrypoint '{name}' of",
             )
+            _check_produced(executor.graph.entrypoints[mark[1] :])
         except BuildDefinitionError as e:
             executor.rollback(mark)
             broken[name] = e
-    return broken
+        else:
+            new = executor.graph.actions[mark[3] :]
+            declared[name] = [a for a in new if isinstance(a, BuildAction)]
+    return broken, declared
+
+
+def _check_produced(declared: list[BuildEntrypoint]) -> None:
+    """An entrypoint hands out only files that an action produces (or source
+    files): kiln would otherwise print the path of a file it never built."""
+    for bep in declared[:1]:  # the entrypoint called; the others are nested in it
+        missing = unproduced_outputs(bep)
+        if missing:
+            f = missing[0]
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise BuildDefinitionError(
+                f"{f.def_site}: '{f.path}'{more} is an output of entrypoint '{bep.path}' "
+                "that no action produces: pass it to the action that writes it (as the "
+                "output it declares, in the file's deps), or return a source_file()"
+            )
+
+
+def _warn_unreturned(
+    executor: Executor,
+    declared: dict[str, list[BuildAction]],
+    targets: list[str],
+    strict: bool,
+    reporter: ProgressReporter,
+) -> None:
+    """Name the actions that the requested entrypoints (all, when none are named)
+    declare but that no entrypoint reaches through what it returns: they never run.
+    With ``--strict``, that is a definition error."""
+    wanted = {t.strip("/").split("/", 1)[0] for t in targets}
+    tops = [e for e in executor.graph.entrypoints if "/" not in e.path]
+    asked = [a for name, acts in declared.items() if not targets or name in wanted for a in acts]
+    lost = unreturned_actions(asked, tops)
+    if not lost:
+        return
+    lines = [f"  '{a.desc}' (at {a.def_site})" for a in lost[:10]]
+    if len(lost) > 10:
+        lines.append(f"  ... and {len(lost) - 10} more")
+    text = (
+        f"{len(lost)} action(s) declared but not reached from what their entrypoint "
+        "returns, so never run (return their outputs, or a file made from them):\n"
+        + "\n".join(lines)
+    )
+    if strict:
+        raise BuildDefinitionError(text)
+    reporter.message(f"warning: {text}")
 
 
 def _check_requested(

@@ -99,6 +99,7 @@ class BuildAction(BuildDependency):
         self.concurrency = concurrency
         self.def_site = DefinitionSite.capture(self)
         self._run_context: RunServices = executor.run_context
+        self._graph.add_action(self)
 
     @property
     def run_context(self) -> RunServices:

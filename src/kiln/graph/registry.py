@@ -19,8 +19,8 @@ from kiln.graph.nodes import BuildDependency, BuildFile
 from kiln.layout import OutputLayout
 from kiln.output_dir.names import OutputNames
 
-# A mark to roll back to: (nodes, entrypoints, output names).
-Checkpoint = tuple[int, int, int]
+# A mark to roll back to: (nodes, entrypoints, output names, actions).
+Checkpoint = tuple[int, int, int, int]
 
 
 class GraphRegistry:
@@ -28,7 +28,8 @@ class GraphRegistry:
 
     Invariants: ``all`` maps every graph path to the single file or context defined
     there (the root context has the empty path); ``entrypoints`` lists the called
-    entrypoints in call order; every output file's place under the output
+    entrypoints in call order; ``actions`` every action declared, in order (an
+    action has no path of its own); every output file's place under the output
     directory is in ``_names``, which refuses two outputs at one place (or one
     under another).
     """
@@ -37,6 +38,7 @@ class GraphRegistry:
         self.layout = layout
         self.all: dict[str, BuildContext | BuildFile] = {}
         self.entrypoints: list[BuildEntrypoint] = []
+        self.actions: list[BuildDependency] = []
         self.runs = RunLog()
         # What source files' keys are relative to: the build module's directory
         # (the command line sets it), else the working directory.
@@ -58,14 +60,18 @@ class GraphRegistry:
     def add_entrypoint(self, bep: BuildEntrypoint) -> None:
         self.entrypoints.append(bep)
 
+    def add_action(self, action: BuildDependency) -> None:
+        self.actions.append(action)
+
     def checkpoint(self) -> Checkpoint:
         """A mark to ``rollback`` to: undoes what an entrypoint that failed declared."""
-        return len(self.all), len(self.entrypoints), self._names.mark()
+        return len(self.all), len(self.entrypoints), self._names.mark(), len(self.actions)
 
     def rollback(self, mark: Checkpoint) -> None:
         for path in list(self.all)[mark[0] :]:
             del self.all[path]
         del self.entrypoints[mark[1] :]
+        del self.actions[mark[3] :]
         self._names.undo(mark[2])
 
     def get_context(self, path: str) -> BuildContext:
