@@ -526,6 +526,7 @@ def test_a_symlink_planted_at_the_log_is_not_followed(write_module, kiln, tmp_pa
     victim.write_text("precious\n")
     log = tmp_path / "kiln-out" / ".kiln" / "logs" / "c" / "c.txt.log"
     log.parent.mkdir(parents=True)
+    (tmp_path / "kiln-out" / ".kiln" / "format").write_text("kiln-output/1\n")
     log.symlink_to(victim)
     r = kiln("build", "build.py")
     assert r.returncode == 1, r.stderr

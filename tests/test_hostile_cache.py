@@ -108,6 +108,30 @@ def test_a_directory_that_is_not_a_kiln_cache_is_refused(
     assert runs(project) == []
 
 
+@pytest.mark.parametrize(
+    ("held", "ours"),
+    [
+        (".kiln-tmp-0123456789-abcdef01", True),  # a claim killed before its marker
+        (".kiln-tmp-0123456789-abcdef01 notes", False),
+        (".kiln-tmp-mine", False),
+        ("format.bak", False),
+    ],
+)
+def test_a_marker_folder_without_its_marker_is_kilns_only_when_a_claim_left_it(
+    held: str, ours: bool, tmp_path: Path, project: Path, kiln: Kiln
+) -> None:
+    (tmp_path / "c" / ".kiln").mkdir(parents=True)
+    (tmp_path / "c" / ".kiln" / held).write_text("kiln-cache/1\n")
+    before = snapshot(tmp_path / "c")
+    r = kiln("build", "build.py", "--cache-dir", "c", timeout=60)
+    if ours:
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "c" / ".kiln" / "format").read_text() == "kiln-cache/1\n"
+    else:
+        assert r.returncode == 2 and f"refusing to use {tmp_path / 'c'} as the cache" in r.stderr
+        assert snapshot(tmp_path / "c") == before
+
+
 def test_the_cache_is_marked_and_an_older_kilns_cache_is_adopted(
     tmp_path: Path, project: Path, kiln: Kiln
 ) -> None:
