@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import needs
 import pytest
 from nginx import NginxCache
 from procs import tagged_processes
@@ -101,12 +102,7 @@ def nginx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NginxCache
     """A real nginx serving WebDAV on 127.0.0.1 (``tests/nginx.py``). Without nginx the
     test skips, except in CI (``CI`` set), where it fails: there the tests must run
     (``scripts/test`` installs nginx)."""
-    import shutil
-
-    if shutil.which("nginx") is None:
-        if os.environ.get("CI"):
-            pytest.fail("nginx is not installed; CI must install it (scripts/test does)")
-        pytest.skip("nginx is not installed (apt-get install nginx); these tests need it")
+    needs.program("nginx")
     server = NginxCache(tmp_path_factory.mktemp("nginx"))
     try:
         yield server

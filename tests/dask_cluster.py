@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import needs
 import pytest
 from nginx import free_port
 
@@ -130,12 +131,7 @@ class DaskCluster:
 
 
 def require_dask() -> None:
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("Dask is not installed; CI must install kiln[dask] (scripts/test does)")
-        pytest.skip("Dask is not installed (pip install 'kiln[dask]'); these tests need it")
+    needs.module("distributed")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import needs
 import pytest
 from httpserver import HTTPTestServer
 
@@ -442,7 +443,7 @@ func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {
 
 
 def test_corrupt_onnx(kiln, tmp_path: Path, good_dir: Path) -> None:
-    pytest.importorskip("onnx")
+    needs.module("onnx")
     (tmp_path / "broken.onnx").write_bytes(b"\x08\x07not a model")
     extra = (
         "@entrypoint\ndef imp():\n"
@@ -453,7 +454,7 @@ def test_corrupt_onnx(kiln, tmp_path: Path, good_dir: Path) -> None:
 
 
 def test_mlir_compile_error(kiln, tmp_path: Path, good_dir: Path) -> None:
-    pytest.importorskip("iree.compiler")
+    needs.module("iree.compiler")
     (tmp_path / "bad.mlir").write_text("func.func @main( -> {\n")
     extra = (
         "@entrypoint\ndef bad():\n"
@@ -465,8 +466,8 @@ def test_mlir_compile_error(kiln, tmp_path: Path, good_dir: Path) -> None:
 
 
 def test_verify_mismatch(kiln, tmp_path: Path, good_dir: Path) -> None:
-    np = pytest.importorskip("numpy")
-    pytest.importorskip("iree.runtime")
+    np = needs.module("numpy")
+    needs.module("iree.runtime")
     (tmp_path / "double.mlir").write_text(MLIR)
     x = np.array([1, 2, 3], dtype=np.float32)
     np.save(tmp_path / "x.npy", x)

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import needs
 import pytest
 from httpserver import HTTPTestServer
 
@@ -479,11 +480,8 @@ FAKE_SUITE = {
 }
 
 
-@pytest.mark.skipif(
-    not os.environ.get("CI") and __import__("shutil").which("openssl") is None,
-    reason="the openssl program is not installed",
-)
 def test_compat_upstream_script_counts_results(tmp_path):
+    needs.program("openssl")
     suite = tmp_path / "upstream"
     suite.mkdir()
     for name, text in FAKE_SUITE.items():

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import needs
 import pytest
 from httpserver import HTTPTestServer
 from nginx import free_port
@@ -257,7 +257,7 @@ def _add_model(path: Path) -> None:
 def project(tmp_path: Path) -> Iterator[Path]:
     """A scratch project holding the README's build module as ``build.py``, its model
     served from 127.0.0.1 in place of the README's example URL."""
-    pytest.importorskip("onnx")
+    needs.module("onnx")
     model = tmp_path / "model.onnx"
     _add_model(model)
     data = model.read_bytes()
@@ -344,10 +344,7 @@ def shell(project: Path) -> Iterator[Shell]:
 
 
 def _need(program: str) -> None:
-    if shutil.which(program) is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{program} is not installed; scripts/test installs it")
-        pytest.skip(f"{program} is not installed (scripts/test installs it)")
+    needs.program(program)
 
 
 @pytest.mark.slow
@@ -382,10 +379,7 @@ class DocNginx:
     reach a test's private directory)."""
 
     def __init__(self, block: Block, root: Path) -> None:
-        if shutil.which("nginx") is None:
-            if os.environ.get("CI"):
-                pytest.fail("nginx is not installed; scripts/test installs it")
-            pytest.skip("nginx is not installed")
+        needs.program("nginx")
         if os.geteuid() != 0:
             pytest.skip("the doc's configuration uses nginx's default temporary paths (root's)")
         self.port = free_port()
@@ -442,7 +436,7 @@ def test_nginx_configurations_are_whole_and_serve_a_cache(block: Block, tmp_path
 
 @pytest.mark.slow
 def test_the_cluster_doc_commands_run_as_written(project: Path) -> None:
-    pytest.importorskip("distributed")
+    needs.module("distributed")
     (block,) = [b for b in nginx_blocks() if b.doc.name == "cluster.md"]
     server = DocNginx(block, project.parent / "nginx")
     scheduler = free_port()

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import needs
 import pytest
 from httpserver import HTTPTestServer
 
@@ -66,9 +67,7 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         text=True,
     )
     if r.returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(f"cannot mount a tmpfs in CI: {r.stderr.strip()}")
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+        needs.missing(f"cannot mount a tmpfs (needs root): {r.stderr.strip()}")
     try:
         yield mnt
     finally:
@@ -526,6 +525,7 @@ def test_a_symlink_planted_at_the_log_is_not_followed(write_module, kiln, tmp_pa
     victim.write_text("precious\n")
     log = tmp_path / "kiln-out" / ".kiln" / "logs" / "c" / "c.txt.log"
     log.parent.mkdir(parents=True)
+    (tmp_path / "kiln-out" / ".kiln" / "format").write_text("kiln-output/1\n")
     log.symlink_to(victim)
     r = kiln("build", "build.py")
     assert r.returncode == 1, r.stderr

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 pytestmark = pytest.mark.in_process
@@ -153,7 +154,7 @@ def test_each_kind_of_value_is_keyed(
 def test_a_numpy_array_changing_one_element_is_keyed(
     tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any]
 ) -> None:
-    pytest.importorskip("numpy")
+    needs.module("numpy")
     zeros = "numpy.zeros(1000, dtype=numpy.float32)"
     one_changed = "numpy.where(numpy.arange(1000) == 500, 1.0, 0.0).astype(numpy.float32)"
     write(write_module, KEYED, value=zeros, imports="import numpy")

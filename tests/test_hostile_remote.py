@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 from cache_build import entries, module_text, runs, write_tool
 from nginx import NginxCache
@@ -390,12 +391,7 @@ def test_an_executor_address_with_credentials_shows_none(project: Path, kiln: Ki
 
 
 def _require_dask() -> None:
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("CI installs the dask extra")
-        pytest.skip("needs dask[distributed]")
+    needs.module("distributed")
 
 
 @pytest.mark.parametrize("kind", ["silent", "HTTP", "TLS", "lying length"])

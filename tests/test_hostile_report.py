@@ -255,7 +255,7 @@ def test_listing_shows_descriptions_escaped(hostile_module: Path, kiln_in_proces
 WRITES_MODULE = r"""
 import ctypes, functools, logging, os, subprocess, sys, warnings
 
-BAD = "\x1b[2J \x1b]0;pwned\x07"
+BAD = "\x1b[2J \x1b]0;pwned\x07 \x9b31m \x08\x7f\x85"
 sys.stderr.write(f"M1 {BAD} at import\n")
 
 
@@ -337,11 +337,29 @@ def inline():
 """
 
 
+# Each kind of control character a terminal obeys: ESC (a sequence), BEL (C0), a
+# CSI of C1 (\x9b, as some terminals read it), backspace, DEL and C1's NEL (a newline
+# to some, and to str.splitlines). What kiln must show of BAD on the line it came in.
+CONTROLS = ["\x1b", "\x07", "\x9b", "\x08", "\x7f", "\x85"]
+BAD_SHOWN = "\\x1b[2J \\x1b]0;pwned\\x07 \\x9b31m \\x08\\x7f"
+
+
+def _assert_shown_escaped(stderr: str, tags: list[str], live: bool = False) -> None:
+    """No control character of BAD in ``stderr`` (with ``live``, where the display
+    writes its own ESC sequences: none of BAD's), and a line shows each tag's BAD."""
+    raw = ["\x1b[2J", "\x1b]0;", *CONTROLS[1:]] if live else CONTROLS
+    for char in raw:
+        assert char not in stderr, (char, stderr)
+    for tag in tags:
+        assert f"{tag} {BAD_SHOWN}" in stderr, (tag, stderr)
+
+
 def _assert_lines_escaped(stderr: str, tags: list[str]) -> None:
-    assert "\x1b" not in stderr and "\x07" not in stderr, stderr
+    for char in CONTROLS:
+        assert char not in stderr, (char, stderr)
     for tag in tags:
         lines = [line for line in stderr.splitlines() if f"{tag} " in line]
-        assert lines and "\\x1b[2J \\x1b]0;pwned\\x07" in lines[0], (tag, stderr)
+        assert lines and BAD_SHOWN in lines[0], (tag, stderr)
 
 
 @pytest.mark.parametrize(
@@ -378,6 +396,83 @@ def test_a_program_a_worker_leaves_writing_does_not_hold_the_action(
     assert r.returncode == 0, r.stderr[-2000:]
     assert "kiln: done: 1 built" in r.stderr
     assert "\x1b" not in r.stderr
+
+
+# Multi-line text kiln prints of a failure: the tail of a failed command's log, an
+# action's error and its traceback (-v), an error at the module's import.
+FAILURES_MODULE = r"""
+import sys
+from kiln.errors import ActionFailed
+
+BAD = "\x1b[2J \x1b]0;pwned\x07 \x9b31m \x08\x7f\x85"
+SAYS = (f"import sys; print({'L1 ' + BAD!r}); "
+        f"sys.stderr.write({'L2 ' + BAD + chr(10)!r}); sys.exit(3)")
+
+
+class Fails(BuildAction):
+    def __init__(self, out, how, **kw):
+        super().__init__(**kw)
+        self.out, self.how = out, how
+        out.deps.add(self)
+
+    def _invoke(self):
+        if self.how == "error":
+            raise ActionFailed(f"E1 {BAD} first line\nE2 {BAD} second line")
+        raise ValueError(f"V1 {BAD} first line\nV2 {BAD} second line")
+
+
+@entrypoint
+def tail():
+    return run_command(name="t.txt", command=[sys.executable, "-c", SAYS])
+
+
+@entrypoint
+def error():
+    ctx = BuildContext.current()
+    return Fails(ctx.allocate_file("e.txt"), "error", desc="e", executor=ctx.executor).out
+
+
+@entrypoint
+def raised():
+    ctx = BuildContext.current()
+    return Fails(ctx.allocate_file("r.txt"), "raise", desc="r", executor=ctx.executor).out
+
+
+if "--import-fails" in sys.argv:
+    raise RuntimeError(f"I1 {BAD} at import\nI2 {BAD} its second line")
+"""
+
+
+@pytest.mark.parametrize("console", ["plain", "live"])
+@pytest.mark.parametrize(
+    ("target", "tags"),
+    [("tail", ["L1", "L2"]), ("error", ["E1", "E2"]), ("raised", ["V1", "V2"])],
+)
+def test_what_a_failure_shows_reaches_the_terminal_escaped(
+    target: str,
+    tags: list[str],
+    console: str,
+    write_module: Callable[..., Path],
+    kiln_subprocess: Kiln,
+) -> None:
+    """The multi-line texts of a failure keep their lines, never their control
+    characters: C0, ESC, DEL and C1 alike, with -v (tracebacks) too."""
+    write_module(FAILURES_MODULE)
+    for out, verbose in (("o", []), ("v", ["-v"])):
+        argv = ["build", "build.py", target, "--console", console, "--output-dir", out]
+        r = kiln_subprocess(*argv, "--no-cache", *verbose)
+        assert r.returncode == 1, r.stderr
+        _assert_shown_escaped(r.stderr, tags, live=console == "live")
+
+
+def test_an_error_at_import_reaches_the_terminal_escaped(
+    write_module: Callable[..., Path], kiln_subprocess: Kiln
+) -> None:
+    write_module(FAILURES_MODULE)
+    for verbose in ([], ["-v"]):
+        r = kiln_subprocess("build", "build.py", "--import-fails", *verbose)
+        assert r.returncode != 0 and "I1 " in r.stderr, r.stderr
+        _assert_shown_escaped(r.stderr, ["I1", "I2"])
 
 
 SILENCER_MODULE = """

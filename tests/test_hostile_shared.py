@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 Kiln = Callable[..., Any]
@@ -193,7 +194,7 @@ def test_a_build_module_named_kiln_does_not_stand_in_for_kiln(
 
 # -- verify ---------------------------------------------------------------------------
 
-np = pytest.importorskip("numpy")
+np = needs.module("numpy")
 
 
 @pytest.mark.parametrize(
@@ -254,8 +255,8 @@ def test_comparisons_name_nan_inf_and_dtypes_of_another_kind() -> None:
 def test_verify_fails_a_check_that_could_not_compare(
     case: str, write_module: Callable[..., Path], kiln_in_process: Kiln, tmp_path: Path
 ) -> None:
-    onnx = pytest.importorskip("onnx")
-    pytest.importorskip("iree.runtime")
+    onnx = needs.module("onnx")
+    needs.module("iree.runtime")
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(

@@ -20,10 +20,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import needs
 import pytest
 from dask_cluster import dask_cluster as dask_cluster  # noqa: F401 - the fixture
 
-pytest.importorskip("iree.build", reason="needs iree-base-compiler's iree.build to compare with")
+needs.module("iree.build")
 
 LIBRARY = '''\
 """An action library written for iree.build (as turbine's and shortfin's are)."""

@@ -8,12 +8,13 @@ import importlib.metadata
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
-np = pytest.importorskip("numpy")
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("iree.compiler")
-pytest.importorskip("iree.runtime")
+np = needs.module("numpy")
+onnx = needs.module("onnx")
+needs.module("iree.compiler")
+needs.module("iree.runtime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 

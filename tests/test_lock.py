@@ -174,6 +174,7 @@ def test_lock_of_a_killed_build_does_not_block(builds: Builds, tmp_path: Path) -
 def test_stale_pid_in_lock_file_does_not_block(builds: Builds, tmp_path: Path) -> None:
     lock = tmp_path / "kiln-out" / ".kiln" / "lock"
     lock.parent.mkdir(parents=True)
+    (lock.parent / "format").write_text("kiln-output/1\n")  # an earlier build's
     lock.write_text("999999999\n")
     (tmp_path / "marks" / "release").touch()
     code, err = builds.run("--no-wait")

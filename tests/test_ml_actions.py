@@ -9,14 +9,15 @@ import os
 import stat
 from pathlib import Path
 
+import needs
 import pytest
 from httpserver import HTTPTestServer
 
 pytestmark = pytest.mark.in_process
 
 
-onnx = pytest.importorskip("onnx")
-np = pytest.importorskip("numpy")
+onnx = needs.module("onnx")
+np = needs.module("numpy")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 

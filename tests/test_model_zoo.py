@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import needs
 import pytest
 
-pytest.importorskip("onnx")
+needs.module("onnx")
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "examples" / "model_zoo.py"
 

@@ -8,10 +8,10 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
+import needs
 import pytest
 
 pytestmark = pytest.mark.in_process
@@ -107,12 +107,7 @@ def test_report_is_self_contained_and_complete(built: Path, tmp_path: Path) -> N
 
 
 def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed; scripts/test installs it (apt chromium)")
-        pytest.skip("chromium is not installed (apt-get install chromium); CI runs this test")
-    return found
+    return needs.program("chromium", "chromium-browser")
 
 
 def run_chromium(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 from cache_build import entries
 from nginx import NginxCache
 
-onnx = pytest.importorskip("onnx")
-np = pytest.importorskip("numpy")
+onnx = needs.module("onnx")
+np = needs.module("numpy")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 pytestmark = pytest.mark.in_process

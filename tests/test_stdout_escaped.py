@@ -10,11 +10,11 @@ import pytest
 
 pytestmark = pytest.mark.in_process
 
-TITLE = "\x1b]0;PWNED\x07\x1b[2J"  # sets the terminal's title, clears the screen
-SHOWN = "\\x1b]0;PWNED\\x07\\x1b[2J"
+TITLE = "\x1b]0;PWNED\x07\x1b[2J\x9b31m"  # retitles, clears the screen, a C1 CSI
+SHOWN = "\\x1b]0;PWNED\\x07\\x1b[2J\\x9b31m"
 
 MODULE = r"""
-T = "\x1b]0;PWNED\x07\x1b[2J"
+T = "\x1b]0;PWNED\x07\x1b[2J\x9b31m"
 
 @entrypoint(description="MNIST " + T)
 def ep(flavour=cl_arg("flavour", default="a", help="which one " + T)):
@@ -47,7 +47,8 @@ def project(write_module, tmp_path: Path) -> Path:
 def test_stdout_carries_no_raw_control_character(kiln, project: Path, argv: list[str]) -> None:
     r = kiln(*argv)
     assert r.returncode == 0, r.stderr
-    assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\u202e" not in r.stdout
+    for raw in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert raw not in r.stdout, (raw, r.stdout)
     if argv[0] == "build" and "--help" not in argv:
         assert "right\\u202eleft.txt" in r.stdout  # the built path, escaped
         assert (project / "kiln-out/genfiles/ep/right\u202eleft.txt").read_text() == "data\n"

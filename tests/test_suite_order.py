@@ -6,6 +6,8 @@ test's own process, the others in a process of their own)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,8 @@ def test_each_longest_entry_names_a_test_of_its_file() -> None:
 
 PID_MODULE = """
 import os
+import subprocess
+import sys
 from kiln import *
 
 @entrypoint
@@ -44,3 +48,53 @@ def test_the_kiln_fixture_of_an_in_process_test_runs_here(kiln, tmp_path: Path) 
 
 def test_the_kiln_fixture_of_another_test_runs_a_process(kiln, tmp_path: Path) -> None:
     assert _kiln_pid(kiln, tmp_path) != os.getpid()
+
+
+# -- what the suite says of itself ----------------------------------------------------
+
+TINY = """
+import needs
+
+def test_runs():
+    pass
+
+def test_needs_what_is_missing():
+    needs.module("kiln_no_such_module")
+"""
+
+
+@pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["plain", "quiet"])
+@pytest.mark.parametrize("ci", ["", "1"], ids=["here", "ci"])
+def test_a_run_ends_with_its_counts_and_ci_fails_what_it_lacks(
+    quiet: list[str], ci: str, tmp_path: Path
+) -> None:
+    """Under the project's pytest settings (``-q`` given or not), a run's last line
+    counts what passed, skipped and failed; what a test needs that the test command
+    provides skips it here and fails it in CI (``tests/needs.py``)."""
+    (tmp_path / "test_tiny.py").write_text(TINY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "CI"}
+    env.update(PYTHONPATH=str(HERE), **({"CI": ci} if ci else {}))
+    argv = [sys.executable, "-m", "pytest", *quiet, "-n", "0", "-p", "no:cacheprovider"]
+    argv += ["-c", str(HERE.parent / "pyproject.toml"), "--rootdir", str(tmp_path)]
+    r = subprocess.run(
+        [*argv, str(tmp_path / "test_tiny.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    last = r.stdout.strip().splitlines()[-1]
+    if ci:
+        assert r.returncode == 1 and "1 failed, 1 passed" in last, r.stdout
+        assert "CI must provide it" in r.stdout
+    else:
+        assert r.returncode == 0 and "1 passed, 1 skipped" in last, r.stdout
+
+
+def test_no_test_skips_on_its_own_for_what_the_test_command_installs() -> None:
+    """``tests/needs.py`` is the one place that decides skip or fail."""
+    for path in HERE.glob("*.py"):
+        if path.name not in ("needs.py", "test_suite_order.py"):
+            text = path.read_text()
+            assert "importorskip" not in text and 'environ.get("CI")' not in text, path

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import needs
 import pytest
 
-pytest.importorskip("iree.compiler")
+needs.module("iree.compiler")
 
 ADD = """func.func @add(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = arith.addf %a, %a : tensor<4xf32>

@@ -7,33 +7,19 @@ process never imports torch. These tests need the ``torch`` extra, which
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import needs
 import pytest
 
 pytestmark = pytest.mark.slow
 
 
-def _installed(name: str) -> bool:
-    """Whether ``name`` can be imported, found without importing it: torch, imported
-    here, would weigh on every test after this module in the same process."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # its parent package is missing
-        return False
-
-
-if os.environ.get("CI") is None and not (_installed("torch") and _installed("iree.turbine")):
-    pytest.skip(
-        "needs the torch extra (pip install -e '.[torch]', as scripts/test does)",
-        allow_module_level=True,
-    )
+needs.installed("torch", "iree.turbine")  # the torch extra; found, not imported
 
 NET = """
 def make_net(*checkpoints):

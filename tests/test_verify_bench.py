@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import needs
 import pytest
 
 pytestmark = pytest.mark.in_process
 
 
-onnx = pytest.importorskip("onnx")
-np = pytest.importorskip("numpy")
-pytest.importorskip("onnxruntime")
-pytest.importorskip("iree.runtime")
+onnx = needs.module("onnx")
+np = needs.module("numpy")
+needs.module("onnxruntime")
+needs.module("iree.runtime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from kiln.actions import _tensors  # noqa: E402

@@ -27,7 +27,10 @@ construction: nothing else in kiln touches the cache directory by path.
   followed, never opened, never a hang.
 - **Deletion.** Only regular files with kiln's names in kiln's places are removed
   (an entry or blob in the directory named by its first two characters, a
-  temporary in ``tmp/``); anything else found there is reported and left.
+  temporary in ``tmp/``), each name matched whole (``is_digest``,
+  ``is_entry_name``, ``_TMP_NAME``), never by a prefix; of directories, only the
+  layout's own, empty (``is_shard``). Anything else found there is reported and
+  left.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ __all__ = ["AREAS", "FORMAT_DIR", "CacheDir", "cache_dir_state", "claim_cache_di
 
 AREAS = ("ac", "cas")
 LOG = "builds.log"
-_TMP_NAME = re.compile(r"[wb]-\d+-[0-9a-f]{8}-\d+\Z")
+_TMP_NAME = re.compile(r"[wb]-\d+-[0-9a-f]{8}-\d+")
+_SHARD = re.compile(r"[0-9a-f]{2}")
 _NEW_TMP = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _T = TypeVar("_T")
@@ -339,26 +343,35 @@ class CacheDir:
             st = _lstat(e)
             if st is None:
                 continue
-            if _TMP_NAME.match(e.name) and stat.S_ISREG(st.st_mode):
+            if _TMP_NAME.fullmatch(e.name) and stat.S_ISREG(st.st_mode):
                 yield e.path, st
             else:
                 self.skip(e.path, self._kind_of(e.path) or f"{e.path} (not kiln's)")
 
     def remove_empty_dirs(self) -> None:
-        """Remove the empty directories of the layout (after ``clear``); the format's
-        directory too when nothing is left in it."""
+        """Remove the empty directories of the layout (after ``clear``): shards, the
+        areas, ``tmp/``, the format's directory; an empty directory of another name
+        is not kiln's and stays."""
         for area in AREAS:
             top = f"{self._base}/{area}"
             if self._tree.dir_problem(top) is not None:
                 continue
             for sub in _listing(top):
-                if sub.is_dir(follow_symlinks=False):
+                if _is_shard(area, sub.name) and sub.is_dir(follow_symlinks=False):
                     _rmdir_quietly(sub.path)
             _rmdir_quietly(top)
         _rmdir_quietly(f"{self._base}/tmp")
         if self._tree.dir_problem(self._base) is None:
             _rmdir_quietly(self._base)
         self._tree = self._new_tree()
+
+
+def _is_shard(area: str, name: str) -> bool:
+    """Whether ``name`` is one of ``area``'s shards: the first two characters of the
+    names kept there (all of a one-character entry name)."""
+    if area == "cas":
+        return _SHARD.fullmatch(name) is not None
+    return len(name) <= 2 and is_entry_name(name)
 
 
 def _is_dir(path: str) -> bool:

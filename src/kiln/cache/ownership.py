@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kiln.errors import NotRegularFile, StateError, UsageError
 from kiln.output_dir.ownership import KILN_DIR, MARKER, own_dir_checked, read_regular
-from kiln.output_dir.writing import TMP_PREFIX, atomic_write, link_text
+from kiln.output_dir.writing import atomic_write, is_temporary, link_text
 
 FORMAT_DIR = "v1"
 FORMAT_NAME = "kiln-cache"
@@ -67,7 +67,7 @@ def cache_dir_state(root: Path, again: bool = True) -> str:
         present = os.listdir(marker_dir)
         if again and MARKER in present:
             return cache_dir_state(root, again=False)
-        claiming = all(n.startswith(TMP_PREFIX) for n in present)
+        claiming = all(is_temporary(n) for n in present)
         rest = names - {KILN_DIR}
         if claiming and (not rest or (rest == {FORMAT_DIR} and _is_legacy(root / FORMAT_DIR))):
             return "legacy"

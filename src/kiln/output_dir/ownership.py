@@ -8,12 +8,14 @@ import errno
 import json
 import os
 import re
+import sqlite3
 import stat
+import time
 from pathlib import Path
 
 from kiln.errors import NotRegularFile, StateError, UsageError
 from kiln.output_dir.prefilled import USER_FILES, is_prefilled, list_user_files
-from kiln.output_dir.writing import NOFOLLOW, TMP_PREFIX, atomic_write, file_kind, link_text
+from kiln.output_dir.writing import NOFOLLOW, atomic_write, file_kind, is_temporary, link_text
 
 KILN_DIR = ".kiln"
 MARKER = "format"
@@ -21,10 +23,13 @@ FORMAT_NAME = "kiln-output"
 FORMAT_VERSION = 1
 NAME_MAX = 255
 PATH_MAX = 4096
-# What a kiln made before the marker existed keeps in .kiln/ (adopted as kiln's).
-_LEGACY_NAMES = frozenset(
-    {"lock", "state.db", "state.db-wal", "state.db-shm", "logs", "tmp", USER_FILES}
+STATE_DB = "state.db"
+# The names kiln gives in .kiln/ (besides its marker, its temporaries and the
+# copies of a damaged state): what a kiln from before the marker left there.
+_OWN_NAMES = frozenset(
+    {"lock", STATE_DB, "state.db-wal", "state.db-shm", "logs", "tmp", USER_FILES}
 )
+_CORRUPT_COPY = re.compile(r"state\.db\.corrupt-\d{8}-\d{6}")
 # A lone surrogate: what ``os.fsdecode`` makes of a byte that is not UTF-8
 # (U+DC80-U+DCFF), or one a string spelled itself; UTF-8 cannot encode either.
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -103,12 +108,11 @@ def _check_marker(root: Path, kiln_dir: Path) -> None:
     try:
         text = read_regular(marker, limit=256).decode(errors="replace").strip()
     except FileNotFoundError:
-        names = set(os.listdir(kiln_dir))
-        if all(
-            n in _LEGACY_NAMES or n.startswith(("state.db.corrupt-", TMP_PREFIX)) for n in names
-        ):
-            return  # made by a kiln before the marker, or killed writing it: adopted
-        raise _refuse(root, f"{kiln_dir} holds files kiln did not make") from None
+        if _unmarked_is_kilns(kiln_dir):
+            return  # killed while claiming it, or made by a kiln before the marker
+        raise _refuse(
+            root, f"{kiln_dir} has no {MARKER} and holds files kiln did not make"
+        ) from None
     except (NotRegularFile, OSError) as e:
         raise _refuse(root, f"its marker {marker} is unreadable ({e})") from None
     name, _, version = text.partition("/")
@@ -116,6 +120,58 @@ def _check_marker(root: Path, kiln_dir: Path) -> None:
         raise _refuse(root, f"its marker {marker} is not kiln's ({text[:40]!r})")
     if int(version) > FORMAT_VERSION:
         raise _refuse(root, f"it was made by a newer kiln (format {version})")
+
+
+def _unmarked_is_kilns(kiln_dir: Path) -> bool:
+    """Whether ``kiln_dir``, a ``.kiln/`` without the marker, is kiln's: every name in
+    it is one kiln gives, matched whole, and it is what a claim killed before its
+    marker leaves (kiln's temporaries, the list of the user's files) or holds a
+    kiln state database. A name of kiln's alone proves nothing: another program's
+    ``.kiln/`` may hold a ``lock`` or a ``state.db``."""
+    names = set(os.listdir(kiln_dir))
+    if not all(n in _OWN_NAMES or is_corrupt_copy(n) or is_temporary(n) for n in names):
+        return False
+    if {n for n in names if not is_temporary(n)} <= {USER_FILES}:
+        return USER_FILES not in names or _is_user_files(kiln_dir / USER_FILES)
+    return STATE_DB in names and _is_state_db(kiln_dir / STATE_DB)
+
+
+def _is_user_files(path: Path) -> bool:
+    """Whether ``path`` holds what kiln writes as ``user-files``: a JSON list of paths."""
+    try:
+        found = json.loads(read_regular(path, limit=64 << 20))
+    except (NotRegularFile, OSError, ValueError):
+        return False
+    return isinstance(found, list) and all(isinstance(p, str) for p in found)
+
+
+def _is_state_db(path: Path) -> bool:
+    """Whether ``path`` is a regular file holding a kiln state database (its ``meta``
+    says ``app`` = ``kiln``). Read through the descriptor opened here, in SQLite's
+    immutable mode: nothing is created, locked or written."""
+    try:
+        fd = open_regular(path)
+    except (NotRegularFile, OSError):
+        return False
+    try:
+        uri = f"file:/proc/self/fd/{fd}?mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            rows = db.execute("SELECT value FROM meta WHERE name = 'app'").fetchall()
+    except sqlite3.Error:
+        return False
+    finally:
+        os.close(fd)
+    return rows == [("kiln",)]
+
+
+def is_corrupt_copy(name: str) -> bool:
+    """Whether ``name`` is one ``corrupt_copy_name`` gives (and kiln may remove)."""
+    return _CORRUPT_COPY.fullmatch(name) is not None
+
+
+def corrupt_copy_name() -> str:
+    """The name in ``.kiln/`` of the copy of a damaged state database, moved aside now."""
+    return f"state.db.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def claim_output_dir(root: Path) -> Path:

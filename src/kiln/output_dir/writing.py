@@ -18,8 +18,13 @@ from typing import IO, Any, cast
 from kiln.errors import ActionFailed, ConfinementError, NotRegularFile
 
 TMP_PREFIX = ".kiln-tmp-"
-_TMP_NAME = re.compile(rf"{re.escape(TMP_PREFIX)}(?P<key>[0-9a-f]{{10}})-[0-9a-f]{{8}}.*")
 _MAX_TMP_EXT = 16
+# The whole name ``temporary_for`` gives: the target's extension (a suffix of at
+# most ``_MAX_TMP_EXT`` bytes) at most follows the tag.
+_TMP_NAME = re.compile(
+    rf"{re.escape(TMP_PREFIX)}(?P<key>[0-9a-f]{{10}})-[0-9a-f]{{8}}"
+    rf"(?:\.[^./]{{1,{_MAX_TMP_EXT - 1}}})?"
+)
 NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 

@@ -8,13 +8,17 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from kiln.errors import StateError, Untrusted
-from kiln.output_dir.ownership import check_own_file, claim_output_dir
+from kiln.output_dir.ownership import (
+    check_own_file,
+    claim_output_dir,
+    corrupt_copy_name,
+    is_corrupt_copy,
+)
 from kiln.state.integrity import check_kiln_database, is_corruption, os_reason
 from kiln.state.schema import FAILURES_COLUMNS, LATER_TABLES, META, SCHEMA_VERSION, TABLES
 
@@ -114,14 +118,15 @@ class StateDatabase:
         if old is not None:
             with contextlib.suppress(sqlite3.Error):
                 old.close()
-        aside = self.path.with_name(f"state.db.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        aside = self.path.with_name(corrupt_copy_name())
         try:
             os.replace(self.path, aside)
         except OSError as e:
             raise StateError(f"cannot move the unreadable {self.path} aside: {e}") from e
-        for earlier in self.path.parent.glob("state.db.corrupt-*"):
-            if earlier != aside:  # keep one copy: repeated damage never fills the disk
-                earlier.unlink(missing_ok=True)
+        for earlier in os.listdir(self.path.parent):
+            if is_corrupt_copy(earlier) and earlier != aside.name:
+                # One copy is kept: repeated damage never fills the disk.
+                (self.path.parent / earlier).unlink(missing_ok=True)
         for suffix in ("-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         reason = " ".join(str(error).split())  # one line, whatever SQLite said
