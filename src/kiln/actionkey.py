@@ -78,10 +78,18 @@ class KeyMaker:
         self.deferred: set[BuildAction] = set()
         # class -> (its code digest, whether its _remotable_thunk is the user's)
         self._classes: dict[type, tuple[str, bool]] = {}
+        self._type_digests: dict[type, str] = {}  # code_ref's of classes
         self._code_ref = self.code_ref  # one bound method, not one per action
 
     def code_ref(self, value: Any) -> str:
-        """The digest of a function, method, partial or class held in a parameter."""
+        """The digest of a function, method, partial or class held in a parameter
+        (a class's once per build: every record, enum or subclass instance names it)."""
+        if isinstance(value, type):
+            digest = self._type_digests.get(value)
+            if digest is None:
+                text = self.code.of_value(value, strict=True)
+                digest = self._type_digests[value] = hashlib.sha256(text.encode()).hexdigest()
+            return digest
         return hashlib.sha256(self.code.of_value(value, strict=True).encode()).hexdigest()
 
     def all(self, actions: Iterable[BuildAction]) -> dict[BuildAction, dict[str, Any] | None]:
