@@ -1,4 +1,5 @@
-"""Values that code can tell apart have different keys, through the real
+"""Values that code can tell apart have different keys, and what an in-process
+action sees of kiln's time zone and locale is in its key, through the real
 ``kiln`` command line on real build modules.
 
 - Each pair of values below is told apart by code (a NaN's sign or payload, a
@@ -8,11 +9,17 @@
 - Editing a method of the class of an enum or dataclass held in a parameter
   reruns the action.
 - Keying a 200 MB array copies none of it (tracemalloc's peak).
+- An in-process user action is rebuilt when kiln runs with another ``TZ``,
+  ``LC_ALL``, ``LC_TIME``, ``LANG`` or ``SOURCE_DATE_EPOCH``; a PROCESS action (its
+  environment is fixed) is not; ``kiln explain`` names the variable;
+  ``--check-reproducible`` finds an output that takes the time zone.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import textwrap
 import tracemalloc
 import types
 from collections.abc import Callable, Iterator
@@ -285,3 +292,147 @@ def test_keying_a_large_array_copies_none_of_it(
     big_array[4999, 9999] = -1
     r = kiln("build", "build.py")
     assert "1 built" in r.stderr, r.stderr
+
+
+CONVENTIONS = """
+import locale
+import os
+import time
+
+from kiln import entrypoint
+from kiln.executor import ActionConcurrency, BuildAction, BuildContext
+
+
+def shown():
+    locale.setlocale(locale.LC_ALL, "")
+    return " ".join([
+        time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(0)),
+        repr(locale.setlocale(locale.LC_ALL)),
+        repr(os.environ.get("SOURCE_DATE_EPOCH")),
+        repr(os.environ.get("LANG")),
+    ])
+
+
+LOG = os.path.abspath("ran.log")
+
+
+def write_shown(path):
+    with open(LOG, "a") as log:
+        log.write(os.path.basename(path) + "\\n")
+    with open(path, "w") as f:
+        f.write(shown())
+
+
+class InKiln(BuildAction):
+    def __init__(self, output, **kwargs):
+        super().__init__(**kwargs)
+        self.output = output
+        output.deps.add(self)
+
+    def _invoke(self):
+        write_shown(self.output.get_fs_path())
+
+
+class InWorker(BuildAction):
+    def __init__(self, output, **kwargs):
+        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+        self.output = output
+        output.deps.add(self)
+
+    def _remotable_thunk(self):
+        path = str(self.output.get_fs_path())
+        return lambda: write_shown(path)
+
+
+@entrypoint
+def conventions():
+    context = BuildContext.current()
+    here = context.allocate_file("thread.txt")
+    InKiln(here, desc="thread", executor=context.executor)
+    there = context.allocate_file("worker.txt")
+    InWorker(there, desc="worker", executor=context.executor)
+    return [here, there]
+"""
+
+# LC_ALL empty: unset for the C library, so that LANG and LC_TIME count.
+BASE_ENV = {"TZ": "UTC0", "LANG": "C.UTF-8", "LC_ALL": "", "SOURCE_DATE_EPOCH": "0"}
+OUT = "kiln-out/genfiles/conventions"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "seen"),
+    [
+        ("TZ", "<+09>-9", "1970-01-01 09:00 +09"),
+        ("LC_ALL", "C", "'C'"),
+        ("LC_TIME", "C", "LC_TIME=C"),
+        ("LANG", "C", "'C'"),
+        ("SOURCE_DATE_EPOCH", "315532800", "'315532800'"),
+    ],
+)
+def test_an_in_process_action_is_rebuilt_under_another_time_zone_or_locale(
+    tmp_path: Path, kiln_subprocess: Callable[..., Any], name: str, value: str, seen: str
+) -> None:
+    """kiln itself runs with another value: the in-process action reruns and sees
+    it; the PROCESS action, whose environment is fixed, does not rerun; explain
+    names the variable."""
+    (tmp_path / "build.py").write_text(CONVENTIONS)
+    base = {**BASE_ENV}
+    r = kiln_subprocess("build", "build.py", env=base)
+    assert r.returncode == 0, r.stderr
+    assert ran(tmp_path) == ["thread.txt", "worker.txt"]
+    before = (tmp_path / OUT / "thread.txt").read_text()
+    assert "1970-01-01 00:00 UTC" in before
+    r = kiln_subprocess("build", "build.py", env=base)
+    assert ran(tmp_path) == [], r.stderr
+
+    changed = {**base, name: value}
+    explained = kiln_subprocess("explain", "build.py", env=changed)
+    assert explained.returncode == 0, explained.stderr
+    old = {**os.environ, **base}.get(name)
+    said = "thread: the time zone or locale of kiln's process, which its code sees, changed: "
+    said += f"{name} from {'unset' if old is None else repr(old)} to {value!r}"
+    assert said in explained.stdout, explained.stdout
+    assert "worker:" not in explained.stdout.replace("worker: up to date", "")
+    r = kiln_subprocess("build", "build.py", env=changed)
+    assert r.returncode == 0, r.stderr
+    assert ran(tmp_path) == ["thread.txt"], r.stderr  # the worker's environment is fixed
+    assert seen in (tmp_path / OUT / "thread.txt").read_text()
+    assert kiln_subprocess("build", "build.py", env=changed).returncode == 0
+    assert ran(tmp_path) == []
+
+
+def test_check_reproducible_runs_an_in_process_action_again_in_another_time_zone(
+    tmp_path: Path, kiln_subprocess: Callable[..., Any]
+) -> None:
+    """An output that takes kiln's time zone is found; the PROCESS action, which is
+    given a fixed one, and an in-process action that takes none pass."""
+    module = CONVENTIONS.replace(
+        "    return [here, there]",
+        textwrap.indent(
+            textwrap.dedent("""
+            fixed = context.allocate_file("fixed.txt")
+            Fixed(fixed, desc="fixed", executor=context.executor)
+            return [here, there, fixed]
+            """),
+            "    ",
+        ),
+    ).replace(
+        "@entrypoint",
+        textwrap.dedent("""
+        class Fixed(InKiln):
+            def _invoke(self):
+                self.output.get_fs_path().write_text(time.strftime("%Y", time.gmtime(0)))
+
+
+        @entrypoint"""),
+    )
+    (tmp_path / "build.py").write_text(module)
+    r = kiln_subprocess("build", "build.py", "--check-reproducible", env=BASE_ENV)
+    assert r.returncode == 1, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if " differs " in ln]
+    assert len(lines) == 1, r.stderr
+    assert "'thread': genfiles/conventions/thread.txt differs at byte" in lines[0], lines
+    assert "(run again in place, with TZ=" in lines[0], lines
+    assert "1 not reproducible" in r.stderr, r.stderr
+    # The build's outputs are as built.
+    assert "1970-01-01 00:00 UTC" in (tmp_path / OUT / "thread.txt").read_text()

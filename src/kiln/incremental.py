@@ -22,7 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.actionkey import CODE_PARAM, ENV_PARAM, THUNK_PARAM, KeyMaker, complete_params
+from kiln.action_env import describe_change
+from kiln.actionkey import (
+    CODE_PARAM,
+    ENV_PARAM,
+    LOCALE_PARAM,
+    THUNK_PARAM,
+    KeyMaker,
+    complete_params,
+)
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_dir.writing import file_kind
@@ -231,7 +239,9 @@ def _why_key_changed(record: ActionRecord, params: dict[str, Any], inputs: dict[
         changes.append("the code or closure values of its _remotable_thunk changed")
     if old.get(ENV_PARAM) != params.get(ENV_PARAM):
         changes.append("the environment its programs are given changed (--action-env)")
-    mine = (CODE_PARAM, THUNK_PARAM, ENV_PARAM)
+    if old.get(LOCALE_PARAM) != params.get(LOCALE_PARAM):
+        changes.append(describe_change(old.get(LOCALE_PARAM), params.get(LOCALE_PARAM)))
+    mine = (CODE_PARAM, THUNK_PARAM, ENV_PARAM, LOCALE_PARAM)
     changes += _param_changes(
         "",
         {k: v for k, v in old.items() if k not in mine},
