@@ -32,6 +32,7 @@ locale (``other_conventions``). Any other variable they read is not keyed
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import locale
 import os
 import re
@@ -138,10 +139,11 @@ def local_conventions(environ: Mapping[str, str] | None = None) -> dict[str, Any
     variables that set them (those set) and what Python made of them."""
     environ = os.environ if environ is None else environ
     found: dict[str, Any] = {n: environ[n] for n in sorted(environ) if _is_convention(n)}
-    found["time.tzname"] = list(time.tzname)
-    found["time.timezone"] = [time.timezone, time.altzone, time.daylight]
-    found["locale"] = locale.setlocale(locale.LC_ALL)  # a query: changes nothing
-    found["encoding"] = locale.getpreferredencoding(False)
+    found["time"] = f"{'/'.join(time.tzname)} {time.timezone} {time.altzone} {time.daylight}"
+    # Every category's locale (a query: changes nothing) and the encoding, as a
+    # short digest: the key is encoded for every action of every build.
+    categories = f"{locale.setlocale(locale.LC_ALL)} {locale.getpreferredencoding(False)}"
+    found["locale"] = hashlib.sha256(categories.encode()).hexdigest()[:16]
     return found
 
 
