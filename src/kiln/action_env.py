@@ -17,14 +17,27 @@ Where kiln's own directory is, is not in any key: an action that writes its
 ``--check-reproducible`` says so.
 
 In-process actions (``_invoke`` on a thread of kiln, ``ActionConcurrency.NONE``
-or ``THREAD``) run inside kiln and read kiln's own ``os.environ``; kiln cannot
-see what they read. ``docs/reliability.md`` says so.
+or ``THREAD``) run inside kiln and read kiln's own ``os.environ``. Of it, what
+changes how a program formats or reads times, dates and text is keyed for every
+in-process action that runs the user's code (``local_conventions``: ``TZ``,
+``LANG``, ``LANGUAGE``, every ``LC_*``, ``SOURCE_DATE_EPOCH``, and what Python
+made of them: ``time.tzname`` and the zone's offsets, the C locale of each
+category, the preferred encoding), as kiln's process has them when the build is
+planned; ``kiln explain`` names the one that changed (``describe_change``).
+``--check-reproducible`` runs such actions again under another time zone and
+locale (``other_conventions``). Any other variable they read is not keyed
+(``docs/reliability.md`` says so).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import locale
+import os
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +119,67 @@ class ActionEnvironment:
     @staticmethod
     def encoded(env: Mapping[str, str]) -> dict[bytes, bytes]:
         """``env`` as ``posix_spawn`` takes it (encoded once, not per command)."""
-        import os
-
         return {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
+
+
+# The variables, besides every LC_*, that decide how in-process code reads and
+# writes times, dates and text.
+_CONVENTION_VARIABLES = frozenset({"TZ", "LANG", "LANGUAGE", "SOURCE_DATE_EPOCH"})
+# Zones for a second run, each with its ``time.timezone``: POSIX rules, which need
+# no time zone database; the first whose offset is not kiln's own is used.
+_OTHER_ZONES = (("<+0545>-5:45", -20700), ("<-0330>3:30", 12600))
+
+
+def _is_convention(name: str) -> bool:
+    return name in _CONVENTION_VARIABLES or name.startswith("LC_")
+
+
+def local_conventions(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The time zone and locale that code running in kiln's process sees now: the
+    variables that set them (those set) and what Python made of them."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, Any] = {n: environ[n] for n in sorted(environ) if _is_convention(n)}
+    found["time"] = f"{'/'.join(time.tzname)} {time.timezone} {time.altzone} {time.daylight}"
+    # Every category's locale (a query: changes nothing) and the encoding, as a
+    # short digest: the key is encoded for every action of every build.
+    categories = f"{locale.setlocale(locale.LC_ALL)} {locale.getpreferredencoding(False)}"
+    found["locale"] = hashlib.sha256(categories.encode()).hexdigest()[:16]
+    return found
+
+
+def describe_change(old: Any, new: Any) -> str:
+    """What changed between two ``local_conventions``, for ``kiln explain``."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return "the time zone and locale of kiln's process were not in its key before"
+    changed = [n for n in sorted(set(old) | set(new)) if old.get(n) != new.get(n)]
+    shown = ", ".join(f"{n} from {_spelled(old, n)} to {_spelled(new, n)}" for n in changed[:3])
+    return f"the time zone or locale of kiln's process, which its code sees, changed: {shown}"
+
+
+def _spelled(values: Mapping[str, Any], name: str) -> str:
+    return repr(values[name]) if name in values else "unset"
+
+
+@contextlib.contextmanager
+def other_conventions() -> Iterator[str]:
+    """kiln's process with another time zone and locale while the block runs (for
+    ``--check-reproducible``'s second run of an in-process action; nothing else of
+    the build may run meanwhile: the environment is the process's); yields what
+    it set. The C locale itself is left alone: an action that calls
+    ``setlocale(LC_ALL, "")`` takes the other one."""
+    zone = next(z for z, offset in _OTHER_ZONES if offset != time.timezone)
+    current = os.environ.get("LC_ALL") or os.environ.get("LANG")
+    other = "C" if current != "C" else "C.UTF-8"
+    names = {"TZ", "LANG", "LC_ALL", *(n for n in os.environ if n.startswith("LC_"))}
+    saved = {n: os.environ.get(n) for n in names}
+    os.environ.update(dict.fromkeys(names, other), TZ=zone)
+    time.tzset()
+    try:
+        yield f"TZ={zone} LANG={other} LC_ALL={other}"
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        time.tzset()

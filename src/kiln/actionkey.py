@@ -14,6 +14,10 @@ canonical form (``kiln.canonical``), plus two entries of kiln's own:
 - ``!env``: for an action whose work runs in a program kiln starts (a PROCESS
   action, a command), the environment that program is given: the base set's
   version and the declared variables (``kiln.action_env``).
+- ``!locale``: for an action that runs in kiln's own process (not PROCESS) and
+  whose class is not all kiln's own, the time zone and locale kiln's process has
+  when the build is planned (``kiln.action_env.local_conventions``): its code
+  sees them, and formats times and text by them.
 
 An action holding a value that cannot be keyed (a third-party library's object,
 an open file) has no key: it runs on every build, as iree.build runs every
@@ -34,7 +38,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kiln._version import __version__
-from kiln.action_env import ActionEnvironment
+from kiln.action_env import ActionEnvironment, local_conventions
 from kiln.canonical import canonical, file_ref_for, qualname
 from kiln.codekey import CodeDigests, package_version
 from kiln.errors import BuildDefinitionError, Unkeyable
@@ -46,6 +50,7 @@ _SELF_REFERENCE = "value that contains itself (or is nested too deeply)"
 CODE_PARAM = "!code"
 THUNK_PARAM = "!thunk"
 ENV_PARAM = "!env"
+LOCALE_PARAM = "!locale"
 # Class attributes of BuildAction that are in the key otherwise (VERSION) or that
 # do not change what an action produces.
 _NOT_CODE = frozenset(
@@ -72,16 +77,26 @@ class KeyMaker:
     def __init__(self, environment: ActionEnvironment | None = None, strict: bool = False) -> None:
         self.code = CodeDigests()
         self.env_key = (environment or ActionEnvironment()).key()
+        self.locale_key = local_conventions()
         self.strict = strict
         self.params_of: dict[BuildAction, dict[str, Any] | None] = {}
         self.unkeyed: dict[BuildAction, str] = {}
         self.deferred: set[BuildAction] = set()
-        # class -> (its code digest, whether its _remotable_thunk is the user's)
-        self._classes: dict[type, tuple[str, bool]] = {}
+        # class -> (its code digest, whether its _remotable_thunk is the user's,
+        # whether every class of its MRO is kiln's own)
+        self._classes: dict[type, tuple[str, bool, bool]] = {}
+        self._type_digests: dict[type, str] = {}  # code_ref's of classes
         self._code_ref = self.code_ref  # one bound method, not one per action
 
     def code_ref(self, value: Any) -> str:
-        """The digest of a function, method, partial or class held in a parameter."""
+        """The digest of a function, method, partial or class held in a parameter
+        (a class's once per build: every record, enum or subclass instance names it)."""
+        if isinstance(value, type):
+            digest = self._type_digests.get(value)
+            if digest is None:
+                text = self.code.of_value(value, strict=True)
+                digest = self._type_digests[value] = hashlib.sha256(text.encode()).hexdigest()
+            return digest
         return hashlib.sha256(self.code.of_value(value, strict=True).encode()).hexdigest()
 
     def all(self, actions: Iterable[BuildAction]) -> dict[BuildAction, dict[str, Any] | None]:
@@ -131,10 +146,14 @@ class KeyMaker:
         kind = type(action)
         info = self._classes.get(kind)
         if info is None:
-            info = self._classes[kind] = (self.class_digest(kind), self._user_thunk(kind))
+            own = all(k is object or k.__module__.split(".", 1)[0] == "kiln" for k in kind.__mro__)
+            info = self._classes[kind] = (self.class_digest(kind), self._user_thunk(kind), own)
         out[CODE_PARAM] = info[0]
-        if action.concurrency is ActionConcurrency.PROCESS or isinstance(action, SpawnsCommand):
+        in_process = action.concurrency is not ActionConcurrency.PROCESS
+        if not in_process or isinstance(action, SpawnsCommand):
             out[ENV_PARAM] = self.env_key
+        if in_process and not info[2]:  # the user's code runs in kiln's process
+            out[LOCALE_PARAM] = self.locale_key
         if info[1] and (
             action.concurrency is ActionConcurrency.PROCESS
             or kind._invoke is BuildAction._invoke  # the default _invoke calls the thunk

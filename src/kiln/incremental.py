@@ -22,7 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.actionkey import CODE_PARAM, ENV_PARAM, THUNK_PARAM, KeyMaker, complete_params
+from kiln.action_env import describe_change
+from kiln.actionkey import (
+    CODE_PARAM,
+    ENV_PARAM,
+    LOCALE_PARAM,
+    THUNK_PARAM,
+    KeyMaker,
+    complete_params,
+)
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_dir.writing import file_kind
@@ -237,7 +245,9 @@ def _why_key_changed(record: ActionRecord, params: dict[str, Any], inputs: dict[
         changes.append("the code or closure values of its _remotable_thunk changed")
     if old.get(ENV_PARAM) != params.get(ENV_PARAM):
         changes.append("the environment its programs are given changed (--action-env)")
-    mine = (CODE_PARAM, THUNK_PARAM, ENV_PARAM)
+    if old.get(LOCALE_PARAM) != params.get(LOCALE_PARAM):
+        changes.append(describe_change(old.get(LOCALE_PARAM), params.get(LOCALE_PARAM)))
+    mine = (CODE_PARAM, THUNK_PARAM, ENV_PARAM, LOCALE_PARAM)
     changes += _param_changes(
         "",
         {k: v for k, v in old.items() if k not in mine},
@@ -264,10 +274,11 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
     dicts, records and equal-length lists, so that a long argv shows the flag that
     changed. Canonical forms (``kiln.canonical``) are shown as Python spells them."""
     old, new = _unwrap(old), _unwrap(new)
-    if isinstance(old, _Pairs) and isinstance(new, _Pairs):
+    if isinstance(old, _Pairs) and isinstance(new, _Pairs) and old.kind == new.kind:
+        found = [] if old.code == new.code else [f"the code of parameter {name}'s class changed"]
         if old.keys() == new.keys() and list(old) != list(new):
-            return [f"the order of parameter {name}'s entries changed"]
-        old, new = dict(old), dict(new)
+            return [*found, f"the order of parameter {name}'s {old.entries} changed"]
+        return found + _param_changes(name, dict(old), dict(new))
     if isinstance(old, dict) and isinstance(new, dict) and _record_like(old, new):
         return [
             change
@@ -282,33 +293,54 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
             if a != b
             for change in _param_changes(f"{name}[{i}]", a, b)
         ]
+    if _only_code_differs(old, new):
+        return [f"the code of parameter {name}'s class changed"]
     before, after = _around_difference(_text(old), _text(new))
     return [f"parameter {name} changed from {before} to {after}"]
 
 
 class _Pairs(dict[str, Any]):
-    """A canonical ``!dict``'s entries by the JSON text of their keys, in order."""
+    """A canonical ``!dict``'s entries, or a record's fields, by the JSON text of
+    their keys, in order; ``kind`` is ``!dict`` or the record's class, ``code`` the
+    digest of the record's class."""
+
+    kind: str = "!dict"
+    code: Any = None
+    entries = "entries"
 
 
 def _unwrap(value: Any) -> Any:
-    """A canonical tuple as its list; a canonical dict as ``_Pairs``."""
-    if isinstance(value, dict) and len(value) == 1:
-        if "!tuple" in value and isinstance(value["!tuple"], list):
-            return value["!tuple"]
-        pairs = value.get("!dict")
-        if isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs):
-            return _Pairs((_entry_name(k), v) for k, v in pairs)
+    """A canonical tuple as its list; a canonical dict or record as ``_Pairs``."""
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1 and "!tuple" in value and isinstance(value["!tuple"], list):
+        return value["!tuple"]
+    if len(value) == 1 and "!dict" in value:
+        pairs = value["!dict"]
+    elif "!record" in value and set(value) <= {"!record", "code", "fields"}:
+        pairs = value.get("fields")
+    else:
+        return value
+    if isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        found = _Pairs((_entry_name(k), v) for k, v in pairs)
+        if "!record" in value:
+            found.kind, found.code, found.entries = value["!record"], value.get("code"), "fields"
+        return found
     return value
 
 
 def _record_like(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Whether to compare two canonical dicts field by field: plain dicts, or
-    records (dataclasses, named tuples) of the same type; not other tagged values."""
-    tag_old = next((k for k in old if k[:1] == "!"), None)
-    tag_new = next((k for k in new if k[:1] == "!"), None)
-    return tag_old == tag_new and (
-        tag_old is None or (tag_old == "!type" and old[tag_old] == new[tag_old])
-    )
+    """Whether to compare two dicts field by field: plain ones (an unwrapped
+    ``!dict`` or record), not other tagged values."""
+    return not any(k[:1] == "!" for k in old) and not any(k[:1] == "!" for k in new)
+
+
+def _only_code_differs(old: Any, new: Any) -> bool:
+    """Whether two tagged values (an enum, a subclass's instance) differ only in
+    the digest of their class's code."""
+    if not (isinstance(old, dict) and isinstance(new, dict) and "code" in old and "code" in new):
+        return False
+    return old["code"] != new["code"] and {**old, "code": None} == {**new, "code": None}
 
 
 def _entry_name(key: Any) -> str:
@@ -374,6 +406,8 @@ def _spelled(value: dict[str, Any]) -> str | None:
         return f"code {str(value['!callable'])[:12]}"
     if "!bytes" in value:
         return f"bytes {value['!bytes']}"
+    if "!nan" in value:
+        return f"NaN 0x{value['!nan']}"
     if "!ndarray" in value:
         return f"array {value['!ndarray']} {value['shape']} {value.get('data', '(objects)')}"
     return None

@@ -10,7 +10,10 @@ given relative to where it runs. An output that depends on where it was built
 (an absolute path, the time, a random number, a variable of kiln's scratch
 directory) differs there. Any other action runs again in place, its first
 outputs set aside and put back afterwards: that finds what depends on the time
-or on chance, not on the place.
+or on chance, not on the place. An action that runs in kiln's own process runs
+again with another time zone and locale in kiln's environment
+(``kiln.action_env.other_conventions``; the second runs in place go one at a
+time, after the build): what its output takes from them shows.
 
 An action whose outputs differ is listed with the first differing byte; its key
 is marked in the build state (``StateStore.mark_nonreproducible``) and neither
@@ -32,6 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.action_env import other_conventions
 from kiln.errors import KilnError
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
 from kiln.output_dir.ownership import open_regular
@@ -182,19 +186,18 @@ class ReproducibilityCheck:
                 os.replace(f.fs_str, keep)
                 moved.append((f, keep))
             try:
-                self._run_again(action)
+                if action.concurrency is ActionConcurrency.PROCESS:  # a fixed environment
+                    self._process_pool().run(action._remotable_thunk(), action.desc, action.timeout)
+                else:
+                    with other_conventions() as changed:
+                        where = f"run again in place, with {changed}"
+                        action._invoke()
             except Exception as e:  # noqa: BLE001 - the second run's failure is a finding
                 return [Difference(action, outputs[0], f"could not be made again: {e}", where)]
             return [d for f, keep in moved if (d := _compare(action, f, keep, where, swap=True))]
         finally:
             for f, keep in moved:
                 os.replace(keep, f.fs_str)  # the build's outputs, as recorded
-
-    def _run_again(self, action: BuildAction) -> None:
-        if action.concurrency is ActionConcurrency.PROCESS:
-            self._process_pool().run(action._remotable_thunk(), action.desc, action.timeout)
-        else:
-            action._invoke()
 
 
 def _sandbox_form(action: BuildAction) -> bool:
