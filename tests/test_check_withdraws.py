@@ -234,3 +234,38 @@ def test_a_withdrawal_is_an_entry_an_older_reader_takes_for_a_miss(
     for mark in marks:
         assert mark["format"] == "kiln-ac/1" and mark["outputs"] == []
         assert "differs" in mark["not_reproducible"]
+
+
+def test_a_remote_withdrawal_is_read_as_untrusted_text(
+    tmp_path: Path,
+    kiln: Callable[..., Any],
+    write_module: Callable[..., Path],
+    nginx_cache: NginxCache,
+) -> None:
+    """A withdrawal on the remote (a hostile one: a control sequence, a huge reason)
+    is a miss; its reason reaches the terminal escaped and bounded, and the
+    machine keeps it as its own cache's withdrawal."""
+    _write(write_module, tmp_path)
+    remote = ("--remote-cache", nginx_cache.url)
+    kiln("build", "build.py", "top", "--output-dir", "one", "--cache-dir", "c1", *remote)
+    (steady,) = [
+        p
+        for p in nginx_cache.files("ac")
+        if json.loads(p.read_bytes())["action"].endswith("steady.txt")
+    ]
+    key = json.loads(steady.read_bytes())["key"]
+    why = "\x1b[2J\x1b]0;owned\x07" + "x" * 100_000
+    steady.write_text(
+        json.dumps({"format": "kiln-ac/1", "key": key, "action": "?", "outputs": [],
+                    "not_reproducible": why})
+    )  # fmt: skip
+    r = kiln(
+        "build", "build.py", "top", "--output-dir", "two", "--cache-dir", "c2", *remote, "--explain"
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert _served(r.stderr) == {"Running top/rand.bin", "rolling"}, r.stderr
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if NOTE in ln]
+    assert "steady.txt" in line and len(line) < 1500, line
+    kept = [json.loads(d) for d in entries(tmp_path / "c2").values() if b"not_reproducible" in d]
+    assert len(kept) == 1 and len(kept[0]["not_reproducible"]) <= 1000

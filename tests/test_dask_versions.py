@@ -36,6 +36,19 @@ def other_kiln(root: Path, version: str = OTHER) -> Path:
     return copy
 
 
+def silent_kiln(root: Path) -> Path:
+    """A copy of the kiln under test as a kiln older than the version check acts on a
+    worker: it runs every task and sends no versions back."""
+    copy = other_kiln(root, kiln_package.__version__)
+    task = copy / "kiln" / "remote_exec" / "task.py"
+    text = task.read_text()
+    check, report = "if mine != task.versions:", "return dataclasses.replace(result, versions=mine)"
+    assert text.count(check) == 1 and text.count(report) == 1  # what an older kiln lacks
+    patched = text.replace(check, "if False:").replace(report, "return result")
+    task.write_text(patched)
+    return copy
+
+
 def other_tool(root: Path, dist: str, version: str) -> str:
     """A PYTHONPATH on which the installed distribution ``dist`` says it is ``version``
     (its metadata found first; its code is still the installed one)."""
@@ -108,18 +121,21 @@ def top():
 """
 
 
+@pytest.mark.parametrize("newcomer", ["other version", "says nothing"])
 def test_a_worker_with_another_kiln_that_joins_mid_build_is_refused(
     tmp_path: Path,
     write_module: Callable[..., Path],
     make_cluster: Callable[..., DaskCluster],
     nginx_cache: NginxCache,
+    newcomer: str,
 ) -> None:
     """The worker that passed the check when kiln connected dies mid-action; its
-    replacement runs another kiln: its result does not enter the build."""
+    replacement runs another kiln (one that runs the action and says nothing of its
+    versions, too): its result does not enter the build."""
     started, go = tmp_path / "started", tmp_path / "go"
     write_module(WAITING.replace("STARTED", str(started)).replace("GO", str(go)))
     cluster = make_cluster(1)
-    other = other_kiln(tmp_path)
+    other = other_kiln(tmp_path) if newcomer == "other version" else silent_kiln(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "kiln", *remote(cluster, nginx_cache)],
         cwd=tmp_path,
@@ -142,9 +158,12 @@ def test_a_worker_with_another_kiln_that_joins_mid_build_is_refused(
             proc.kill()
             proc.communicate()
     assert proc.returncode == 1, err
-    newcomer = address_of(cluster, "w1")
-    assert f"refused Dask worker {newcomer}: kiln {OTHER} there, " in err, err
-    assert f"{kiln_package.__version__} here" in err, err
+    there = address_of(cluster, "w1")
+    if newcomer == "other version":
+        assert f"refused Dask worker {there}: kiln {OTHER} there, " in err, err
+        assert f"{kiln_package.__version__} here" in err, err
+    else:
+        assert f"refused Dask worker {there}: it did not say which kiln built it" in err, err
     assert not nginx_cache.files("ac") and not entries(tmp_path / "cache-out")
     assert not (tmp_path / "out/genfiles/top/a.txt").exists()
 
