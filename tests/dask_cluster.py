@@ -35,9 +35,11 @@ class DaskCluster:
         n_workers: int = 2,
         env: dict[str, str] | None = None,
         worker_args: dict[str, list[str]] | None = None,
+        worker_env: dict[str, dict[str, str]] | None = None,
     ):
         """``worker_args`` adds arguments to a worker's command line, by name (``w0``,
-        ``w1``, ...), e.g. ``{"w0": ["--resources", "memory=1"]}``."""
+        ``w1``, ...), e.g. ``{"w0": ["--resources", "memory=1"]}``; ``worker_env``
+        variables to its environment (``PYTHONPATH``: another kiln)."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -54,26 +56,38 @@ class DaskCluster:
         self.workers: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
         for i in range(n_workers):
             name = f"w{i}"
-            local = root / f"{name}-local"
-            local.mkdir(parents=True)
-            proc = self._start(
-                "worker",
-                self.address,
-                "--name",
-                name,
-                "--nthreads",
-                "1",
-                "--no-nanny",
-                "--local-directory",
-                str(local),
-                "--host",
-                "127.0.0.1",
-                "--no-dashboard",
-                *(worker_args or {}).get(name, []),
-                log=f"{name}.log",
+            self._start_worker(
+                name, (worker_args or {}).get(name, []), (worker_env or {}).get(name, {})
             )
-            self.workers[name] = (proc, local)
         self._wait_ready(n_workers)
+
+    def _start_worker(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        local = self.root / f"{name}-local"
+        local.mkdir(parents=True)
+        proc = self._start(
+            "worker",
+            self.address,
+            "--name",
+            name,
+            "--nthreads",
+            "1",
+            "--no-nanny",
+            "--local-directory",
+            str(local),
+            "--host",
+            "127.0.0.1",
+            "--no-dashboard",
+            *args,
+            log=f"{name}.log",
+            env=env,
+        )
+        self.workers[name] = (proc, local)
+
+    def add_worker(self, name: str, env: dict[str, str] | None = None) -> None:
+        """Start one more worker (a machine joining mid-build); return once the
+        scheduler has it."""
+        self._start_worker(name, [], env or {})
+        self._wait_ready(sum(p.poll() is None for p, _ in self.workers.values()))
 
     @property
     def address(self) -> str:
@@ -83,13 +97,15 @@ class DaskCluster:
     def url(self) -> str:
         return f"dask://127.0.0.1:{self.port}"
 
-    def _start(self, *args: str, log: str) -> subprocess.Popen[bytes]:
+    def _start(
+        self, *args: str, log: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         with open(self.root / log, "wb") as out:
             return subprocess.Popen(
                 [sys.executable, "-m", "dask", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env={**self.env, **(env or {})},
             )
 
     def _wait_ready(self, n_workers: int) -> None:

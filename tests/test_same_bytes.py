@@ -173,7 +173,12 @@ def mixed():
 
 
 def _ac_entries(cache: Path) -> set[str]:
-    return set(entries(cache))
+    """The entries that serve outputs (a withdrawal, ``kiln.cache.entry``, serves none)."""
+    return {n for n, d in entries(cache).items() if b'"not_reproducible"' not in d}
+
+
+def _remote_entries(cache: NginxCache) -> set[str]:
+    return {p.name for p in cache.files("ac") if b'"not_reproducible"' not in p.read_bytes()}
 
 
 def test_check_reproducible_lists_what_differs_and_never_shares_it(
@@ -199,12 +204,13 @@ def test_check_reproducible_lists_what_differs_and_never_shares_it(
     # The build's own outputs stay as built and recorded.
     again = kiln("build", "build.py", *remote)
     assert "0 built, 4 up to date" in again.stderr, again.stderr
-    # Only the reproducible action went into the caches, local and remote.
-    assert len(_ac_entries(_private_cache)) == 1
-    assert len(nginx_cache.files("ac")) == 1
+    # Only the reproducible action went into the caches, local and remote; the others
+    # are withdrawn there.
+    assert len(_ac_entries(_private_cache)) == 1 and len(entries(_private_cache)) == 4
+    assert len(_remote_entries(nginx_cache)) == 1 and len(nginx_cache.files("ac")) == 4
     # Marked in this directory's state, they stay unshared in its later builds.
     kiln("build", "build.py", "--check-reproducible", *remote)
-    assert len(_ac_entries(_private_cache)) == 1 and len(nginx_cache.files("ac")) == 1
+    assert len(_ac_entries(_private_cache)) == 1 and len(_remote_entries(nginx_cache)) == 1
     # A fresh output directory: the reproducible one is served, the others run.
     fresh = kiln("build", "build.py", "--output-dir", "fresh")
     assert "3 built, 1 cached" in fresh.stderr, fresh.stderr
@@ -242,7 +248,7 @@ def test_a_benchmark_is_not_checked_and_never_leaves_the_machine(
     r = kiln("build", "build.py", "--check-reproducible", "--remote-cache", nginx_cache.url)
     assert r.returncode == 0, r.stderr
     local = _ac_entries(_private_cache)
-    remote = {p.name for p in nginx_cache.files("ac")}
+    remote = _remote_entries(nginx_cache)
     assert len(local) == 3 and len(remote) == 2 and remote < local  # all but the benchmark
     # A second machine (a fresh cache) reads the remote: the benchmark runs there.
     other = tmp_path / "other-cache"

@@ -43,7 +43,7 @@ from kiln.progress import ProgressReporter
 from kiln.result import BuildResult, SchedulerOptions
 from kiln.run_context import RunContext
 from kiln.scheduler import Scheduler
-from kiln.state import StateStore
+from kiln.state import Produced, StateStore, stat_key
 from kiln.trace import LastBuild
 from kiln.unrequested import judge as judge_unrequested
 
@@ -337,13 +337,30 @@ class Executor:
         self, plan: Plan, result: BuildResult, scheduler: Scheduler, jobs: int
     ) -> None:
         """``--check-reproducible``: run the build's actions again (``kiln.reproducible``);
-        then put into the cache what the second runs reproduced."""
-        from kiln.reproducible import check_build
+        then withdraw from the caches what they did not reproduce, and put in what
+        they did (``CacheStep.settle``)."""
+        from kiln.reproducible import check_build, checked_actions
 
         self.reporter.message("kiln: checking that every action reproduces its outputs ...")
-        found = check_build(plan, result, self.run_context, jobs, self.store().mark_nonreproducible)
+        store = self.store()
+        found = check_build(plan, result, self.run_context, jobs, store.mark_nonreproducible)
         result.not_reproducible = found
-        scheduler.cache_step.flush({d.action for d in found})
+        why = {d.action: str(d) for d in reversed(found)}  # the first difference of each
+        checked = checked_actions(plan, result)
+        reproduced = [a for a in checked if a not in why and a in result.keys]
+        store.clear_nonreproducible([result.keys[a] for a in reproduced])
+
+        def outputs(action: BuildAction) -> Produced | None:
+            """What ``action`` has here, as a build records it (None: not all there)."""
+            files = plan.outputs[action]
+            if not all(f in result.digests for f in files):
+                return None
+            try:
+                return {f: (stat_key(os.lstat(f.fs_str)), result.digests[f]) for f in files}
+            except OSError:
+                return None
+
+        scheduler.cache_step.settle(checked, why, result.keys, outputs)
 
     def store(self) -> StateStore:
         """The build state: a snapshot (in memory) when ``read_only``, else the database."""

@@ -333,6 +333,8 @@ class Scheduler:
             decision = dataclasses.replace(
                 decision, reason=f"{decision.reason}; would be served from cache"
             )
+        else:
+            decision = self.cache_step.noted(decision)
         self.result.would_run.append((action, decision.reason or ""))
         self.events.would_run(action, decision)
         for f in self.plan.outputs[action]:

@@ -35,6 +35,8 @@ class ModuleRunAction(BuildAction):
 
     pool = _devices.MACHINE_POOL
     SPEC = ""
+    # Whose versions the key holds (``runtime``): a Dask worker must have the same.
+    keyed_tools = ("iree-base-runtime",)
 
     def __init__(
         self,

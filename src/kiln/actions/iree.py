@@ -144,6 +144,8 @@ class CompileAction(BuildAction):
     output, diagnostics into the failure."""
 
     pool = MACHINE_POOL
+    # Whose version the key holds (``compiler_version``): a Dask worker must have the same.
+    keyed_tools = ("iree-base-compiler",)
 
     def __init__(
         self,

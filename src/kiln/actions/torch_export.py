@@ -201,6 +201,8 @@ class _TorchAction(BuildAction):
 
     pool = _devices.MACHINE_POOL
     key_exclude = ("factory",)  # keyed through ``factory_key``
+    # Whose versions the key holds (``versions``): a Dask worker must have the same.
+    keyed_tools = ("torch", "torchvision", "iree-turbine")
 
     def __init__(
         self,

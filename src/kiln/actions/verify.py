@@ -32,6 +32,8 @@ class ReferenceAction(BuildAction):
     """Computes a model's outputs with onnxruntime (in a worker) into one ``.npz``."""
 
     pool = _devices.MACHINE_POOL
+    # Whose version the key holds (``onnxruntime``): a Dask worker must have the same.
+    keyed_tools = ("onnxruntime",)
 
     def __init__(
         self,

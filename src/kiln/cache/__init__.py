@@ -9,6 +9,7 @@ remote.py          the Bazel HTTP cache protocol client
 http_transport.py  its requests: a total deadline each, bounded replies
 deadlines.py       the thread that cuts a request past its deadline
 build_cache.py     what one build does with them: restore, save, report
+withdrawals.py     what --check-reproducible withdrew: never served, never stored again
 config.py          where the cache lives and how big it may grow
 """
 

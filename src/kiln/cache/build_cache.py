@@ -8,6 +8,13 @@ scheduler hands its outputs to ``save``. Which actions are cacheable:
 ``cacheable``. A cache that fails never fails the build: a local error is reported
 once and the cache is left alone for the rest of the build; the remote reports
 its own failures (``kiln.cache.remote``).
+
+A key that ``--check-reproducible`` found not reproducible is withdrawn from
+every cache the build can write to (``withdraw``: a withdrawal entry replaces its
+entry, ``kiln.cache.entry``). A lookup that meets a withdrawal is a miss, and
+remembers it (``withdrawn``): the build says why the action was not served, and
+does not store what the action then produces under that key. Only a save that
+a check vouches for (``reproduced``) replaces a withdrawal.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from kiln.cache.entry import (
     served_mode,
 )
 from kiln.cache.local import LocalCache
+from kiln.cache.withdrawals import Withdrawals, write
 from kiln.digests import hash_output
 from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
@@ -96,6 +104,9 @@ class BuildCache:
         self._reported: set[str] = set()
         # Blobs known to be in the remote CAS (a remote worker put them there).
         self._remote_has: set[str] = set()
+        # Keys met withdrawn (or withdrawn) in this build: never served, never
+        # stored but by a save that a check vouches for.
+        self._withdrawals = Withdrawals()
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -185,7 +196,7 @@ class BuildCache:
         entry, remote = self._entry(key, remote_cache)
         if entry is not None:
             plan = _match(entry, outputs)
-        elif known is not None:
+        elif known is not None and self.withdrawn(key) is None:
             plan = [(f, CachedOutput(f.key, known[f.key], -1, -1)) for f in outputs]
         else:
             return None
@@ -206,13 +217,17 @@ class BuildCache:
             self._count("remote_hits")
         return produced
 
-    def _entry(self, key: str, remote: RemoteCache | None) -> tuple[CacheEntry | None, bool]:
-        """The entry for ``key`` and whether it came from ``remote``."""
-        data = self.local.get_entry(key)
+    def _entry(
+        self, key: str, remote: RemoteCache | None, touch: bool = True
+    ) -> tuple[CacheEntry | None, bool]:
+        """The entry for ``key`` that may be served, and whether it came from
+        ``remote``; None when there is none, or when a cache withdrew the key (then
+        the remote is not asked, and a remote's withdrawal is kept here too)."""
+        data = self.local.get_entry(key, touch)
         if data is not None:
             entry = CacheEntry.decode(key, data)
             if entry is not None:
-                return entry, False
+                return self._withdrawals.servable(entry), False
         if remote is None:
             return None, False
         data = remote.get_entry(key)
@@ -223,7 +238,44 @@ class BuildCache:
                 f"warning: remote cache {remote.shown} has "
                 f"an unreadable entry ac/{key}; ignored it (and any more)",
             )
-        return entry, entry is not None
+        if entry is None:
+            return None, False
+        if entry.not_reproducible is not None:
+            self.local.put_entry(key, entry.encode())  # this machine's lookups know it
+            return self._withdrawals.servable(entry), False
+        return entry, True
+
+    def withdrawn(self, key: str) -> str | None:
+        """Why ``key`` is withdrawn, when this build met its withdrawal or made it."""
+        return self._withdrawals.why(key)
+
+    def withdraw(self, key: str, desc: str, why: str) -> None:
+        """Withdraw ``key`` (found not reproducible: ``why``) from every cache this
+        build can write to: its entry, here and on the remote, becomes a withdrawal,
+        which no build serves."""
+        self._withdrawals.add(key, why)
+        data = CacheEntry.withdrawal(key, desc, why).encode()
+        try:
+            write(
+                data,
+                key,
+                None if self.broken else self.local,
+                self.remote,
+                lambda text: self._report_once("withdraw", text),
+            )
+        except OSError as e:
+            self._local_failed(e)
+
+    def marked(self, key: str) -> bool:
+        """Whether a cache this build reads holds a withdrawal of ``key`` (asks the
+        remote: for what a check found reproducible, which may clear it)."""
+        if self.withdrawn(key) is not None:
+            return True
+        try:
+            self._entry(key, self.remote, touch=False)
+        except OSError as e:
+            self._local_failed(e)
+        return self.withdrawn(key) is not None
 
     def _materialize(self, plan: list[tuple[BuildFile, CachedOutput]]) -> Produced:
         """Copy every blob to a temporary beside its output, check it, then rename them
@@ -315,6 +367,8 @@ class BuildCache:
         try:
             data = self.local.get_entry(key, touch=False)
             entry = CacheEntry.decode(key, data) if data is not None else None
+            if entry is not None and self._withdrawals.servable(entry) is None:
+                return False
             if entry is not None:
                 plan = _match(entry, outputs)
                 if plan is not None and all(o.data is not None for _, o in plan):
@@ -326,7 +380,11 @@ class BuildCache:
                 return True
         except OSError:
             return False
-        return share and self.remote is not None and self.remote.has_entry(key)
+        if not share or self.remote is None:
+            return False
+        data = self.remote.get_entry(key)  # read: a withdrawal is no hit
+        entry = CacheEntry.decode(key, data) if data is not None else None
+        return entry is not None and self._withdrawals.servable(entry) is not None
 
     # -- storing -------------------------------------------------------------
 
@@ -337,12 +395,16 @@ class BuildCache:
         produced: Produced,
         share: bool = True,
         read: Mapping[BuildFile, ReadOutput] | None = None,
+        reproduced: bool = False,
     ) -> None:
         """Put an action's outputs (digests already known) into the caches (with
         ``share=False``, into this machine's only). ``read``: what hashing them read
         (their modes, and the bytes of the small ones), so that they are not opened
-        again."""
+        again. A key withdrawn in this build is stored only when ``reproduced`` (a
+        check found its outputs reproduced), which replaces the withdrawal."""
         if self.broken or not produced:
+            return
+        if not reproduced and self.withdrawn(key) is not None:
             return
         outputs = []
         try:
@@ -368,6 +430,7 @@ class BuildCache:
         except OSError as e:
             self._local_failed(e)
             return
+        self._withdrawals.replaced(key)
         self._count("stored")
         if share and self.remote is not None and self.remote.uploads:
             for out in outputs:  # the CAS holds every blob, for readers that ignore data

@@ -28,6 +28,17 @@ that a small output costs one file in the cache, not two. A reader that ignores
 ``data`` (an older kiln) looks for the blob in the CAS instead: at worst a miss.
 Anything that does not parse as this format, or names another key, is not an
 entry: a miss.
+
+A withdrawal (what ``--check-reproducible`` leaves under the key of an action it
+found not reproducible) is an entry with no outputs and the reason::
+
+    {"action": "...", "format": "kiln-ac/1", "key": "<the action key>",
+     "not_reproducible": "<what differed>", "outputs": []}
+
+It serves nothing: a lookup that finds it is a miss (an older kiln reads an entry
+without outputs as no entry, a miss too), and a build that then runs the action
+does not put its results in its place; only a check that finds the action
+reproducible again replaces it (``kiln.cache.build_cache``).
 """
 
 from __future__ import annotations
@@ -45,6 +56,8 @@ FORMAT = "kiln-ac/1"
 INLINE_MAX = 2048
 # The largest entry kiln writes or reads (thousands of outputs fit).
 MAX_ENTRY_SIZE = 16 << 20
+# What a withdrawal keeps of why (the start of the check's finding).
+WHY_MAX = 1000
 _text = json.encoder.encode_basestring_ascii  # a JSON string, as json.dumps writes it
 _SAFE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
@@ -90,21 +103,31 @@ class CachedOutput:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """What the action with ``key`` produced. Invariant: every digest is 64 hex digits
-    and every path is unique."""
+    """What the action with ``key`` produced; or, when ``not_reproducible`` is set
+    (why), that it must not be served: a withdrawal, with no outputs. Invariant:
+    every digest is 64 hex digits, every path is unique, and an entry has outputs
+    exactly when it is no withdrawal."""
 
     key: str
     action: str
     outputs: tuple[CachedOutput, ...]
+    not_reproducible: str | None = None
+
+    @classmethod
+    def withdrawal(cls, key: str, action: str, why: str) -> CacheEntry:
+        """The withdrawal of ``key``: found not reproducible (``why``)."""
+        return cls(key, action, (), why[:WHY_MAX] or "its outputs differed")
 
     def encode(self) -> bytes:
         """The entry's bytes: ``json.dumps`` of its object with sorted keys, written
         out directly (one per action the cache stores: the generic encoder's dict,
         sort and dispatch were a third of what storing a small output cost)."""
         outputs = ", ".join(map(_encode_output, self.outputs))
+        why = self.not_reproducible
+        marked = "" if why is None else f'"not_reproducible": {_text(why)}, '
         return (
             f'{{"action": {_text(self.action)}, "format": "{FORMAT}", '
-            f'"key": {_text(self.key)}, "outputs": [{outputs}]}}'
+            f'"key": {_text(self.key)}, {marked}"outputs": [{outputs}]}}'
         ).encode()
 
     @classmethod
@@ -114,6 +137,9 @@ class CacheEntry:
             data = json.loads(blob)
             if data.get("format") != FORMAT or data.get("key") != key:
                 return None
+            why = data.get("not_reproducible")
+            if why is not None:
+                return cls.withdrawal(key, str(data.get("action", "")), str(why))
             outputs = tuple(_output(o) for o in data["outputs"])
         except (ValueError, TypeError, KeyError, AttributeError):
             return None

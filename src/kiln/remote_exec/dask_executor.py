@@ -7,6 +7,11 @@ batches, ``kiln.remote_exec.batching``), waits for its ``RemoteResult`` and
 returns the outputs' digests and the worker that ran it; the scheduler then
 materializes them from the CAS, as for a cache hit.
 
+Mismatched workers: a worker running another kiln, or other versions of the
+tools an action's key holds, is refused (``kiln.remote_exec.versions``): when kiln
+connects (every worker's kiln) and for every result (kiln's and the keyed tools'
+versions where it was built), so that no worker that joins later slips through.
+
 Faults: a worker that dies mid-task is Dask's to handle (the task is rescheduled
 up to ``distributed.scheduler.allowed-failures`` times, then ``KilledWorker``);
 failures around the action (a CAS that did not answer) are retried ``RETRIES``
@@ -28,6 +33,7 @@ from typing import Any
 
 import cloudpickle
 
+from kiln._version import __version__
 from kiln.errors import ClusterFailure, SandboxFailure, UsageError
 from kiln.graph import BuildAction, BuildFile
 from kiln.iree_shim import active as iree_build_shim_active
@@ -35,6 +41,7 @@ from kiln.remote_exec.batching import Batcher, Slot
 from kiln.remote_exec.probe import probe
 from kiln.remote_exec.spec import ExecutorSpec
 from kiln.remote_exec.task import RemoteResult, RemoteTask, warm_template
+from kiln.remote_exec.versions import differences, expected, kiln_version
 from kiln.sandbox import sandbox_command, sandbox_paths, sandbox_thunk
 
 RETRIES = 2
@@ -108,10 +115,40 @@ class DaskExecutor:
         except BaseException:
             self._close_cluster()
             raise
+        try:
+            self._check_workers(connect_timeout_s)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.client.close(timeout=5)
+            self._close_cluster()
+            raise
         self.resources = self._advertised_resources()
         with contextlib.suppress(Exception):  # only a head start
             self.client.run(warm_template, wait=False)
         self._batcher = Batcher(self.client, RETRIES, self._submitted)
+
+    def _check_workers(self, timeout_s: float) -> None:
+        """ClusterFailure naming the first worker of the cluster that runs another
+        kiln than this one, or cannot say which within ``timeout_s`` (one that joins
+        later is refused by its first result)."""
+        try:
+            answers = _within(
+                lambda: self.client.run(kiln_version, on_error="return"), timeout_s + 5.0
+            )
+        except Exception as e:  # noqa: BLE001 - the cluster's failure, said
+            raise ClusterFailure(
+                f"--executor: cannot ask the Dask workers at {self.address} which kiln "
+                f"they run: {_short(e)}"
+            ) from None
+        for worker, answer in sorted(answers.items()):
+            if answer == __version__:
+                continue
+            raise ClusterFailure(
+                f"--executor: Dask worker {worker} runs {_which_kiln(answer)}; this is kiln "
+                f"{__version__}. "
+                "What a worker builds enters this build and the caches under this kiln's "
+                "keys: run the same kiln on every worker"
+            )
 
     def _submitted(self, future: Any) -> None:
         with self._lock:
@@ -172,6 +209,7 @@ class DaskExecutor:
             env=tuple(_declared_env(action).items()),
             executable=tuple(paths[f] for f in inputs if os.access(f.fs_str, os.X_OK)),
             iree_build_shim=iree_build_shim_active(),
+            versions=expected(action),
         )
         command = sandbox_command(action)
         if command is not None:
@@ -204,6 +242,13 @@ class DaskExecutor:
                 raise ClusterFailure(f"'{action.desc}': {self.lost}") from None
             raise ClusterFailure(f"'{action.desc}' failed on the cluster: {_short(e)}") from None
         assert isinstance(result, RemoteResult)
+        why = differences(slot.task.versions, getattr(result, "versions", None))
+        if why is not None:
+            raise ClusterFailure(
+                f"'{action.desc}': refused Dask worker {result.worker}: {why}. What it "
+                "builds would enter this build and the caches under keys that hold this "
+                "machine's versions: run the same kiln and tools on every worker"
+            )
         if result.error is not None:
             raise ClusterFailure(
                 f"'{action.desc}' (on Dask worker {result.worker}): {result.error}"
@@ -290,6 +335,36 @@ def _connect(client: Callable[..., Any], address: str, timeout_s: float) -> Any:
         f"--executor: cannot connect to the Dask scheduler at {address} within "
         f"{timeout_s:g} s: {why}"
     )
+
+
+def _within(call: Callable[[], Any], timeout_s: float) -> Any:
+    """``call()``, on a thread of its own; TimeoutError when it takes longer than
+    ``timeout_s`` (left to finish by itself)."""
+    made: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            made["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - raised by the waiting thread
+            made["error"] = e
+
+    thread = threading.Thread(target=run, name="kiln-dask-call", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if "error" in made:
+        raise made["error"]
+    if "value" not in made:
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    return made["value"]
+
+
+def _which_kiln(answer: object) -> str:
+    """What a worker's answer to ``kiln_version`` says it runs."""
+    if isinstance(answer, str):
+        return f"kiln {answer[:80]}"
+    if isinstance(answer, BaseException):  # an older kiln: no such function
+        return f"a kiln that cannot say its version ({_short(answer)})"
+    return "a kiln that cannot say its version"
 
 
 def _connection_lost(error: BaseException) -> bool:

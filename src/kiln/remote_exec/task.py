@@ -22,6 +22,7 @@ did not answer).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import select
@@ -43,6 +44,7 @@ from kiln.digests import hash_file
 from kiln.errors import SandboxFailure
 from kiln.iree_shim import activated as iree_build_shim
 from kiln.process.groups import kill_group, pidfd
+from kiln.remote_exec.versions import Versions, differences, installed
 
 if TYPE_CHECKING:  # imported when a thunk first runs
     from kiln.process.pool import ProcessPool
@@ -72,12 +74,17 @@ class RemoteTask:
     # Whether the thunk's ``iree.build`` imports resolve to kiln (``kiln.iree_shim``),
     # as in the kiln that sent it.
     iree_build_shim: bool = False
+    # The versions of kiln and of the tools that the action's key holds: a worker
+    # with others does not run it (``kiln.remote_exec.versions``).
+    versions: Versions = ()
 
 
 @dataclass(frozen=True)
 class RemoteResult:
     """What came back: who ran it, where, and the outputs' digests or the error;
-    ``inline`` holds the bytes of the small outputs (also in the remote CAS)."""
+    ``inline`` holds the bytes of the small outputs (also in the remote CAS);
+    ``versions`` the worker's versions of what the task's key holds (None from a
+    kiln that does not say: kiln refuses its result)."""
 
     worker: str
     sandbox: str
@@ -85,6 +92,7 @@ class RemoteResult:
     inline: dict[str, bytes] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
+    versions: Versions | None = None
 
 
 def inside(root: Path, rel: str) -> Path:
@@ -153,6 +161,16 @@ def run_task(task: RemoteTask) -> RemoteResult:
     from distributed import get_worker
 
     worker = get_worker()
+    mine = installed(name for name, _ in task.versions)
+    if mine != task.versions:  # built here, it would enter the build under a wrong key
+        why = differences(task.versions, mine)
+        return RemoteResult(worker.address, "", error=f"not run: {why}", versions=mine)
+    result = _run_checked(task, worker)
+    return dataclasses.replace(result, versions=mine)
+
+
+def _run_checked(task: RemoteTask, worker: Any) -> RemoteResult:
+    """``run_task`` on a worker that has the versions the task's key holds."""
     root = Path(worker.local_directory) / "kiln"
     root.mkdir(parents=True, exist_ok=True)
     state = _state(worker)

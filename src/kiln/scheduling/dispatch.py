@@ -167,6 +167,7 @@ class Dispatcher:
         run.start_time = run.invoke_time = time.time()
         if not asked and self._serve_from_cache(action, decision):
             return
+        decision = shared.cache.noted(decision)  # why the cache did not serve it
         if self.spawns(action):
             lane = self.lanes.lane(action)
             run.start_time = run.invoke_time = time.time()  # within its lane

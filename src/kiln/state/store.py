@@ -230,6 +230,13 @@ class StateStore:
             [("INSERT OR REPLACE INTO nonreproducible VALUES (?, ?)", [(key, why)])]
         )
 
+    def clear_nonreproducible(self, keys: list[str]) -> None:
+        """Forget that the results of ``keys`` were not reproduced (a check now did)."""
+        if keys:
+            self.database.transaction(
+                [("DELETE FROM nonreproducible WHERE key = ?", [(k,) for k in keys])]
+            )
+
     def file_metadata(
         self, key: str, mutate: Callable[[dict[str, Any]], bool] | None
     ) -> dict[str, Any]:
