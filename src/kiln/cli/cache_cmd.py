@@ -10,10 +10,12 @@ is named and left.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import IO
 
 from kiln.cache import LocalCache, format_size
 from kiln.cache.ownership import cache_dir_state, claim_cache_dir
+from kiln.cli import project_config
 from kiln.cli.cache_options import cache_dir, directory_path, max_size, size_option
 from kiln.cli.options import KilnArgumentParser
 from kiln.terminal import printable
@@ -21,7 +23,7 @@ from kiln.terminal import printable
 _BUILDS_SHOWN = 10
 
 
-def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+def make_parser() -> KilnArgumentParser:
     parser = KilnArgumentParser(prog="kiln cache", description="the local cache")
     sub = parser.add_subparsers(dest="action", metavar="stats|gc|clear")
     sub.required = True
@@ -45,7 +47,11 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
                 metavar="SIZE",
                 help="default: $KILN_CACHE_MAX_SIZE, else 10G",
             )
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+    ns = project_config.parse(make_parser(), argv, os.getcwd())
     root = cache_dir(ns)
     bound = max_size(ns, "max_size") if ns.action == "gc" else 0
     cache = LocalCache(root, lambda text: print(text, file=err))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from kiln.cache.config import default_cache_dir
+from kiln.cli import project_config
 from kiln.cli.cache_options import directory_path
 from kiln.cli.destinations import check_destination
 from kiln.cli.options import KilnArgumentParser
@@ -29,7 +30,7 @@ from kiln.terminal import printable
 from kiln.trace import KEPT_BUILDS
 
 
-def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+def make_parser() -> KilnArgumentParser:
     parser = KilnArgumentParser(prog="kiln report", description=__doc__)
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
     parser.add_argument(
@@ -58,7 +59,11 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     parser.add_argument(
         "--list", action="store_true", help="list the kept builds on stdout; write no page"
     )
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+    ns = project_config.parse(make_parser(), argv, os.getcwd())
     if ns.list:
         return _list(ns.output_dir, out)
     report = load_report(ns.output_dir, ns.build)
