@@ -10,8 +10,9 @@ is named and left.
 from __future__ import annotations
 
 import argparse
+import json
 import os
-from typing import IO
+from typing import IO, Any
 
 from kiln.cache import LocalCache, format_size
 from kiln.cache.ownership import cache_dir_state, claim_cache_dir
@@ -39,6 +40,8 @@ def make_parser() -> KilnArgumentParser:
             default=None,
             help="the cache (default: $KILN_CACHE_DIR, else ~/.cache/kiln)",
         )
+        if name == "stats":
+            p.add_argument("--json", action="store_true", help="print one JSON document")
         if name == "gc":
             p.add_argument(
                 "--max-size",
@@ -84,8 +87,29 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     return 0
 
 
+def _build_row(b: dict[str, Any]) -> dict[str, Any]:
+    """A build of the cache's shared log, as ``stats --json`` gives it: its known
+    fields only, each of its type (the log is any build's, of any content)."""
+    row: dict[str, Any] = {"time": b["time"] if isinstance(b.get("time"), str) else None}
+    for field in ("hits", "remote_hits", "misses", "stored", "corrupt"):
+        value = b.get(field)
+        row[field] = value if type(value) is int else 0
+    return row
+
+
 def _stats(cache: LocalCache, ns: argparse.Namespace, out: IO[str]) -> int:
     usage = cache.usage()
+    if ns.json:
+        doc = {
+            "cache": str(cache.root),
+            "entries": usage.entries,
+            "blobs": usage.blobs,
+            "bytes": usage.bytes,
+            "max_bytes": max_size(ns),
+            "builds": [_build_row(b) for b in cache.builds()[-_BUILDS_SHOWN:]],
+        }
+        print(json.dumps(doc, indent=2), file=out)
+        return 0
     print(f"cache: {cache.root}", file=out)
     print(f"entries: {usage.entries}", file=out)
     print(f"blobs: {usage.blobs}", file=out)
