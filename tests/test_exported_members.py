@@ -14,13 +14,18 @@ import kiln
 import kiln.executor
 
 KILN_ALL = [
+    "ActionConcurrency",
     "ActionFailed",
     "ActionTimeout",
+    "BuildAction",
+    "BuildContext",
     "BuildDefinitionError",
+    "BuildFile",
     "BuildInterrupted",
     "ClusterFailure",
     "ConfinementError",
     "DependenceException",
+    "FileNamespace",
     "KilnError",
     "NotRegularFile",
     "OutputDirLocked",
@@ -116,6 +121,26 @@ def test_eager_public_names_are_callables() -> None:
         member = getattr(kiln, name)
         assert callable(member), name
         assert not name.startswith("_")
+
+
+def test_own_action_names_are_kiln_s_executor_classes() -> None:
+    # A build module writes its own actions with ``from kiln import *`` alone.
+    for name in ("ActionConcurrency", "BuildAction", "BuildContext", "BuildFile", "FileNamespace"):
+        assert getattr(kiln, name) is getattr(kiln.executor, name)
+
+
+def test_dir_shows_the_public_names_not_the_module_s_own_imports() -> None:
+    names = dir(kiln)
+    for public in ("compile", "verify", "build", "BuildAction", "entrypoint", "__version__"):
+        assert public in names
+    for private in ("Any", "annotations", "redact"):
+        assert private not in names
+
+
+def test_build_is_a_python_api_not_a_build_module_name() -> None:
+    # ``from kiln import *`` must not bind ``build`` in users' modules (many have one).
+    assert "build" not in kiln.__all__
+    assert callable(kiln.build)
 
 
 def test_iree_build_main_is_kiln_main() -> None:

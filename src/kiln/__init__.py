@@ -38,13 +38,18 @@ from kiln.errors import (
 )
 
 __all__ = [
+    "ActionConcurrency",
     "ActionFailed",
     "ActionTimeout",
+    "BuildAction",
+    "BuildContext",
     "BuildDefinitionError",
+    "BuildFile",
     "BuildInterrupted",
     "ClusterFailure",
     "ConfinementError",
     "DependenceException",
+    "FileNamespace",
     "KilnError",
     "NotRegularFile",
     "OutputDirLocked",
@@ -87,6 +92,12 @@ __all__ = [
 # The ML actions and the command line are imported on first use, keeping
 # ``import kiln`` fast and the core free of any import of ``kiln.cli``.
 _LAZY = {
+    "build": "kiln.cli.api",
+    "BuildAction": "kiln.executor",
+    "BuildContext": "kiln.executor",
+    "BuildFile": "kiln.executor",
+    "ActionConcurrency": "kiln.executor",
+    "FileNamespace": "kiln.executor",
     "kiln_main": "kiln.cli.main",
     "iree_build_main": "kiln.cli.main",
     "load_build_module": "kiln.cli.loader",
@@ -120,6 +131,12 @@ _MODULES = {
         )
     },
 }
+
+
+def __dir__() -> list[str]:
+    """The public names, the ones loaded on first use included (not the names this
+    module imports for itself)."""
+    return sorted({*__all__, *_LAZY, "__version__"})
 
 
 def __getattr__(name: str) -> Any:

@@ -12,9 +12,9 @@ from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
 from kiln.cli.requested import check_compile_targets, output_paths, resolve_targets
 from kiln.errors import UsageError
-from kiln.graph import BuildFile
+from kiln.graph import BuildDependency, BuildFile
 from kiln.reporting import format_root_causes, format_success, format_summary
-from kiln.result import SchedulerOptions
+from kiln.result import BuildResult, SchedulerOptions
 from kiln.terminal import user_streams
 from kiln.trace import EventLog, TraceFile
 
@@ -99,9 +99,22 @@ def check_mp_context() -> None:
 
 
 def run(inv: Invocation) -> int:
+    targets = resolve_targets(inv.executor, inv.ns.targets)
+    result = build(inv, targets)
+    if getattr(inv.ns, "dry_run", False):
+        return 0
+    given = getattr(inv.ns, "output_dir_given", None)
+    given = None if given is None or given is DEFAULT_OUTPUT_DIR else given
+    for path in output_paths(targets, result, given):
+        print(path, file=inv.stdout)
+    return 0 if result.ok else 1
+
+
+def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
+    """Build ``targets`` as ``inv`` asks, write the manifest, say on stderr how it
+    went; the result (the command line prints the outputs' paths from it)."""
     check_mp_context()
     executor = inv.executor
-    targets = resolve_targets(executor, inv.ns.targets)
     options = options_from(inv)
     skipped: list[str] = []
     over_budget: list[str] = []
@@ -118,13 +131,24 @@ def run(inv: Invocation) -> int:
         # What actions print goes to stderr, escaped: stdout carries only the paths
         # printed below.
         with user_streams(inv.stderr):
-            result = executor.run(targets, options, plan)
+            result: BuildResult = executor.run(targets, options, plan)
         if not options.dry_run:
             from kiln.manifest import skipped_checks, write_manifest
 
             statuses = write_manifest(executor, result)
             skipped, over_budget = skipped_checks(executor, result, statuses)
-    reporter = executor.reporter
+    _report(inv, result, options, skipped, over_budget)
+    return result
+
+
+def _report(
+    inv: Invocation,
+    result: BuildResult,
+    options: SchedulerOptions,
+    skipped: list[str],
+    over_budget: list[str],
+) -> None:
+    reporter = inv.executor.reporter
     if result.failed and not options.dry_run:  # a dry run explained each already
         reporter.message(format_root_causes(result, inv.ns.verbose))
     if result.not_reproducible:
@@ -145,10 +169,3 @@ def run(inv: Invocation) -> int:
     if result.ok and not options.dry_run:
         reporter.message(format_success(result))
     reporter.message(format_summary(result))
-    if options.dry_run:
-        return 0
-    given = getattr(inv.ns, "output_dir_given", None)
-    given = None if given is None or given is DEFAULT_OUTPUT_DIR else given
-    for path in output_paths(targets, result, given):
-        print(path, file=inv.stdout)
-    return 0 if result.ok else 1

@@ -10,10 +10,13 @@ is named and left.
 from __future__ import annotations
 
 import argparse
-from typing import IO
+import json
+import os
+from typing import IO, Any
 
 from kiln.cache import LocalCache, format_size
 from kiln.cache.ownership import cache_dir_state, claim_cache_dir
+from kiln.cli import project_config
 from kiln.cli.cache_options import cache_dir, directory_path, max_size, size_option
 from kiln.cli.options import KilnArgumentParser
 from kiln.terminal import printable
@@ -21,7 +24,7 @@ from kiln.terminal import printable
 _BUILDS_SHOWN = 10
 
 
-def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+def make_parser() -> KilnArgumentParser:
     parser = KilnArgumentParser(prog="kiln cache", description="the local cache")
     sub = parser.add_subparsers(dest="action", metavar="stats|gc|clear")
     sub.required = True
@@ -37,6 +40,8 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
             default=None,
             help="the cache (default: $KILN_CACHE_DIR, else ~/.cache/kiln)",
         )
+        if name == "stats":
+            p.add_argument("--json", action="store_true", help="print one JSON document")
         if name == "gc":
             p.add_argument(
                 "--max-size",
@@ -45,7 +50,11 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
                 metavar="SIZE",
                 help="default: $KILN_CACHE_MAX_SIZE, else 10G",
             )
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+    ns = project_config.parse(make_parser(), argv, os.getcwd())
     root = cache_dir(ns)
     bound = max_size(ns, "max_size") if ns.action == "gc" else 0
     cache = LocalCache(root, lambda text: print(text, file=err))
@@ -78,8 +87,29 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     return 0
 
 
+def _build_row(b: dict[str, Any]) -> dict[str, Any]:
+    """A build of the cache's shared log, as ``stats --json`` gives it: its known
+    fields only, each of its type (the log is any build's, of any content)."""
+    row: dict[str, Any] = {"time": b["time"] if isinstance(b.get("time"), str) else None}
+    for field in ("hits", "remote_hits", "misses", "stored", "corrupt"):
+        value = b.get(field)
+        row[field] = value if type(value) is int else 0
+    return row
+
+
 def _stats(cache: LocalCache, ns: argparse.Namespace, out: IO[str]) -> int:
     usage = cache.usage()
+    if ns.json:
+        doc = {
+            "cache": str(cache.root),
+            "entries": usage.entries,
+            "blobs": usage.blobs,
+            "bytes": usage.bytes,
+            "max_bytes": max_size(ns),
+            "builds": [_build_row(b) for b in cache.builds()[-_BUILDS_SHOWN:]],
+        }
+        print(json.dumps(doc, indent=2), file=out)
+        return 0
     print(f"cache: {cache.root}", file=out)
     print(f"entries: {usage.entries}", file=out)
     print(f"blobs: {usage.blobs}", file=out)

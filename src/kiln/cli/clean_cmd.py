@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 from typing import IO
 
+from kiln.cli import project_config
 from kiln.cli.cache_options import directory_path
 from kiln.cli.options import KilnArgumentParser
 from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST
@@ -29,12 +30,16 @@ from kiln.trace import is_kept_events
 _SHOWN = 5
 
 
-def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+def make_parser() -> KilnArgumentParser:
     parser = KilnArgumentParser(prog="kiln clean")
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
     parser.add_argument("--output-dir", type=directory_path, default=Path("kiln-out"))
     parser.add_argument("--no-wait", action="store_true")
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+    ns = project_config.parse(make_parser(), argv, os.getcwd())
     root: Path = ns.output_dir.absolute()
     if output_dir_state(root) != "kiln":  # refuses a directory that is not kiln's
         print(f"kiln: nothing to clean in {root} (not a kiln output directory)", file=err)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 
 from kiln.cli.build_cmd import options_from
 from kiln.cli.invocation import Invocation
 from kiln.cli.requested import check_compile_targets, resolve_targets
 from kiln.reporting import error_line
+from kiln.result import BuildResult
 from kiln.terminal import printable
 
 
@@ -17,6 +20,10 @@ def run(inv: Invocation) -> int:
     plan = executor.checked_plan(targets)
     check_compile_targets(executor, plan.actions)
     result = executor.run(targets, options_from(inv, dry_run=True), plan)
+
+    if inv.ns.json:
+        print(json.dumps(_explained(result), indent=2), file=inv.stdout)
+        return 0
 
     def say(line: str) -> None:
         # One line each, escaped: a reason or a remembered log path (state.db is
@@ -36,6 +43,22 @@ def run(inv: Invocation) -> int:
     if not result.would_run and not result.failed:
         say("everything is up to date")
     return 0
+
+
+def _explained(result: BuildResult) -> dict[str, Any]:
+    """``--json``: each action of the plan, what a build would do with it, and why."""
+    rows: list[dict[str, str]] = []
+    for action, reason in result.would_run:
+        rows.append({"action": action.desc, "decision": "run", "why": reason})
+    for action in result.unchanged():
+        why = _not_again(result.errors[action])
+        rows.append({"action": action.desc, "decision": "failed unchanged", "why": why})
+    for action in result.not_run:
+        why = str(result.errors.get(action)).removeprefix("not run: ")
+        rows.append({"action": action.desc, "decision": "not run", "why": why})
+    for action in result.skipped:
+        rows.append({"action": action.desc, "decision": "up to date", "why": ""})
+    return {"up_to_date": not result.would_run and not result.failed, "actions": rows}
 
 
 def _not_again(error: BaseException) -> str:

@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from kiln.cli.invocation import Invocation
 from kiln.errors import UsageError
 from kiln.graph import BuildAction, BuildFile
@@ -19,6 +22,9 @@ def run(inv: Invocation) -> int:
             "what a target builds, use 'kiln explain MODULE TARGET' or 'kiln graph MODULE TARGET'"
         )
     executor = inv.executor
+    if inv.ns.json:
+        print(json.dumps(_listing(executor, inv.ns.all), indent=2), file=inv.stdout)
+        return 0
     if inv.ns.bare:
         paths = [ep.path for ep in executor.entrypoints] if not inv.ns.all else executor.all
         for path in paths:
@@ -42,3 +48,39 @@ def run(inv: Invocation) -> int:
     for action in actions:
         print(f"action   {action}", file=inv.stdout)
     return 0
+
+
+def _listing(executor: Any, everything: bool) -> dict[str, Any]:
+    """``--json``: the entrypoints, and with ``--all`` every file and action."""
+    doc: dict[str, Any] = {
+        "entrypoints": [
+            {"name": ep.path, "description": ep.entrypoint.description or ""}
+            for ep in executor.entrypoints
+        ]
+    }
+    if not everything:
+        return doc
+    files: list[dict[str, Any]] = []
+    actions: dict[BuildAction, list[str]] = {}
+    for path, node in sorted(executor.all.items()):
+        if not path or node is None:
+            continue
+        if isinstance(node, BuildFile):
+            files.append({"path": path, "source": node.source is not None})
+        for dep in node.deps:
+            if isinstance(dep, BuildAction):
+                outputs = actions.setdefault(dep, [])
+                if isinstance(node, BuildFile):
+                    outputs.append(path)
+    doc["files"] = files
+    doc["actions"] = [
+        {
+            "description": a.desc,
+            "type": a.action_type,
+            "outputs": outputs,
+            "inputs": sorted(d.path for d in a.deps if isinstance(d, BuildFile)),
+            "defined_at": str(a.def_site),
+        }
+        for a, outputs in actions.items()
+    ]
+    return doc

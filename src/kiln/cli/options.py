@@ -376,6 +376,10 @@ def command_parser(command: str, prog: str, description: str | None) -> KilnArgu
             action="store_true",
             help="graph paths only, one a line (what --list and --list-all print)",
         )
+    if command in ("list", "explain"):
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON document, for scripts"
+        )
     add_common_options(parser, command)
     return parser
 

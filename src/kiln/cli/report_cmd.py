@@ -11,12 +11,14 @@ never goes over one of kiln's own files (``kiln.cli.destinations``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from kiln.cache.config import default_cache_dir
+from kiln.cli import project_config
 from kiln.cli.cache_options import directory_path
 from kiln.cli.destinations import check_destination
 from kiln.cli.options import KilnArgumentParser
@@ -29,7 +31,7 @@ from kiln.terminal import printable
 from kiln.trace import KEPT_BUILDS
 
 
-def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+def make_parser() -> KilnArgumentParser:
     parser = KilnArgumentParser(prog="kiln report", description=__doc__)
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
     parser.add_argument(
@@ -58,9 +60,16 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     parser.add_argument(
         "--list", action="store_true", help="list the kept builds on stdout; write no page"
     )
-    ns = parser.parse_args(argv)
+    parser.add_argument("--json", action="store_true", help="with --list: one JSON document")
+    return parser
+
+
+def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+    ns = project_config.parse(make_parser(), argv, os.getcwd())
+    if ns.json and not ns.list:
+        raise UsageError("kiln report: --json goes with --list (the page is HTML)")
     if ns.list:
-        return _list(ns.output_dir, out)
+        return _list(ns.output_dir, out, ns.json)
     report = load_report(ns.output_dir, ns.build)
     default = "report.html" if not ns.build else f"report-{ns.build}.html"
     target: Path = ns.output if ns.output is not None else ns.output_dir / default
@@ -96,11 +105,24 @@ def build_number(text: str) -> int:
     return value
 
 
-def _list(output_dir: Path, out: IO[str]) -> int:
-    """``--list``: one line per kept build, newest first."""
+def _list(output_dir: Path, out: IO[str], as_json: bool = False) -> int:
+    """``--list``: one line per kept build, newest first (``--json``: one document)."""
     kept = kept_builds(output_dir)
     if not kept:
         raise StateError(f"no build recorded in {output_dir}; run 'kiln build' first")
+    if as_json:
+        rows = [
+            {
+                "build": k.n,
+                "started": k.started,
+                "status": k.status,
+                "wall_s": k.wall_s,
+                "counts": k.counts,
+            }
+            for k in kept
+        ]
+        print(json.dumps({"builds": rows}, indent=2), file=out)
+        return 0
     for k in kept:
         wall = f"{k.wall_s:.2f}s" if k.wall_s is not None else "?"
         print(

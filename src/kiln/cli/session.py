@@ -15,6 +15,7 @@ from typing import IO
 
 from kiln.action_env import ActionEnvironment
 from kiln.args import argument_namespace_context
+from kiln.cli import project_config
 from kiln.cli.cache_options import open_cache
 from kiln.cli.invocation import Invocation
 from kiln.cli.loader import collect_entrypoints, guarded, loaded_for_command
@@ -64,7 +65,9 @@ def _open(
     entrypoints = collect_entrypoints(module)
     parser = command_parser(command, prog, (module.__doc__ or "").strip() or None)
     add_cl_args(parser, [d for ep in entrypoints.values() for d in ep.cl_arg_defs], command)
-    ns, values = module_values(parser.parse_args(argv))
+    module_file = getattr(module, "__file__", None)
+    config_start = os.path.dirname(os.path.abspath(module_file)) if module_file else start_dir
+    ns, values = module_values(project_config.parse(parser, argv, config_start))
     _resolve_paths(ns, start_dir)
     args = argparse.Namespace(**{**vars(ns), **values})
     reporter = make_reporter(ns, err)
@@ -74,7 +77,6 @@ def _open(
         getattr(ns, "action_env", []), os.environ
     )
     executor.strict_keys = bool(getattr(ns, "strict_keys", False))
-    module_file = getattr(module, "__file__", None)
     if module_file:
         executor.source_root = os.path.dirname(os.path.abspath(module_file))
     executor.read_only = command in ("list", "graph", "explain") or bool(
