@@ -51,7 +51,9 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
 def _option_words(parser: argparse.ArgumentParser) -> tuple[list[str], list[str], dict[str, str]]:
     """(every option string, those that take a value, the choices of those that
     have a fixed set of values) of ``parser``."""
-    words, valued, choices = [], [], {}
+    words: list[str] = []
+    valued: list[str] = []
+    choices: dict[str, str] = {}
     for action in parser._actions:
         if not action.option_strings:
             continue
