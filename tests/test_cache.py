@@ -249,6 +249,10 @@ def test_cache_stats_gc_and_clear(
     project(["m1", "m2"])
     build(kiln, "o1")
     stats = kiln("cache", "stats")
+    # 'kiln cache' alone, or with the cache's options only, is 'kiln cache stats'.
+    alone = kiln("cache")
+    assert alone.returncode == 0 and alone.stdout == stats.stdout
+    assert kiln("cache", "--cache-dir", str(cache)).stdout == stats.stdout
     # The 64-byte .sum outputs are kept in their entries: 2 blobs, not 4.
     assert "entries: 4" in stats.stdout and "blobs: 2" in stats.stdout
     size = re.search(r"size: ([\d.]+) KiB of 10.0 GiB", stats.stdout)
@@ -267,7 +271,8 @@ def test_cache_stats_gc_and_clear(
     assert "4 built" in build(kiln, "o3").stderr
     bad = kiln("cache", "gc", "--max-size", "lots")
     assert bad.returncode == 2 and "--max-size" in bad.stderr and "not a size" in bad.stderr
-    assert kiln("cache").returncode == 2
+    unknown = kiln("cache", "stat")
+    assert unknown.returncode == 2 and "invalid choice: 'stat'" in unknown.stderr
 
 
 def test_no_cache_reads_and_writes_nothing(

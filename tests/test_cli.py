@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -433,3 +434,18 @@ def test_graph_names_reach_graphviz_as_written(write_module, kiln, tmp_path: Pat
     )
     assert dot.returncode == 0, dot.stderr
     assert '"zoo/modèle-日本 \\"q\\".txt" solid ellipse' in dot.stdout, dot.stdout
+
+
+# -- help ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["clean", "report", "cache", "completion"])
+def test_help_of_commands_without_a_module_reads_as_help(kiln, command: str) -> None:
+    r = kiln(command, "--help")
+    assert r.returncode == 0, r.stderr
+    assert "``" not in r.stdout and "kiln.cli" not in r.stdout  # no RST, no module names
+    # Every option says what it does, on its line or (after a long one) the next.
+    lines = r.stdout.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^  -", line) and not re.search(r"\S  +\S", line.strip()):
+            assert lines[i + 1].startswith(" " * 20), f"no description: {line!r}"

@@ -25,9 +25,11 @@ _BUILDS_SHOWN = 10
 
 
 def make_parser() -> KilnArgumentParser:
-    parser = KilnArgumentParser(prog="kiln cache", description="the local cache")
+    parser = KilnArgumentParser(
+        prog="kiln cache", description="the local cache ('kiln cache' alone: its stats)"
+    )
     sub = parser.add_subparsers(dest="action", metavar="stats|gc|clear")
-    sub.required = True
+    sub.required = False  # 'kiln cache' alone: stats
     for name, text in (
         ("stats", "entries, size, hits and misses of the last builds"),
         ("gc", "evict least-recently-used results down to the size bound"),
@@ -54,6 +56,9 @@ def make_parser() -> KilnArgumentParser:
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+    # 'kiln cache' alone, or with options only (the cache's), is 'kiln cache stats'.
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["stats", *argv]
     ns = project_config.parse(make_parser(), argv, os.getcwd())
     root = cache_dir(ns)
     bound = max_size(ns, "max_size") if ns.action == "gc" else 0

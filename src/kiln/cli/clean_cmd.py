@@ -31,10 +31,23 @@ _SHOWN = 5
 
 
 def make_parser() -> KilnArgumentParser:
-    parser = KilnArgumentParser(prog="kiln clean")
+    parser = KilnArgumentParser(
+        prog="kiln clean",
+        description="Remove what kiln wrote in the output directory (the outputs its state "
+        "records, the manifest, its state); files kiln did not write stay.",
+    )
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
-    parser.add_argument("--output-dir", type=directory_path, default=Path("kiln-out"))
-    parser.add_argument("--no-wait", action="store_true")
+    parser.add_argument(
+        "--output-dir",
+        type=directory_path,
+        default=Path("kiln-out"),
+        help="the output directory to clean (default: ./kiln-out)",
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="fail at once, instead of waiting, while a build holds the output directory",
+    )
     return parser
 
 

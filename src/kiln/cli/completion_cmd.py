@@ -23,7 +23,11 @@ _SHELLS = ("bash", "zsh")
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
-    parser = KilnArgumentParser(prog="kiln completion", description=__doc__.split("\n")[0])
+    parser = KilnArgumentParser(
+        prog="kiln completion",
+        description='Print a completion script for bash or zsh: eval "$(kiln completion '
+        'bash)" in ~/.bashrc, or zsh in ~/.zshrc.',
+    )
     parser.add_argument("shell", choices=_SHELLS, help="the shell to complete kiln in")
     ns = parser.parse_args(argv)
     script = _bash_script()

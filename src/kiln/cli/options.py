@@ -39,7 +39,7 @@ COMMAND_HELP = MappingProxyType(
         "clean": "remove the output directory's build products and state",
         "report": "write an HTML report of the last builds (no module needed)",
         "cache": "stats|gc|clear of the shared cache (kiln cache --help)",
-        "completion": "print a bash or zsh completion script: eval \"$(kiln completion bash)\"",
+        "completion": 'print a bash or zsh completion script: eval "$(kiln completion bash)"',
     }
 )
 COMMANDS = tuple(COMMAND_HELP)

@@ -32,7 +32,14 @@ from kiln.trace import KEPT_BUILDS
 
 
 def make_parser() -> KilnArgumentParser:
-    parser = KilnArgumentParser(prog="kiln report", description=__doc__)
+    parser = KilnArgumentParser(
+        prog="kiln report",
+        description="Write an HTML page of the last build, or of one of the builds before "
+        "it that the output directory keeps; needs no build module. Prints the page's path "
+        "on stdout. A page written inside the output directory is kiln's (kiln clean "
+        "removes it); one written elsewhere is yours. A page never goes over one of kiln's "
+        "own files.",
+    )
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
     parser.add_argument(
         "--output-dir",
