@@ -85,7 +85,7 @@ def _open(
     _check_requested(broken, ns.targets, reporter)
     stack.callback(executor.close)
     stack.enter_context(_graph_frozen())
-    yield Invocation(command, ns, executor, out, err, args)
+    yield Invocation(command, ns, executor, out, err, args, module_file=module_file)
 
 
 def _resolve_paths(ns: object, start_dir: str) -> None:
