@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kiln.cache import DEFAULT_MAX_SIZE, BuildCache, LocalCache, default_cache_dir, parse_size
+from kiln.cache.config import check_apart
 from kiln.errors import UsageError
 
 
@@ -115,7 +116,8 @@ def open_cache(
     ns: argparse.Namespace, warn: Callable[[str], None], base: str | None = None
 ) -> BuildCache | None:
     """The cache a ``build`` or ``explain`` with options ``ns`` uses; None when off.
-    Every option is checked here, before the build starts."""
+    Every option is checked here, before the build starts; the cache and the output
+    directory never overlap (``check_apart``)."""
     if not hasattr(ns, "no_cache") or ns.no_cache:
         return None
     url = ns.remote_cache if ns.remote_cache is not None else os.environ.get("KILN_REMOTE_CACHE")
@@ -134,5 +136,6 @@ def open_cache(
             where = "--remote-cache" if ns.remote_cache is not None else "KILN_REMOTE_CACHE"
             raise UsageError(f"{where}: {e}") from None
     root = cache_dir(ns, base)
+    check_apart(root, Path(os.path.join(base or os.getcwd(), ns.output_dir)))
     check_cache_dir(root)
     return BuildCache(LocalCache(root, warn), remote, max_size=max_size(ns), warn=warn)
