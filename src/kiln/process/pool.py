@@ -27,6 +27,7 @@ from kiln.errors import (
     signal_name,
 )
 from kiln.iree_shim import active as iree_build_shim_active
+from kiln.modnames import hidden_build_modules
 from kiln.process.template import Template, modules_for
 from kiln.process.worker import CHUNK, PAYLOAD, REPLY, Frames, send_framed
 
@@ -76,7 +77,8 @@ class ProcessPool:
 
         try:
             shim = iree_build_shim_active()  # the worker resolves iree.build as kiln does
-            payload = pickle.dumps((sys.path, cwd, shim, cloudpickle.dumps(thunk)))
+            imports = (sys.path, sorted(hidden_build_modules()))  # as kiln imports
+            payload = pickle.dumps((imports, cwd, shim, cloudpickle.dumps(thunk)))
         except Exception as e:
             raise ActionFailed(f"cannot send '{desc}' to a worker process: {e}") from e
         template, ident, sock = self._start_worker(modules_for(thunk))
