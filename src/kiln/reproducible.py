@@ -119,7 +119,9 @@ class ReproducibilityCheck:
 
     def _process_pool(self) -> ProcessPool:
         if self._pool is None:
-            self._pool = ProcessPool(self.context.process_env(), self.context.work_dir)
+            self._pool = ProcessPool(
+                self.context.process_env(), self.context.work_dir, self.context.start_dir
+            )
         return self._pool
 
     # -- in a scratch directory --------------------------------------------------
@@ -192,7 +194,7 @@ class ReproducibilityCheck:
 
     def _run_again(self, action: BuildAction) -> None:
         if action.concurrency is ActionConcurrency.PROCESS:
-            self._process_pool().run(action._remotable_thunk(), action.desc, action.timeout)
+            self._process_pool().run_action(action)
         else:
             action._invoke()
 

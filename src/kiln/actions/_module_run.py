@@ -35,6 +35,7 @@ class ModuleRunAction(BuildAction):
 
     pool = _devices.MACHINE_POOL
     SPEC = ""
+    relative_paths = True  # its spec names files by ``action_path`` (a benchmark too)
 
     def __init__(
         self,
