@@ -91,7 +91,7 @@ def _opset(model: Any) -> int:
     """The opset an upgrade is measured against: the first one the model lists, as
     ``iree-import-onnx`` measures it (usually the default domain's; a model that
     lists another domain first is converted, even down, as upstream converts it);
-    0 when it lists none (upstream fails there)."""
+    0 when it lists none."""
     return int(model.opset_import[0].version) if model.opset_import else 0
 
 
