@@ -115,10 +115,12 @@ def _private_cache(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
     """Every test gets its own empty shared cache (``KILN_CACHE_DIR``): no test reads the
-    user's cache or another test's results, and none reaches a remote cache."""
+    user's cache or another test's results, and none reaches a remote cache, nor a
+    proxy of the machine's environment (the remote cache honours it)."""
     path = tmp_path_factory.mktemp("kiln-cache")
     monkeypatch.setenv("KILN_CACHE_DIR", str(path))
-    for name in ("KILN_REMOTE_CACHE", "KILN_CACHE_MAX_SIZE"):
+    proxies = [n for n in os.environ if n.lower().endswith("_proxy")]
+    for name in ("KILN_REMOTE_CACHE", "KILN_CACHE_MAX_SIZE", *proxies):
         monkeypatch.delenv(name, raising=False)
     return path
 

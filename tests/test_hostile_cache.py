@@ -133,6 +133,52 @@ def test_a_marker_folder_without_its_marker_is_kilns_only_when_a_claim_left_it(
         assert snapshot(tmp_path / "c") == before
 
 
+# (--cache-dir, --output-dir, how the two overlap); "link" is a link to kiln-out.
+OVERLAPS = [
+    ("kiln-out", "kiln-out", "are the same directory"),
+    ("kiln-out/cache", "kiln-out", "the cache is inside the output directory"),
+    ("kiln-out/genfiles/cache", "kiln-out", "the cache is inside the output directory"),
+    ("c", "c/out", "the output directory is inside the cache"),
+    (".", "kiln-out", "the output directory is inside the cache"),
+    ("link", "kiln-out", "are the same directory"),
+    ("link/cache", "kiln-out", "the cache is inside the output directory"),
+    ("kiln-out/../kiln-out/cache", "sub/../kiln-out", "the cache is inside the output directory"),
+    ("env:kiln-out/cache", "kiln-out", "the cache is inside the output directory"),
+]
+
+
+@pytest.mark.parametrize(("cache", "out", "how"), OVERLAPS)
+def test_the_cache_and_the_output_directory_never_overlap(
+    tmp_path: Path, project: Path, kiln: Kiln, cache: str, out: str, how: str
+) -> None:
+    """Refused as a usage error naming both, on every build: the first, the next
+    ones, after ``kiln clean``; decided by the paths, not by what either holds."""
+    (tmp_path / "link").symlink_to("kiln-out")
+    (tmp_path / "sub").mkdir()
+    env = {"KILN_CACHE_DIR": str(tmp_path / cache[4:])} if cache.startswith("env:") else None
+    args = [] if env else ["--cache-dir", cache]
+
+    def refused() -> None:
+        r = kiln("build", "build.py", "--output-dir", out, *args, env=env, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert how in r.stderr and "Traceback" not in r.stderr, r.stderr
+        shown = cache[4:] if env else cache
+        assert f"cache directory {tmp_path / shown} " in r.stderr, r.stderr
+        assert f"output directory {tmp_path / out} " in r.stderr, r.stderr
+
+    refused()
+    assert not (tmp_path / "kiln-out").exists() and runs(project) == []
+    refused()
+    # The same output directory, built with a cache elsewhere, then cleaned.
+    build(kiln, out, "elsewhere")
+    refused()
+    assert kiln("clean", "--output-dir", out).returncode == 0
+    refused()
+    explained = kiln("explain", "build.py", "--output-dir", out, *args, env=env)
+    assert explained.returncode == 2 and how in explained.stderr, explained.stderr
+    assert len(runs(project)) == 4
+
+
 def test_the_cache_is_marked_and_an_older_kilns_cache_is_adopted(
     tmp_path: Path, project: Path, kiln: Kiln
 ) -> None:

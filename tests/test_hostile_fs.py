@@ -322,6 +322,113 @@ def test_a_file_named_to_write_beside_the_outputs_is_written(
     assert runs(project) == 1
 
 
+def _plant(project: Path, kind: str) -> tuple[str, Any]:
+    """A path of ``kind`` in ``project`` (or ``/dev/null``) and a look at it, which
+    must not change when kiln refuses to write it."""
+    outside = project / "outside.txt"
+    outside.write_text("the user's\n")
+    if kind == "device":
+        return "/dev/null", lambda: stat.S_ISCHR(os.lstat("/dev/null").st_mode)
+    path = project / "planted"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        _socket(path)
+    elif kind == "link-out":
+        path.symlink_to(outside)
+    elif kind == "dangling-link":
+        path.symlink_to(project / "nowhere")
+    else:
+        path.mkdir()
+    return "planted", lambda: (
+        stat.S_IFMT(os.lstat(path).st_mode),
+        outside.read_text(),
+        os.path.lexists(project / "nowhere"),
+    )
+
+
+@pytest.mark.parametrize(
+    "kind", ["fifo", "device", "socket", "link-out", "dangling-link", "directory"]
+)
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_file_named_to_write_that_is_no_regular_file_is_refused(
+    kiln, project: Path, writer: str, kind: str
+) -> None:
+    """A FIFO, ``/dev/null``, a socket, a link (out, or to nothing) is never replaced
+    by a regular file, nor written through, nor waited on."""
+    built(kiln, project)
+    path, look = _plant(project, kind)
+    before = look()
+    r = kiln(*WRITERS[writer], path, timeout=FIFO_TIMEOUT)
+    assert r.returncode == 2, r.stderr
+    assert path in r.stderr and "choose another path" in r.stderr, r.stderr
+    assert look() == before
+
+
+SOURCES = (
+    HEADER
+    + """
+@entrypoint
+def ep():
+    return run_command(name="x.txt", inputs=[source_file("model.txt"), source_file("data")],
+                       command=["sh", "-c", "cat {inputs[0]} > {out}"])
+"""
+)
+
+
+# ``kiln report`` loads no module: it knows the module it is given, not the sources.
+INPUTS = [
+    "build.py",
+    "here/build.py",
+    "hard.py",
+    "model.txt",
+    "data/part.txt",
+    "data/new.txt",
+    "data",
+]
+
+
+@pytest.mark.parametrize(
+    ("writer", "path"),
+    [(w, p) for w in ("events", "profile") for p in INPUTS] + [("report", p) for p in INPUTS[:3]],
+)
+def test_a_file_named_to_write_is_never_an_input_of_the_build(
+    kiln, tmp_path: Path, writer: str, path: str
+) -> None:
+    """The build module, a declared source file, anything in a declared source
+    directory (a new file too), through a link to the directory or a hard link."""
+    (tmp_path / "build.py").write_text(SOURCES)
+    (tmp_path / "model.txt").write_text("weights\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "part.txt").write_text("part\n")
+    (tmp_path / "here").symlink_to(tmp_path)
+    os.link(tmp_path / "build.py", tmp_path / "hard.py")
+    assert kiln("build", "build.py").returncode == 0
+    before = tree(tmp_path)
+    argv = ("report", "build.py", "-o") if writer == "report" else WRITERS[writer]
+    r = kiln(*argv, path)
+    assert r.returncode == 2, r.stderr
+    assert path in r.stderr and "choose another path" in r.stderr, r.stderr
+    assert tree(tmp_path) == before
+    assert (tmp_path / "build.py").read_text() == SOURCES
+
+
+@pytest.mark.parametrize("second", ["e.json", "./sub/../e.json", "link/e.json", "hard.json"])
+def test_two_options_never_name_the_same_file(kiln, project: Path, second: str) -> None:
+    (project / "sub").mkdir()
+    (project / "link").symlink_to(project)
+    (project / "e.json").write_text("old\n")
+    os.link(project / "e.json", project / "hard.json")
+    r = kiln("build", "build.py", "--events", "e.json", "--profile", second)
+    assert r.returncode == 2, r.stderr
+    assert "--events" in r.stderr and "--profile" in r.stderr and "choose another path" in r.stderr
+    assert (project / "e.json").read_text() == "old\n"
+    assert not (project / "kiln-out").exists()  # refused before anything was written
+    ok = kiln("build", "build.py", "--events", "e.json", "--profile", "p.json")
+    assert ok.returncode == 0, ok.stderr
+    assert (project / "p.json").read_text().startswith('{"traceEvents"')
+
+
 # -- confinement: kiln's own files -------------------------------------------------
 
 

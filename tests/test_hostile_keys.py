@@ -544,7 +544,7 @@ def test_a_process_action_never_sees_what_an_earlier_one_did(
         "leak": None,
         "thread_leak": None,  # set in kiln's process after the build started
         "given": "yes",  # declared with --action-env: kiln's value
-        "cwd": str(tmp_path / "kiln-out"),  # the output directory
+        "cwd": str(tmp_path),  # where the build started, as iree.build's; not "/"
         "json_global": False,
         "sys_path": False,
         "getcwd": "getcwd",

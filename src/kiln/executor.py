@@ -295,6 +295,7 @@ class Executor:
         last = None if options.dry_run else LastBuild(store.path.parent, self.reporter.message)
         if last is not None:
             readers.append(last)
+        self.run_context.start_dir = os.getcwd()  # as iree.build's workers inherit it
         scheduler = Scheduler(
             plan,
             store,
@@ -306,7 +307,11 @@ class Executor:
             readers=readers,
             cache=self.cache,
             remote=self.remote,
-            environment=lambda: (self.run_context.process_env(), self.run_context.work_dir),
+            environment=lambda: (
+                self.run_context.process_env(),
+                self.run_context.work_dir,
+                self.run_context.start_dir,
+            ),
             commands=lambda: self.run_context.commands,
         )
         self.graph.runs.begin(scheduler.result.runs)

@@ -123,7 +123,9 @@ class ReproducibilityCheck:
 
     def _process_pool(self) -> ProcessPool:
         if self._pool is None:
-            self._pool = ProcessPool(self.context.process_env(), self.context.work_dir)
+            self._pool = ProcessPool(
+                self.context.process_env(), self.context.work_dir, self.context.start_dir
+            )
         return self._pool
 
     # -- in a scratch directory --------------------------------------------------
@@ -187,7 +189,7 @@ class ReproducibilityCheck:
                 moved.append((f, keep))
             try:
                 if action.concurrency is ActionConcurrency.PROCESS:  # a fixed environment
-                    self._process_pool().run(action._remotable_thunk(), action.desc, action.timeout)
+                    self._process_pool().run_action(action)
                 else:
                     with other_conventions() as changed:
                         where = f"run again in place, with {changed}"

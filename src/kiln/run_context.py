@@ -51,6 +51,10 @@ class RunContext:
         # What every command and worker process of a build sees (``kiln.action_env``).
         self.environment = ActionEnvironment()
         self._scratch: str | None = None
+        # The directory the build runs from (this process's working directory when
+        # it starts): where a PROCESS action of iree.build's kind runs
+        # (``kiln.sandbox.runs_in_output_dir``).
+        self.start_dir = os.getcwd()
         self._encoded: dict[frozenset[tuple[str, str]], tuple[list[bytes], str]] = {}
 
     @property
@@ -67,8 +71,8 @@ class RunContext:
 
     @property
     def work_dir(self) -> str:
-        """Where commands and worker processes run: the output directory, so that
-        the relative paths they are given name their files."""
+        """Where commands and kiln's own worker processes run: the output directory,
+        so that the relative paths they are given name their files."""
         return str(self.layout.output_dir)
 
     def scratch_dir(self) -> str:

@@ -72,6 +72,18 @@ def remotable(action: BuildAction) -> bool:
     return isinstance(action, RemotableCommand | RemotableThunk | _EarlierRemotableThunk)
 
 
+def runs_in_output_dir(action: BuildAction) -> bool:
+    """Whether the PROCESS ``action`` runs in the output directory (a sandbox
+    elsewhere) rather than in the directory the build runs from. An action that
+    names its files relative to where it runs (``BuildFile.action_path``) needs the
+    output directory: kiln's own, a ``RemotableThunk``, or one that says so
+    (``BuildAction.relative_paths``). Any other is iree.build's kind: its files are
+    absolute (``get_fs_path()``), and a relative path of its own (an export writing
+    ``model.mlir``) means, as under iree.build, where its worker process runs: the
+    directory the build was started in."""
+    return action.relative_paths or isinstance(action, RemotableThunk | _EarlierRemotableThunk)
+
+
 def sandbox_paths(
     action: BuildAction, inputs: list[BuildFile], outputs: list[BuildFile]
 ) -> dict[BuildFile, str]:

@@ -73,7 +73,7 @@ class Scheduler:
         readers: list[ev.EventReader] | None = None,
         cache: BuildCache | None = None,
         remote: ClusterOffload | None = None,
-        environment: Callable[[], tuple[dict[str, str], str]] | None = None,
+        environment: Callable[[], tuple[dict[str, str], str, str]] | None = None,
         commands: Callable[[], CommandRunner] | None = None,
     ):
         self.plan = plan
@@ -107,7 +107,7 @@ class Scheduler:
             self._jobs,
             remote,
             self.checker.digests,
-            environment or (lambda: (dict(os.environ), os.getcwd())),
+            environment or (lambda: (dict(os.environ), os.getcwd(), os.getcwd())),
             commands,
         )
         self.recorder = Recorder(store, self.checker.digests)

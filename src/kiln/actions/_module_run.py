@@ -37,6 +37,7 @@ class ModuleRunAction(BuildAction):
     SPEC = ""
     # Whose versions the key holds (``runtime``): a Dask worker must have the same.
     keyed_tools = ("iree-base-runtime",)
+    relative_paths = True  # its spec names files by ``action_path`` (a benchmark too)
 
     def __init__(
         self,

@@ -88,9 +88,36 @@ def load_tensor_data(tensor: Any, where: str) -> None:
 
 
 def _opset(model: Any) -> int:
-    """Return the model's default-domain opset version (0 when it declares none)."""
-    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    return max(versions, default=0)
+    """The opset an upgrade is measured against: the first one the model lists, as
+    ``iree-import-onnx`` measures it (usually the default domain's; a model that
+    lists another domain first is converted, even down, as upstream converts it);
+    0 when it lists none."""
+    return int(model.opset_import[0].version) if model.opset_import else 0
+
+
+def _loose_initializers(model: Any) -> set[str]:
+    """The initializers that are not graph inputs (which IR versions below 4 forbid)."""
+    inputs = {i.name for i in model.graph.input}
+    return {t.name for t in model.graph.initializer if t.name not in inputs}
+
+
+def upgrade(model: Any, opset_version: int | None) -> Any:
+    """``model`` upgraded to ``opset_version`` when that is newer than its opset, as
+    ``iree-import-onnx --opset-version`` upgrades it: the IR version stays what the
+    converter leaves, so the program's ``torch.onnx_meta.ir_version`` is upstream's.
+    One departure, where upstream fails: the converter can turn an attribute into an
+    initializer (Pad's ``pads``) that IR versions below 4 also want as a graph input,
+    which the checker then refuses; only then is the IR version raised to 4, which
+    drops that rule and means the same here."""
+    import onnx
+
+    if not opset_version or opset_version <= _opset(model):
+        return model
+    loose = _loose_initializers(model)
+    model = onnx.version_converter.convert_version(model, opset_version)
+    if model.ir_version < 4 and _loose_initializers(model) - loose:
+        model.ir_version = 4
+    return model
 
 
 def _infer_shapes(model: Any, source: str) -> Any:
@@ -128,12 +155,7 @@ def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str]
     try:
         if not model.graph.name:  # the checker rejects it; the function needs a name
             model.graph.name = "main_graph"
-        if opset_version and opset_version > _opset(model):
-            model = onnx.version_converter.convert_version(model, opset_version)
-            # The converter can add initializers (e.g. Pad's pads) that IR < 4 also
-            # wants as graph inputs; IR 4 drops that rule and means the same here.
-            model.ir_version = max(model.ir_version, 4)
-        return _infer_shapes(model, source)
+        return _infer_shapes(upgrade(model, opset_version), source)
     except Exception as e:
         raise ToolError(f"invalid ONNX model {shown_path(source)}: {short_diagnostic(e)}") from e
 
@@ -160,5 +182,12 @@ def import_onnx(
         raise ToolError(
             f"cannot import ONNX model {shown_path(source)}: {short_diagnostic(e)}"
         ) from e
+    write_program(module, output)
+
+
+def write_program(module: Any, output: str) -> None:
+    """Write the imported ``module`` at ``output`` as ``iree-import-onnx`` writes it
+    (its text, then a blank line), printed straight to the file."""
     with atomic_write(output, "w") as f:
         module.print(file=f, assume_verified=True)
+        f.write("\n")

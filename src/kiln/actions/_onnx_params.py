@@ -26,10 +26,16 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from kiln.actions._logs import short_diagnostic, shown_path
-from kiln.actions._onnx_import import _opset, _uses_external, check_declared, load_tensor_data
+from kiln.actions._onnx_import import (
+    _uses_external,
+    check_declared,
+    load_tensor_data,
+    upgrade,
+    write_program,
+)
 from kiln.errors import ToolError
 from kiln.output_dir.ownership import open_regular
-from kiln.output_dir.writing import atomic_output, atomic_write
+from kiln.output_dir.writing import atomic_output
 from kiln.process.template import template_modules
 
 # ONNX element types whose external bytes are exactly what the archive holds.
@@ -57,9 +63,7 @@ def _load_graph(
             onnx.checker.check_model(model)
         if not model.graph.name:
             model.graph.name = "main_graph"
-        if opset_version and opset_version > _opset(model):
-            model = onnx.version_converter.convert_version(model, opset_version)
-            model.ir_version = max(model.ir_version, 4)
+        model = upgrade(model, opset_version)
         return onnx.shape_inference.infer_shapes(model, data_prop=True), locations
     except Exception as e:
         raise ToolError(f"invalid ONNX model {shown_path(source)}: {short_diagnostic(e)}") from e
@@ -146,8 +150,7 @@ def import_onnx_params(
         raise ToolError(
             f"cannot import ONNX model {shown_path(source)}: {short_diagnostic(e)}"
         ) from e
-    with atomic_write(output, "w") as f:
-        module.print(file=f, assume_verified=True)
+    write_program(module, output)
     tensors = [(symbol, info.main_graph.initializer_map[name]) for name, symbol in imp.globals]
     write_archive(archive, tensors, locations)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kiln.actions._exact import exact_errors
 from kiln.actions._logs import shown_path
 from kiln.digests import hash_file
 from kiln.errors import ToolError
@@ -245,7 +246,9 @@ def compare(
     index: int, actual: Any, expected: Any, overrides: Mapping[str, Sequence[float]]
 ) -> dict[str, Any]:
     """Compare one output with its expected value, with the tolerance of the looser
-    of their dtypes; the record says max abs/rel error, the worst element, pass/fail."""
+    of their dtypes; the record says max abs/rel error, the worst element, pass/fail.
+    Integers and booleans are compared exactly in integers (`kiln.actions._exact`;
+    their max abs error is an int), floating and complex values in float64."""
     import numpy as np
 
     rtol, atol = _looser(
@@ -274,23 +277,28 @@ def compare(
     if kind_of(actual.dtype) != kind_of(expected.dtype):
         record["kinds_differ"] = True  # a float32 output is never "equal" to a bool reference
         return record
-    try:
-        err, tol, rel = _errors(actual, expected, rtol, atol)
-    except (TypeError, ValueError):  # not numbers (strings, objects): compare exactly
-        record["passed"] = bool(np.array_equal(actual, expected))
-        return record
-    bad = err > tol
-    finite_err, finite_rel = err[np.isfinite(err)], rel[np.isfinite(rel)]
-    record["max_abs_err"] = float(finite_err.max()) if finite_err.size else 0.0
-    record["max_rel_err"] = float(finite_rel.max()) if finite_rel.size else 0.0
+    if kind_of(actual.dtype) in ("int", "bool"):  # exactly, never through floats
+        err, bad, rel, order = exact_errors(actual, expected, rtol, atol)
+        record["max_abs_err"] = int(err.max()) if err.size else 0
+        record["max_rel_err"] = float(rel.max()) if rel.size else 0.0
+    else:
+        try:
+            err, tol, rel = _errors(actual, expected, rtol, atol)
+        except (TypeError, ValueError):  # not numbers (strings, objects): compare exactly
+            record["passed"] = bool(np.array_equal(actual, expected))
+            return record
+        bad = err > tol
+        finite_err, finite_rel = err[np.isfinite(err)], rel[np.isfinite(rel)]
+        record["max_abs_err"] = float(finite_err.max()) if finite_err.size else 0.0
+        record["max_rel_err"] = float(finite_rel.max()) if finite_rel.size else 0.0
+        # Worst first: the largest excess over the tolerance, then the largest error.
+        order = np.lexsort((-err.ravel(), (tol - err).ravel()))
     record["mismatches"] = int(bad.sum())
     record["passed"] = not bad.any()
     if np.issubdtype(actual.dtype, np.inexact):  # what the output holds that is no number
         record["nan"] = int(np.isnan(actual).sum())
         record["inf"] = int(np.isinf(actual).sum())
         record["nonfinite_mismatches"] = int((bad & ~np.isfinite(err)).sum())
-    # Worst first: the largest excess over the tolerance, then the largest error.
-    order = np.lexsort((-err.ravel(), (tol - err).ravel()))
     if order.size:
         record["worst_index"] = [int(i) for i in np.unravel_index(order[0], err.shape)]
     for flat in order[: min(3, record["mismatches"])]:
@@ -325,10 +333,15 @@ def describe(record: dict[str, Any], name: str | None = None) -> str:
     rest = " over the finite ones" if nonfinite else ""
     return (
         f"{head} (shape {record['shape']}, {record['dtype']}): {record['mismatches']} elements"
-        f" differ{nonfinite}; max abs err{rest} {record['max_abs_err']:.3g}, max rel err"
+        f" differ{nonfinite}; max abs err{rest} {_number(record['max_abs_err'])}, max rel err"
         f" {record['max_rel_err']:.3g} (rtol {record['rtol']:g}, atol {record['atol']:g});"
         f" worst: {worst}"
     )
+
+
+def _number(value: float) -> str:
+    """An error as a reader wants it: an integer's in full, a float's in 3 digits."""
+    return str(value) if isinstance(value, int) else f"{value:.3g}"
 
 
 def _nonfinite(record: dict[str, Any]) -> str:
@@ -352,7 +365,7 @@ def compare_all(
     if len(actual) != len(expected):
         problems.insert(0, f"module returned {len(actual)} outputs, expected {len(expected)}")
     worst = max((r["max_abs_err"] or 0.0 for r in records), default=0.0)
-    summary = f"all {len(records)} output(s) match (max abs err {worst:.3g})"
+    summary = f"all {len(records)} output(s) match (max abs err {_number(worst)})"
     nonfinite = {k: sum(r.get(k, 0) for r in records) for k in ("nan", "inf")}
     if any(nonfinite.values()):  # matched the reference's own NaN and inf: said so
         summary += f"; the outputs hold {_nonfinite(nonfinite)}, as the reference does"

@@ -21,6 +21,9 @@ class ImportOnnxAction(BuildAction):
     the model's external-data files (inputs, keyed by content); with ``params`` its
     weights go to ``archive`` (a second output) and the MLIR names them."""
 
+    # 2: the program is upstream's byte for byte (its IR version, its last blank
+    # line); an import cached before is not.
+    VERSION = 2
     pool = MACHINE_POOL
 
     def __init__(

@@ -47,16 +47,32 @@ def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
     ``path``, its base name: the machine's directories are no name in the graph)."""
     context = BuildContext.current()
     site = DefinitionSite.capture()
-    fs_path = (Path(site.filename).parent / path).resolve()
+    joined = Path(site.filename).parent / path
+    fs_path = _source_path(joined)
     if not (fs_path.is_file() or fs_path.is_dir()):
         where = context.path or "<root>"
+        link = f"{joined} is a link to {fs_path}, which" if joined.is_symlink() else ""
         raise BuildDefinitionError(
-            f"source file {fs_path} does not exist (source_file({str(path)!r}) in "
+            f"source file {link or fs_path} does not exist (source_file({str(path)!r}) in "
             f"entrypoint '{where}', at {site})"
         )
     if name is None:
         name = Path(path).name if Path(path).is_absolute() else Path(path).as_posix()
     return _source(context, fs_path, name)
+
+
+def _source_path(joined: Path) -> Path:
+    """The absolute path of a source file: ``joined`` resolved, except a final
+    symbolic link to a regular file, which is kept by its own name (its directory
+    resolved). Its content is read through it (the target's), but the graph, the
+    key and the actions see the name the build gave: an ONNX model's external-data
+    file, linked to a store elsewhere, is still found beside the model, where its
+    location names it, as onnx itself looks for it. A link is only ever read
+    through, never written (``BuildFile.source``); one to a directory is resolved
+    (a directory input is keyed by its tree, whose links are not followed)."""
+    if joined.name not in ("", ".", "..") and joined.is_symlink() and joined.is_file():
+        return joined.parent.resolve() / joined.name
+    return joined.resolve()
 
 
 def _source(context: BuildContext, fs_path: Path, name: str) -> BuildFile:

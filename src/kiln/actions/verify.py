@@ -120,7 +120,9 @@ class VerifyAction(ModuleRunAction):
     version and, for GPU drivers, the devices present."""
 
     # 3: dtypes of different kinds fail; NaN and inf are counted in the result.
-    VERSION = 3
+    # 4: integers and booleans compare exactly (a result cached before may have
+    # passed int64 values above 2**53 that differ).
+    VERSION = 4
     SPEC = "check"
 
     def __init__(self, *, check: Check, **kwargs: Any):

@@ -1,4 +1,5 @@
-"""Where the cache lives and how big it may grow: the defaults and the size syntax."""
+"""Where the cache lives and how big it may grow: the defaults and the size syntax;
+and that it lies apart from the output directory (``check_apart``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+
+from kiln.errors import UsageError
 
 DEFAULT_MAX_SIZE = 10 << 30
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*\Z", re.IGNORECASE)
@@ -20,6 +23,46 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
     xdg = env.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
     return base / "kiln"
+
+
+def check_apart(cache_dir: Path, output_dir: Path) -> None:
+    """UsageError, naming both, when the cache directory and the output directory
+    overlap: the same directory, or one inside the other, either way. Decided by
+    their resolved paths (links and ``..`` followed, relative to the working
+    directory), and by the identity of the directories that exist (a bind mount is
+    no way around it): the same answer on every build, whatever either holds."""
+    cache, output = Path(os.path.realpath(cache_dir)), Path(os.path.realpath(output_dir))
+    if _within(cache, output) and _within(output, cache):
+        how = "are the same directory"
+    elif _within(cache, output):
+        how = "overlap: the cache is inside the output directory"
+    elif _within(output, cache):
+        how = "overlap: the output directory is inside the cache"
+    else:
+        return
+    raise UsageError(
+        f"the cache directory {cache_dir} and the output directory {output_dir} {how}; "
+        "kiln keeps the two apart (what one holds is never the other's): choose another "
+        "--cache-dir (or KILN_CACHE_DIR) or --output-dir, or build with --no-cache"
+    )
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    """Whether the resolved path ``inner`` is ``outer`` or lies inside it."""
+    if inner == outer or outer in inner.parents:
+        return True
+    try:
+        found = os.stat(outer)
+    except OSError:
+        return False
+    for path in (inner, *inner.parents):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (found.st_dev, found.st_ino):
+            return True
+    return False
 
 
 def parse_size(text: str) -> int:

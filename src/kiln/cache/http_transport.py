@@ -16,7 +16,8 @@ body after 10.06 s, five times its "total". A cache that must never hang a
 build needs the deadline on the whole request, which is what ``Deadlines`` does
 here over ``http.client`` (the same server is cut at the deadline:
 ``tests/test_hostile_remote.py``); the rest (a pool of kept-alive connections,
-one retry on a stale one, basic auth from the URL) is small, and kiln takes no
+one retry on a stale one, basic auth from the URL, the environment's proxy as
+urllib honours it: ``kiln.cache.http_route``) is small, and kiln takes no
 dependency for it.
 """
 
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from kiln.cache.deadlines import Deadlines, Request
+from kiln.cache.http_route import route
 from kiln.digests import CHUNK
 from kiln.errors import NotRegularFile
 from kiln.output_dir.ownership import open_regular
@@ -105,9 +107,11 @@ class _Connection(http.client.HTTPConnection):
 
 
 class _TLSConnection(http.client.HTTPSConnection):
-    """As ``_Connection``, the socket cut-able during the TLS handshake too."""
+    """As ``_Connection``, the socket cut-able during the TLS handshake too, which is
+    with ``server_name`` (the server's, also through a proxy's tunnel)."""
 
     deadline: Request | None = None
+    server_name: str = ""
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)
@@ -115,7 +119,7 @@ class _TLSConnection(http.client.HTTPSConnection):
             self.deadline.attach(self.sock)
         context = self._context  # type: ignore[attr-defined]
         self.sock = context.wrap_socket(
-            self.sock, server_hostname=self.host, do_handshake_on_connect=False
+            self.sock, server_hostname=self.server_name, do_handshake_on_connect=False
         )
         if self.deadline is not None:
             self.deadline.attach(self.sock)
@@ -132,10 +136,9 @@ class Transport:
         self, parts: urllib.parse.SplitResult, timeout_s: float, headers: dict[str, str]
     ) -> None:
         self._https = parts.scheme == "https"
-        self._host = parts.hostname or ""
-        self._port = parts.port
+        self._route = route(parts)
         self._timeout = check_timeout(timeout_s)
-        self._headers = headers
+        self._headers = {**headers, **self._route.headers}
         self._lock = threading.Lock()
         self._idle: list[http.client.HTTPConnection] = []
         self._deadlines = Deadlines("kiln-remote-cache")
@@ -176,8 +179,14 @@ class Transport:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True  # type: ignore[return-value]
-        cls = _TLSConnection if self._https else _Connection
-        return cls(self._host, self._port, timeout=self._timeout), False
+        way = self._route
+        if not self._https:
+            return _Connection(way.host, way.port, timeout=self._timeout), False
+        conn = _TLSConnection(way.host, way.port, timeout=self._timeout)
+        conn.server_name = way.server_name
+        if way.tunnel is not None:
+            conn.set_tunnel(*way.tunnel, headers=way.tunnel_headers)
+        return conn, False
 
     def _send(
         self, method: str, path: str, body: bytes | Path | None, deadline: Request, seconds: float
@@ -209,6 +218,7 @@ class Transport:
         self, conn: http.client.HTTPConnection, method: str, path: str, body: bytes | Path | None
     ) -> http.client.HTTPResponse:
         headers = dict(self._headers)
+        path = self._route.prefix + path
         if isinstance(body, Path):
             try:
                 fd = open_regular(body, follow=True)  # never blocks on a FIFO

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
-from kiln.cli.destinations import check_destination
+from kiln.cli.destinations import check_destinations
 from kiln.cli.executor_options import open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
@@ -20,11 +21,19 @@ from kiln.trace import EventLog, TraceFile
 
 
 def check_event_files(inv: Invocation) -> None:
-    """``--events`` and ``--profile`` name none of kiln's own files: none in ``.kiln/``
-    or the cache, not the manifest, none of the build's files (``check_destination``;
-    before the lock, so that a refused build writes nothing)."""
+    """``--events`` and ``--profile`` name each a regular file or a new one, none of
+    kiln's own (in ``.kiln/`` or the cache, the manifest, the build's files), none
+    the build reads (the module, its sources), not both the same one
+    (``check_destinations``; before the lock, so that a refused build writes nothing)."""
     executor = inv.executor
     cache = executor.cache.local.root if executor.cache is not None else None
+    named = [
+        (f"--{option}", path)
+        for option in ("events", "profile")
+        if (path := getattr(inv.ns, option, None)) is not None
+    ]
+    if not named:
+        return
 
     def declared() -> list[str]:
         return [
@@ -33,17 +42,21 @@ def check_event_files(inv: Invocation) -> None:
             if isinstance(node, BuildFile) and node.source is None
         ]
 
-    for option in ("events", "profile"):
-        path = getattr(inv.ns, option, None)
-        if path is not None:
-            check_destination(
-                f"--{option}",
-                path,
-                executor.output_dir,
-                cache_dir=cache,
-                declared=declared,
-                warn=executor.reporter.message,
-            )
+    def inputs() -> list[str | Path]:
+        sources: list[str | Path] = [inv.module_file] if inv.module_file else []
+        for node in executor.all.values():
+            if isinstance(node, BuildFile) and node.source is not None:
+                sources.append(node.source)
+        return sources
+
+    check_destinations(
+        named,
+        executor.output_dir,
+        cache_dir=cache,
+        declared=declared,
+        inputs=inputs,
+        warn=executor.reporter.message,
+    )
 
 
 def add_event_readers(inv: Invocation) -> EventLog | None:

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kiln.cache import DEFAULT_MAX_SIZE, BuildCache, LocalCache, default_cache_dir, parse_size
-from kiln.errors import UsageError
+from kiln.cache.config import check_apart
+from kiln.errors import StateError, UsageError
+from kiln.output_dir.ownership import output_dir_state
 
 
 def size_option(text: str) -> int:
@@ -115,7 +117,8 @@ def open_cache(
     ns: argparse.Namespace, warn: Callable[[str], None], base: str | None = None
 ) -> BuildCache | None:
     """The cache a ``build`` or ``explain`` with options ``ns`` uses; None when off.
-    Every option is checked here, before the build starts."""
+    Every option is checked here, before the build starts; the cache and the output
+    directory never overlap (``check_apart``)."""
     if not hasattr(ns, "no_cache") or ns.no_cache:
         return None
     url = ns.remote_cache if ns.remote_cache is not None else os.environ.get("KILN_REMOTE_CACHE")
@@ -134,5 +137,11 @@ def open_cache(
             where = "--remote-cache" if ns.remote_cache is not None else "KILN_REMOTE_CACHE"
             raise UsageError(f"{where}: {e}") from None
     root = cache_dir(ns, base)
+    output_dir = Path(os.path.join(base or os.getcwd(), ns.output_dir))
+    # An output directory that is not kiln's (``/``, a project) is refused as such
+    # first: that is what the user must change.
+    with contextlib.suppress(StateError):
+        output_dir_state(output_dir)
+    check_apart(root, output_dir)
     check_cache_dir(root)
     return BuildCache(LocalCache(root, warn), remote, max_size=max_size(ns), warn=warn)

@@ -20,3 +20,4 @@ class Invocation:
     # What ``cl_arg`` defaults resolve from: kiln's options and the build module's,
     # the module's winning where both have a name.
     args: argparse.Namespace = field(default_factory=argparse.Namespace)
+    module_file: str | None = None  # the build module's file, when it has one

@@ -19,7 +19,13 @@ from typing import TypeVar
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, BuildInterrupted, UsageError
 from kiln.iree_shim import activated as iree_build_shim
-from kiln.modnames import build_module_name, is_build_module_name
+from kiln.modnames import (
+    build_module_name,
+    hidden_build_modules,
+    hide_build_module,
+    hide_build_modules,
+    is_build_module_name,
+)
 
 _T = TypeVar("_T")
 # kiln's own package directory: frames below it are not the user's.
@@ -62,6 +68,10 @@ def _load(spec: str, as_module: bool) -> ModuleType:
         raise UsageError(f"cannot load {spec} as a Python module")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
+    # Its directory first, so that its siblings import as when Python runs it; its
+    # own file name imports from the rest of the path (``random.py`` is never what
+    # kiln's or a library's ``import random`` gets).
+    hide_build_module(path)
     sys.path.insert(0, str(path.parent))
     loader = module_spec.loader
     with _no_bytecode_written():
@@ -85,8 +95,9 @@ def loaded_for_command(spec: str, as_module: bool = False) -> Iterator[ModuleTyp
     loading it put into the process goes again (its ``sys.path`` entry, its own
     modules and its siblings' in ``sys.modules``, its pickle-by-value mark), so
     that a process running the command line many times does not grow and the next
-    run loads the module as it is then."""
+    run loads the module as it is then; its file name is another module's again."""
     path_before, modules_before = list(sys.path), set(sys.modules)
+    hidden_before = hidden_build_modules()
     module: ModuleType | None = None
     try:
         module = load_build_module(spec, as_module)
@@ -97,6 +108,7 @@ def loaded_for_command(spec: str, as_module: bool = False) -> Iterator[ModuleTyp
 
             with contextlib.suppress(ValueError):
                 cloudpickle.unregister_pickle_by_value(module)
+        hide_build_modules(hidden_before)
         user_dirs = [p for p in sys.path if p not in path_before]
         if module is not None and getattr(module, "__file__", None):
             user_dirs.append(os.path.dirname(os.path.abspath(module.__file__ or "")))

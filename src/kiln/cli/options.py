@@ -143,11 +143,9 @@ def report_file(text: str) -> Path:
 
 
 def check_report_file(option: str, path: Path, given: object) -> None:
-    """UsageError for an ``--events`` or ``--profile`` file kiln cannot write (``path``,
+    """UsageError for an ``--events`` or ``--profile`` file in no directory (``path``,
     absolute; ``given``, as the user wrote it), so that it fails before the build
-    rather than after it."""
-    if path.is_dir():
-        raise UsageError(f"{option}: {given} is a directory; name a file")
+    rather than after it. What the file may be is ``kiln.cli.destinations``'s to say."""
     if not path.parent.is_dir():
         raise UsageError(f"{option}: the directory of {given} does not exist")
 

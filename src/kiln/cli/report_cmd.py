@@ -20,7 +20,7 @@ from typing import IO
 from kiln.cache.config import default_cache_dir
 from kiln.cli import project_config
 from kiln.cli.cache_options import directory_path
-from kiln.cli.destinations import check_destination
+from kiln.cli.destinations import check_destinations
 from kiln.cli.options import KilnArgumentParser
 from kiln.errors import StateError, UsageError
 from kiln.output_dir.ownership import output_dir_state
@@ -40,7 +40,11 @@ def make_parser() -> KilnArgumentParser:
         "removes it); one written elsewhere is yours. A page never goes over one of kiln's "
         "own files.",
     )
-    parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
+    parser.add_argument(
+        "module",
+        nargs="?",
+        help="the build module (not loaded; accepted for symmetry, and never written over)",
+    )
     parser.add_argument(
         "--output-dir",
         type=directory_path,
@@ -83,8 +87,12 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     if not target.parent.is_dir():
         raise UsageError(f"-o {target}: no directory {target.parent} to write it in")
     # Refused before anything is written: never one of kiln's own files.
-    written = check_destination(
-        "-o", target, ns.output_dir, cache_dir=default_cache_dir(), warn=_printer(err)
+    (written,) = check_destinations(
+        [("-o", target)],
+        ns.output_dir,
+        cache_dir=default_cache_dir(),
+        inputs=lambda: [ns.module] if ns.module else [],
+        warn=_printer(err),
     )
     page = render(report, ns.output_dir.absolute())
     _claim(ns.output_dir.absolute(), written, err)

@@ -91,7 +91,7 @@ def _open(
         _warn_unreturned(executor, declared, ns.targets, bool(ns.strict), reporter)
     stack.callback(executor.close)
     stack.enter_context(_graph_frozen())
-    yield Invocation(command, ns, executor, out, err, args)
+    yield Invocation(command, ns, executor, out, err, args, module_file=module_file)
 
 
 def _resolve_paths(ns: object, start_dir: str) -> None:

@@ -65,7 +65,11 @@ class BuildAction(BuildDependency):
     skips it, and its results never leave this machine's cache),
     ``remember_failures`` (False: a failure may pass by itself, as a download's
     may, so it is retried on every build; by default a failure that will recur with
-    the same key is not run again: ``kiln.scheduling.failures``).
+    the same key is not run again: ``kiln.scheduling.failures``),
+    ``relative_paths`` (True: a PROCESS action's thunk names its files relative to
+    the output directory, ``BuildFile.action_path``, and runs there, as kiln's own
+    actions do; by default its worker runs in the directory the build was started
+    in, as iree.build's workers do: ``kiln.sandbox.runs_in_output_dir``).
 
     ``timeout`` holds for every THREAD and PROCESS action: a process is killed, a
     thread abandoned (it cannot be killed). An in-line (NONE) action runs on the
@@ -81,6 +85,7 @@ class BuildAction(BuildDependency):
     cacheable: bool = True
     reproducible: bool = True
     remember_failures: bool = True
+    relative_paths: ClassVar[bool] = False
     timeout: float | None = None
     enforces_own_timeout: ClassVar[bool] = False
     pool: str | None = None

@@ -9,6 +9,7 @@ waits.
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import select
 import socket
@@ -26,9 +27,12 @@ from kiln.errors import (
     WorkerCrashed,
     signal_name,
 )
+from kiln.graph import BuildAction
 from kiln.iree_shim import active as iree_build_shim_active
+from kiln.modnames import hidden_build_modules
 from kiln.process.template import Template, modules_for
 from kiln.process.worker import CHUNK, PAYLOAD, REPLY, Frames, send_framed
+from kiln.sandbox import runs_in_output_dir
 
 _GONE_WAIT_S = 5.0  # for the template to report a killed worker gone
 
@@ -49,13 +53,17 @@ class ProcessPool:
     pool at a time; a new one replaces it if it died. When ``run`` returns, the
     kill of its worker's process group has been asked for (after a reply the
     worker is exiting anyway); when it raises, the worker is gone. Every worker
-    starts with ``env`` and ``cwd``: the build's environment and working
-    directory, taken when the build started. After ``shutdown`` no worker starts.
+    starts with ``env`` and ``cwd``: the build's environment and the output
+    directory; an action's worker then moves to where the action runs
+    (``run_action``): ``cwd``, or ``start_dir``, the directory the build runs from
+    (default: this process's working directory now). After ``shutdown`` no worker
+    starts.
     """
 
-    def __init__(self, env: dict[str, str], cwd: str) -> None:
+    def __init__(self, env: dict[str, str], cwd: str, start_dir: str | None = None) -> None:
         self._env = env
         self._cwd = cwd
+        self._start_dir = start_dir if start_dir is not None else os.getcwd()
         self._lock = threading.Lock()
         self._template: Template | None = None
         self._closed = False
@@ -76,7 +84,8 @@ class ProcessPool:
 
         try:
             shim = iree_build_shim_active()  # the worker resolves iree.build as kiln does
-            payload = pickle.dumps((sys.path, cwd, shim, cloudpickle.dumps(thunk)))
+            imports = (sys.path, sorted(hidden_build_modules()))  # as kiln imports
+            payload = pickle.dumps((imports, cwd, shim, cloudpickle.dumps(thunk)))
         except Exception as e:
             raise ActionFailed(f"cannot send '{desc}' to a worker process: {e}") from e
         template, ident, sock = self._start_worker(modules_for(thunk))
@@ -94,6 +103,17 @@ class ProcessPool:
         if reply[0] != "ok":
             _, type_name, message, tb, blob = reply
             raise _rebuild_exception(type_name, message, tb, blob)
+
+    def run_action(
+        self,
+        action: BuildAction,
+        started: Callable[[Callable[[], None]], object] | None = None,
+    ) -> None:
+        """Run the PROCESS ``action``'s thunk in a worker, in the output directory or
+        in the directory the build runs from, as ``kiln.sandbox.runs_in_output_dir``
+        says: the one place that decides where an action's worker runs."""
+        cwd = None if runs_in_output_dir(action) else self._start_dir
+        self.run(action._remotable_thunk(), action.desc, action.timeout, cwd=cwd, started=started)
 
     def _start_worker(self, modules: tuple[str, ...]) -> tuple[Template, int, socket.socket]:
         """A new worker from the template, starting (or restarting) the template."""

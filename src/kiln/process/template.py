@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 from kiln.errors import TemplateGone
+from kiln.modnames import hidden_build_modules
 from kiln.process.groups import kill_group
 
 # Imported once, in the template, at its start: what every worker needs. Never a
@@ -82,12 +83,18 @@ def modules_for(thunk: Callable[[], Any]) -> tuple[str, ...]:
 def bootstrap_code(fd: int) -> str:
     """The ``python -c`` program of a template serving the control socket ``fd``,
     with kiln's module search path. kiln itself is imported from where this kiln
-    lives, first: a build module's directory (first on that path) may hold a
-    ``kiln.py`` of its own, which must not stand in for kiln."""
+    lives, first, and without the build modules' directories: a build module's
+    directory (first on that path) may hold a ``kiln.py`` of its own, or the build
+    module may be ``typing.py``, which must not stand in for kiln or what it imports.
+    The build modules' file names stay theirs there too (``kiln.modnames``)."""
     package = sys.modules["kiln"].__file__ or ""  # imported before any of its modules
     home = os.path.dirname(os.path.dirname(os.path.abspath(package)))
+    hidden = sorted(hidden_build_modules())
+    dirs = {os.path.dirname(f) for f in hidden}
+    first = [home, *(p for p in sys.path if os.path.realpath(p or os.curdir) not in dirs)]
     return (
-        f"import sys; sys.path[:] = {[home, *sys.path]!r}; import kiln.process.template; "
+        f"import sys; sys.path[:] = {first!r}; import kiln.modnames, kiln.process.template; "
+        f"kiln.modnames.hide_build_modules({hidden!r}); "
         f"sys.path[:] = {sys.path!r}; kiln.process.template.serve({fd})"
     )
 

@@ -5,9 +5,10 @@ A worker runs exactly one action. It is forked from the clean template, which
 already has the build's environment and working directory; it leads a process
 group (and session) of its own, so that the template can kill it together with
 every subprocess it started, and the kernel kills it when the template dies
-(``PR_SET_PDEATHSIG``). It reads one pickled ``(sys.path, cwd, shim, cloudpickled
-thunk)`` from its socket (``shim``: whether ``iree.build`` imports resolve to kiln,
-as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk (what it prints
+(``PR_SET_PDEATHSIG``). It reads one pickled ``((sys.path, hidden), cwd, shim,
+cloudpickled thunk)`` from its socket (``hidden``: the build modules whose file
+names import nothing, ``kiln.modnames``; ``shim``: whether ``iree.build`` imports
+resolve to kiln, as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk (what it prints
 escaped: ``kiln.process.worker_output``), answers with a
 pickled tuple, ``("ok",)`` or
 ``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
@@ -29,6 +30,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from kiln.modnames import hide_build_modules
 from kiln.process.byvalue import install as import_unpickled_build_modules
 from kiln.process.worker_output import escaped_output
 
@@ -115,8 +117,10 @@ def run_one(sock: socket.socket) -> None:
     # os._exit) before the reply.
     with escaped_output():
         try:
-            sys_path, cwd, shim, payload = pickle.loads(data)
-            sys.path[:] = sys_path  # kiln's, so that the thunk's modules import as there
+            (sys_path, hidden), cwd, shim, payload = pickle.loads(data)
+            # kiln's, so that the thunk's modules import as there
+            hide_build_modules(hidden)
+            sys.path[:] = sys_path
             if cwd is not None:
                 os.chdir(cwd)
             if shim:

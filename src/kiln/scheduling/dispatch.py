@@ -55,7 +55,7 @@ class Dispatcher:
         jobs: int,
         remote: ClusterOffload | None,
         digests: dict[BuildFile, str | None],
-        environment: Callable[[], tuple[dict[str, str], str]],
+        environment: Callable[[], tuple[dict[str, str], str, str]],
         commands: Callable[[], CommandRunner] | None,
     ) -> None:
         self.shared = shared
@@ -65,7 +65,7 @@ class Dispatcher:
         self.serves = TinyActions()
         self.served: dict[BuildAction, str] = {}
         self._digests = digests  # every file's digest known this build
-        self._environment = environment  # what every worker process starts with
+        self._environment = environment  # environment, output and start directories
         self._lock = threading.Lock()  # the pools: the reaper thread asks for them too
         self._threads: ThreadWorkers | None = None
         self._processes: ProcessPool | None = None
@@ -203,8 +203,7 @@ class Dispatcher:
         if self.remote is not None and self.remote.takes(action):
             return self._run_remote(action)
         if action.concurrency is ActionConcurrency.PROCESS:
-            thunk = action._remotable_thunk()
-            self.process_pool().run(thunk, action.desc, action.timeout)
+            self.process_pool().run_action(action)
         elif action.timeout is not None and not action.enforces_own_timeout:
             run_with_deadline(action._invoke, action.desc, action.timeout)
         else:
