@@ -41,7 +41,8 @@ _STALL_LIMIT = 60.0
 class Route:
     """How the server answers requests for one path.
 
-    The first ``fail_times`` requests get ``fail_status`` with an empty body;
+    The first ``fail_times`` requests get ``fail_status`` with an empty body (and
+    ``fail_headers``);
     later ones get ``status`` with ``body``.  ``stall_after`` sends the headers
     (announcing the full length) and that many body bytes, then stalls until
     the server closes; ``drop_after`` does the same but closes the connection
@@ -55,6 +56,7 @@ class Route:
     headers: Mapping[str, str] = field(default_factory=dict)
     fail_times: int = 0
     fail_status: int = 500
+    fail_headers: Mapping[str, str] = field(default_factory=dict)
     stall_after: int | None = None
     drop_after: int | None = None
     content_length: bool = True
@@ -110,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
         if route is None:
             self._send(404, b"no such route\n", {}, send_body=send_body)
         elif number <= route.fail_times:
-            self._send(route.fail_status, b"", {}, send_body=send_body)
+            self._send(route.fail_status, b"", route.fail_headers, send_body=send_body)
         elif route.drip_s is not None:
             self._drip(route)
         elif route.stall_after is not None or route.drop_after is not None:

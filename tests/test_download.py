@@ -228,3 +228,35 @@ def test_server_teardown_is_fast_with_stalled_handler() -> None:
         server.close()
         assert time.monotonic() - start < 10  # its handler would stall for 60 s
     assert server.count("/hang") == 1
+
+
+def test_retry_after_as_an_http_date_is_waited_for(server: HTTPTestServer, tmp_path: Path) -> None:
+    from email.utils import formatdate
+
+    from httpserver import Route
+
+    when = formatdate(time.time() + 2, usegmt=True)  # at least 1 s from now, whole seconds
+    url = server.route(
+        "/later",
+        Route(body=b"ok", fail_times=1, fail_status=503, fail_headers={"Retry-After": when}),
+    )
+    start = time.monotonic()
+    download(url, tmp_path / "later", **FAST)
+    assert time.monotonic() - start >= 0.9  # FAST's own backoff is 0.01 s
+    assert server.count("/later") == 2
+
+
+@pytest.mark.parametrize("value", ["Wed, 21 Oct 2015 07:28:00 GMT", "not a date", "-5", ""])
+def test_a_past_or_unreadable_retry_after_does_not_hold_the_retry(
+    server: HTTPTestServer, tmp_path: Path, value: str
+) -> None:
+    from httpserver import Route
+
+    url = server.route(
+        "/now",
+        Route(body=b"ok", fail_times=1, fail_status=503, fail_headers={"Retry-After": value}),
+    )
+    start = time.monotonic()
+    download(url, tmp_path / "now", **FAST)
+    assert time.monotonic() - start < 5  # the 10 s cap of a misread value is not reached
+    assert server.count("/now") == 2

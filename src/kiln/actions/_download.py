@@ -9,6 +9,8 @@ exponential backoff; everything else fails at once with a :class:`ToolError`.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import hashlib
 import http.client
 import os
@@ -315,11 +317,22 @@ def _http_status_error(url: str, exc: urllib.error.HTTPError) -> Exception:
 
 
 def _retry_after(exc: urllib.error.HTTPError) -> float | None:
-    """Return the server's Retry-After delay in seconds, if it sent a numeric one."""
+    """The server's Retry-After delay in seconds: a number of seconds, or an HTTP
+    date (RFC 9110) from now, 0 when it has passed; None when absent or unreadable.
+    The caller bounds it (``_MAX_BACKOFF``, the download's time limit)."""
     value = exc.headers.get("Retry-After") if exc.headers is not None else None
-    if value is None or not value.strip().isdigit():
+    if value is None:
         return None
-    return float(value)
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is in GMT
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
 
 
 def _network_error(url: str, exc: BaseException, timeout: float) -> Exception:
