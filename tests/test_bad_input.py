@@ -523,3 +523,34 @@ def test_unusable_state_db_is_kept_aside_and_the_build_goes_on(
     assert good_dir.read_bytes() == good
     again = kiln("build", "build.py")
     assert "0 built, 1 up to date" in again.stderr and "warning" not in again.stderr
+
+
+@pytest.mark.parametrize("digest", ["abc", "g" * 64, "0" * 63, "0" * 65, "sha256:" + "0" * 64])
+def test_a_malformed_sha256_is_a_definition_error_at_its_line(write_module, kiln, digest) -> None:
+    module = write_module(
+        f"""
+        @entrypoint
+        def model():
+            return fetch_http(name="m.onnx", url="http://127.0.0.1:9/m.onnx",
+                              sha256={digest!r})
+        """
+    )
+    line = next(i for i, t in enumerate(module.read_text().splitlines(), 1) if "fetch_http" in t)
+    r = kiln("build", "build.py")
+    assert r.returncode == 2, r.stderr
+    assert f"{module}:{line}: fetch of http://127.0.0.1:9/m.onnx: sha256=" in r.stderr
+    assert "64 hexadecimal digits" in r.stderr
+    assert not (module.parent / "kiln-out").exists()  # found at definition, nothing ran
+
+
+def test_a_well_formed_sha256_in_capitals_and_spaces_is_accepted(write_module, kiln) -> None:
+    write_module(
+        f"""
+        @entrypoint
+        def model():
+            return fetch_http(name="m.onnx", url="http://127.0.0.1:9/m.onnx",
+                              sha256=" {"AB" * 32} ")
+        """
+    )
+    r = kiln("list", "build.py")
+    assert r.returncode == 0, r.stderr

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from kiln.errors import BuildDefinitionError
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, FileNamespace
 from kiln.redact import redact_url, url_digest
 
 __all__ = ["FetchHttpAction", "fetch_http", "redact_url"]  # redact_url: kiln.redact's
+
+
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class FetchHttpAction(BuildAction):
@@ -34,6 +39,13 @@ class FetchHttpAction(BuildAction):
         **kwargs: Any,
     ):
         super().__init__(concurrency=ActionConcurrency.THREAD, **kwargs)
+        if sha256 is not None and (
+            not isinstance(sha256, str) or not _SHA256.fullmatch(sha256.strip())
+        ):
+            raise BuildDefinitionError(
+                f"{self.def_site}: fetch of {redact_url(url)}: sha256={sha256!r} is not a "
+                "SHA-256 digest; give its 64 hexadecimal digits (sha256sum prints them)"
+            )
         self._url = url
         self.output_file = output_file
         self.sha256 = sha256
