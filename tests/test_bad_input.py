@@ -554,3 +554,28 @@ def test_a_well_formed_sha256_in_capitals_and_spaces_is_accepted(write_module, k
     )
     r = kiln("list", "build.py")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_duplicate_path_made_by_a_helper_names_both_callers(write_module, kiln) -> None:
+    module = write_module(
+        """
+        def echo(name):
+            return run_command(name=name, command=["sh", "-c", 'echo x > "$0"', "{out}"])
+
+
+        @entrypoint
+        def twice():
+            first = echo("same.txt")
+            second = echo("same.txt")
+            return [first, second]
+        """
+    )
+    lines = module.read_text().splitlines()
+    helper = next(i for i, t in enumerate(lines, 1) if "return run_command" in t)
+    first, second = (i for i, t in enumerate(lines, 1) if 'echo("same.txt")' in t)
+    r = kiln("build", "build.py")
+    assert r.returncode == 2
+    assert (
+        f"duplicate path 'twice/same.txt': defined at {module}:{helper} (called from line "
+        f"{second}) and already at {module}:{helper} (called from line {first})"
+    ) in r.stderr, r.stderr

@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import os
 import sys
-from types import CodeType
+from types import CodeType, FrameType
 
 # Frames in kiln's own files are skipped: the site is the user's line.
 _KILN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_CALLERS_SHOWN = 3
 
 
 class DefinitionSite:
     """The user's file and line where a node was defined (first frame outside kiln)."""
 
-    __slots__ = ("filename", "lineno")
+    __slots__ = ("callers", "filename", "lineno")
 
-    def __init__(self, filename: str, lineno: int) -> None:
+    def __init__(
+        self, filename: str, lineno: int, callers: tuple[tuple[str, int], ...] = ()
+    ) -> None:
         self.filename = filename
         self.lineno = lineno
+        # The user's lines that called the site's function directly (a helper that
+        # declares an action is named with where each use of it is), innermost first.
+        self.callers = callers
 
     @classmethod
     def capture(cls, owner: object = None) -> DefinitionSite:
@@ -36,7 +42,7 @@ class DefinitionSite:
             ):
                 break
             frame = frame.f_back
-        return cls(frame.f_code.co_filename, frame.f_lineno)
+        return cls(frame.f_code.co_filename, frame.f_lineno, _callers(frame, kiln_dir))
 
     @classmethod
     def of_function(cls, function: object) -> DefinitionSite | None:
@@ -45,7 +51,25 @@ class DefinitionSite:
         return cls(code.co_filename, code.co_firstlineno) if code is not None else None
 
     def __str__(self) -> str:
-        return f"{self.filename}:{self.lineno}"
+        site = f"{self.filename}:{self.lineno}"
+        if not self.callers:
+            return site
+        shown = (f"line {n}" if f == self.filename else f"{f}:{n}" for f, n in self.callers)
+        return f"{site} (called from {', '.join(shown)})"
+
+
+def _callers(frame: FrameType, kiln_dir: str) -> tuple[tuple[str, int], ...]:
+    """The user's frames that called ``frame`` one from the other, up to the first of
+    kiln's (an entrypoint's function is called by kiln: it has none)."""
+    found: list[tuple[str, int]] = []
+    caller = frame.f_back
+    while caller is not None and len(found) < _CALLERS_SHOWN:
+        name = caller.f_code.co_filename
+        if name.startswith(kiln_dir) or name.startswith("<"):
+            break
+        found.append((name, caller.f_lineno))
+        caller = caller.f_back
+    return tuple(found)
 
 
 def _is_init_of(owner: object, code: CodeType) -> bool:
