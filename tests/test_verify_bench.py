@@ -4,6 +4,7 @@ device skips and GPU target checks, through real builds with the IREE tools."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import needs
@@ -317,3 +318,30 @@ def test_benchmark_keeps_to_its_time_budget(tmp_path: Path, write_module, kiln):
     assert "1 benchmark(s) over budget:" in r.stderr
     assert "Benchmarking budget/add_cpu-host.vmfb: one call took" in r.stderr
     assert "over its time budget of 1e-07s: measured once" in r.stderr
+
+
+def test_references_on_other_inputs_are_named_by_them_not_numbered(
+    tmp_path: Path, write_module, kiln
+) -> None:
+    _write_models(tmp_path)
+    write_module(
+        """
+        @entrypoint
+        def refs():
+            mlir = onnx_import(name="add.mlir", source=source_file("add.onnx"))
+            (m,) = compile(name="add", source=mlir, targets=["vmvx"])
+            return [verify(name=f"v_{i}.json", module=m, inputs=[source_file(f"{x}.pb")],
+                           reference="onnxruntime") for i, x in enumerate(("x", "y", "x"))]
+        """
+    )
+
+    def names() -> list[str]:
+        r = kiln("list", "build.py", "--all", "--json")
+        assert r.returncode == 0, r.stderr
+        return sorted(f["path"] for f in json.loads(r.stdout)["files"] if ".npz" in f["path"])
+
+    first = names()
+    assert len(first) == 2 and "refs/add.onnxruntime.npz" in first
+    (other,) = set(first) - {"refs/add.onnxruntime.npz"}
+    assert re.fullmatch(r"refs/add\.onnxruntime-[0-9a-f]{12}\.npz", other)
+    assert names() == first  # the same inputs, the same names

@@ -67,7 +67,9 @@ def _callers(frame: FrameType, kiln_dir: str) -> tuple[tuple[str, int], ...]:
         name = caller.f_code.co_filename
         if name.startswith(kiln_dir) or name.startswith("<"):
             break
-        found.append((name, caller.f_lineno))
+        here = (name, caller.f_lineno)
+        if here != (found[-1] if found else (frame.f_code.co_filename, frame.f_lineno)):
+            found.append(here)  # a comprehension's frame is on its caller's line
         caller = caller.f_back
     return tuple(found)
 

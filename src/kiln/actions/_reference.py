@@ -12,6 +12,7 @@ again.
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from kiln.actions._runtime import Loads
+    from kiln.graph import BuildContext
 
 
 def _short(error: BaseException, max_chars: int = 500) -> str:
@@ -225,3 +227,17 @@ def write_reference(
 
 def read_reference(path: str) -> list[np.ndarray]:
     return load_bundle(path)
+
+
+def reference_name(context: BuildContext, model_path: str, kind: str, key: str) -> str:
+    """The name, in ``context``, of a model's reference outputs computed by ``kind``
+    (``onnxruntime``, ``torch``) on the inputs ``key`` stands for: ``model.KIND.npz``
+    for the first inputs declared, ``model.KIND-<digest of the inputs>.npz`` for
+    others (the same inputs give the same name in every build)."""
+    stem = model_path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    base = f"{context.path}/{stem}" if context.path else stem
+    name = f"{stem}.{kind}.npz"
+    if f"{base}.{kind}.npz" in context.registry.all:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        name = f"{stem}.{kind}-{digest}.npz"
+    return name

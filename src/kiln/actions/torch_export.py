@@ -34,6 +34,7 @@ from typing import Any
 
 from kiln.actions import _devices
 from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
+from kiln.actions._reference import reference_name
 from kiln.actions._torch_worker import export_model, write_torch_reference, write_weights
 from kiln.codekey import distribution_version, is_user_file, library_dirs, package_version
 from kiln.digests import hash_file
@@ -298,12 +299,8 @@ class TorchExportAction(_TorchAction):
         memo = _TorchReferences.get(self.output_file).files
         key = json.dumps([[f.key for f in inputs], shapes], sort_keys=True)
         if key not in memo:
-            stem = self.output_file.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-            base = f"{context.path}/{stem}" if context.path else stem
-            n = 0
-            while f"{base}.torch{n or ''}.npz" in context.registry.all:
-                n += 1
-            output = context.allocate_file(f"{stem}.torch{n or ''}.npz")
+            name = reference_name(context, self.output_file.path, "torch", key)
+            output = context.allocate_file(name)
             TorchReferenceAction(
                 factory=self.factory,
                 factory_key=self.factory_key,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.actions import _devices
 from kiln.actions._module_run import ModuleRunAction, declare_run, importer
-from kiln.actions._reference import onnxruntime_version, write_reference
+from kiln.actions._reference import onnxruntime_version, reference_name, write_reference
 from kiln.actions._tensors import TOLERANCE_DTYPES, normalize_shapes
 from kiln.actions._verifying import Check, run_check
 from kiln.errors import BuildDefinitionError
@@ -92,12 +92,7 @@ def _reference_file(
     memo = _ReferenceMeta.get(model).files
     key = json.dumps([[f.key for f in inputs], shapes], sort_keys=True)
     if key not in memo:
-        stem = model.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-        base = f"{context.path}/{stem}" if context.path else stem
-        n = 0
-        while f"{base}.onnxruntime{n or ''}.npz" in context.registry.all:
-            n += 1
-        output = context.allocate_file(f"{stem}.onnxruntime{n or ''}.npz")
+        output = context.allocate_file(reference_name(context, model.path, "onnxruntime", key))
         found = importer(module)
         opset = found.opset_version if found is not None else None
         ReferenceAction(
