@@ -39,9 +39,7 @@ class FetchHttpAction(BuildAction):
         **kwargs: Any,
     ):
         super().__init__(concurrency=ActionConcurrency.THREAD, **kwargs)
-        if sha256 is not None and (
-            not isinstance(sha256, str) or not _SHA256.fullmatch(sha256.strip())
-        ):
+        if sha256 and (not isinstance(sha256, str) or not _SHA256.fullmatch(sha256.strip())):
             raise BuildDefinitionError(
                 f"{self.def_site}: fetch of {redact_url(url)}: sha256={sha256!r} is not a "
                 "SHA-256 digest; give its 64 hexadecimal digits (sha256sum prints them)"

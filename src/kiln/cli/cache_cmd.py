@@ -17,49 +17,18 @@ from typing import IO, Any
 from kiln.cache import LocalCache, format_size
 from kiln.cache.ownership import cache_dir_state, claim_cache_dir
 from kiln.cli import project_config
-from kiln.cli.cache_options import cache_dir, directory_path, max_size, size_option
-from kiln.cli.options import KilnArgumentParser
+from kiln.cli.cache_options import cache_dir, max_size
+from kiln.cli.plain_parsers import cache_parser
 from kiln.terminal import printable
 
 _BUILDS_SHOWN = 10
-
-
-def make_parser() -> KilnArgumentParser:
-    parser = KilnArgumentParser(
-        prog="kiln cache", description="the local cache ('kiln cache' alone: its stats)"
-    )
-    sub = parser.add_subparsers(dest="action", metavar="stats|gc|clear")
-    sub.required = False  # 'kiln cache' alone: stats
-    for name, text in (
-        ("stats", "entries, size, hits and misses of the last builds"),
-        ("gc", "evict least-recently-used results down to the size bound"),
-        ("clear", "remove everything kiln keeps in the cache"),
-    ):
-        p = sub.add_parser(name, help=text, description=text)
-        p.add_argument(
-            "--cache-dir",
-            type=directory_path,
-            default=None,
-            help="the cache (default: $KILN_CACHE_DIR, else ~/.cache/kiln)",
-        )
-        if name == "stats":
-            p.add_argument("--json", action="store_true", help="print one JSON document")
-        if name == "gc":
-            p.add_argument(
-                "--max-size",
-                type=size_option,
-                default=None,
-                metavar="SIZE",
-                help="default: $KILN_CACHE_MAX_SIZE, else 10G",
-            )
-    return parser
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     # 'kiln cache' alone, or with options only (the cache's), is 'kiln cache stats'.
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["stats", *argv]
-    ns = project_config.parse(make_parser(), argv, os.getcwd())
+    ns = project_config.parse(cache_parser(), argv, os.getcwd())
     root = cache_dir(ns)
     bound = max_size(ns, "max_size") if ns.action == "gc" else 0
     cache = LocalCache(root, lambda text: print(text, file=err))

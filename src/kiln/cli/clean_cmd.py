@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from kiln.cli import project_config
-from kiln.cli.cache_options import directory_path
-from kiln.cli.options import KilnArgumentParser
+from kiln.cli.plain_parsers import clean_parser
 from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST
 from kiln.lock import OutputLock
 from kiln.output_dir.ownership import KILN_DIR, MARKER, output_dir_state
@@ -30,29 +29,8 @@ from kiln.trace import is_kept_events
 _SHOWN = 5
 
 
-def make_parser() -> KilnArgumentParser:
-    parser = KilnArgumentParser(
-        prog="kiln clean",
-        description="Remove what kiln wrote in the output directory (the outputs its state "
-        "records, the manifest, its state); files kiln did not write stay.",
-    )
-    parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
-    parser.add_argument(
-        "--output-dir",
-        type=directory_path,
-        default=Path("kiln-out"),
-        help="the output directory to clean (default: ./kiln-out)",
-    )
-    parser.add_argument(
-        "--no-wait",
-        action="store_true",
-        help="fail at once, instead of waiting, while a build holds the output directory",
-    )
-    return parser
-
-
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
-    ns = project_config.parse(make_parser(), argv, os.getcwd())
+    ns = project_config.parse(clean_parser(), argv, os.getcwd())
     root: Path = ns.output_dir.absolute()
     if output_dir_state(root) != "kiln":  # refuses a directory that is not kiln's
         print(f"kiln: nothing to clean in {root} (not a kiln output directory)", file=err)

@@ -17,7 +17,8 @@ import argparse
 import shlex
 from typing import IO
 
-from kiln.cli.options import COMMAND_HELP, KilnArgumentParser
+from kiln.cli.options import COMMAND_HELP, KilnArgumentParser, command_parser
+from kiln.cli.plain_parsers import cache_parser, clean_parser, report_parser
 
 _SHELLS = ("bash", "zsh")
 
@@ -38,14 +39,11 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    from kiln.cli import cache_cmd, clean_cmd, report_cmd
-    from kiln.cli.options import command_parser
-
     parsers: dict[str, argparse.ArgumentParser] = {
         c: command_parser(c, "kiln", None) for c in ("build", "list", "explain", "graph")
     }
-    parsers.update(clean=clean_cmd.make_parser(), report=report_cmd.make_parser())
-    for action in cache_cmd.make_parser()._actions:
+    parsers.update(clean=clean_parser(), report=report_parser())
+    for action in cache_parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 parsers[f"cache {name}"] = sub

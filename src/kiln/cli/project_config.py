@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln.cli.options import command_parser
+from kiln.cli.plain_parsers import cache_parser, clean_parser, report_parser
 from kiln.errors import UsageError
 
 FILE = "pyproject.toml"
@@ -203,14 +205,11 @@ def _with_subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentP
 
 
 def _every_parser() -> list[argparse.ArgumentParser]:
-    """A parser of each command of kiln's (imported here: they import this module)."""
-    from kiln.cli import cache_cmd, clean_cmd, report_cmd
-    from kiln.cli.options import command_parser
-
+    """A parser of each command of kiln's."""
     parsers: list[argparse.ArgumentParser] = [
         command_parser(c, "kiln", None) for c in ("build", "list", "explain", "graph")
     ]
-    parsers += [m.make_parser() for m in (cache_cmd, clean_cmd, report_cmd)]
+    parsers += [clean_parser(), report_parser(), cache_parser()]
     return [p for parser in parsers for p in _with_subparsers(parser)]
 
 

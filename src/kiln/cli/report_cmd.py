@@ -10,7 +10,6 @@ never goes over one of kiln's own files (``kiln.cli.destinations``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections.abc import Callable
@@ -19,64 +18,18 @@ from typing import IO
 
 from kiln.cache.config import default_cache_dir
 from kiln.cli import project_config
-from kiln.cli.cache_options import directory_path
 from kiln.cli.destinations import check_destinations
-from kiln.cli.options import KilnArgumentParser
+from kiln.cli.plain_parsers import report_parser
 from kiln.errors import StateError, UsageError
 from kiln.output_dir.ownership import output_dir_state
 from kiln.output_dir.writing import atomic_output
 from kiln.report_data import kept_builds, load_report
 from kiln.report_html import render
 from kiln.terminal import printable
-from kiln.trace import KEPT_BUILDS
-
-
-def make_parser() -> KilnArgumentParser:
-    parser = KilnArgumentParser(
-        prog="kiln report",
-        description="Write an HTML page of the last build, or of one of the builds before "
-        "it that the output directory keeps; needs no build module. Prints the page's path "
-        "on stdout. A page written inside the output directory is kiln's (kiln clean "
-        "removes it); one written elsewhere is yours. A page never goes over one of kiln's "
-        "own files.",
-    )
-    parser.add_argument(
-        "module",
-        nargs="?",
-        help="the build module (not loaded; accepted for symmetry, and never written over)",
-    )
-    parser.add_argument(
-        "--output-dir",
-        type=directory_path,
-        default=Path("kiln-out"),
-        help="the build's output directory (default: ./kiln-out)",
-    )
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="where to write the page (default: OUTPUT_DIR/report.html; with --build N, "
-        "OUTPUT_DIR/report-N.html)",
-    )
-    parser.add_argument(
-        "--build",
-        type=build_number,
-        default=0,
-        metavar="N",
-        help=f"the build N builds before the last (kiln keeps the last {KEPT_BUILDS}; "
-        "default 0: the last)",
-    )
-    parser.add_argument(
-        "--list", action="store_true", help="list the kept builds on stdout; write no page"
-    )
-    parser.add_argument("--json", action="store_true", help="with --list: one JSON document")
-    return parser
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
-    ns = project_config.parse(make_parser(), argv, os.getcwd())
+    ns = project_config.parse(report_parser(), argv, os.getcwd())
     if ns.json and not ns.list:
         raise UsageError("kiln report: --json goes with --list (the page is HTML)")
     if ns.list:
@@ -105,19 +58,6 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     which = "the last build" if not ns.build else f"build {ns.build} before the last"
     print(f"kiln: report of {which} in {ns.output_dir} written to {target}", file=err)
     return 0
-
-
-def build_number(text: str) -> int:
-    """A ``--build`` value: how many builds before the last, 0 for the last."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 0 <= value < KEPT_BUILDS:
-        raise argparse.ArgumentTypeError(
-            f"kiln keeps the last {KEPT_BUILDS} builds: give 0 (the last) to {KEPT_BUILDS - 1}"
-        )
-    return value
 
 
 def _list(output_dir: Path, out: IO[str], as_json: bool = False) -> int:

@@ -150,10 +150,13 @@ def _analyse(
 
 
 def _check_produced(declared: list[BuildEntrypoint]) -> None:
-    """An entrypoint hands out only files that an action produces (or source
-    files): kiln would otherwise print the path of a file it never built."""
+    """An entrypoint hands out only files that an action produces, source files, or
+    files already in the output directory: kiln would otherwise print the path of
+    a file it never built."""
     for bep in declared[:1]:  # the entrypoint called; the others are nested in it
-        missing = unproduced_outputs(bep)
+        # A file placed by hand in the output directory is an input iree.build's
+        # builders hand out as it is (``kiln.output_dir.prefilled``).
+        missing = [f for f in unproduced_outputs(bep) if not os.path.lexists(f.fs_str)]
         if missing:
             f = missing[0]
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""

@@ -1,6 +1,6 @@
 """What an entrypoint declared but does not lead to: the actions its return value
 does not reach (they would never run), and the outputs it hands out that nothing
-produces (kiln would print a path it never built).
+produces (kiln would print the path of a file it never built).
 
 A build runs what the requested entrypoints return and what that needs, as
 iree.build does; these checks make the rest visible instead of silently skipped.
@@ -38,13 +38,12 @@ def unreturned_actions(
 
 
 def unproduced_outputs(entrypoint: BuildEntrypoint) -> list[BuildFile]:
-    """The files in the output directory that ``entrypoint`` returns or that an
-    action it reaches reads, though no action produces them."""
+    """The files in the output directory that ``entrypoint`` returns though no
+    action produces them (a file placed there by hand, which a builder written for
+    iree.build may hand out, is the caller's to tell apart: this reads no file)."""
     found = [
-        n
-        for n in reachable([entrypoint])
-        if isinstance(n, BuildFile)
-        and n.source is None
-        and not any(isinstance(d, BuildAction) for d in n.deps)
+        f
+        for f in entrypoint.outputs
+        if f.source is None and not any(isinstance(d, BuildAction) for d in f.deps)
     ]
     return sorted(found, key=lambda f: f.path)

@@ -1,0 +1,122 @@
+"""The parsers of the commands that take no build module (``kiln clean``, ``report``,
+``cache``): here, apart from the commands, so that whatever needs every option of
+kiln's (``[tool.kiln]``'s keys, shell completion) reads them without importing
+the commands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kiln.cli.cache_options import directory_path, size_option
+from kiln.cli.options import KilnArgumentParser
+from kiln.trace import KEPT_BUILDS
+
+
+def clean_parser() -> KilnArgumentParser:
+    parser = KilnArgumentParser(
+        prog="kiln clean",
+        description="Remove what kiln wrote in the output directory (the outputs its state "
+        "records, the manifest, its state); files kiln did not write stay.",
+    )
+    parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
+    parser.add_argument(
+        "--output-dir",
+        type=directory_path,
+        default=Path("kiln-out"),
+        help="the output directory to clean (default: ./kiln-out)",
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="fail at once, instead of waiting, while a build holds the output directory",
+    )
+    return parser
+
+
+def report_parser() -> KilnArgumentParser:
+    parser = KilnArgumentParser(
+        prog="kiln report",
+        description="Write an HTML page of the last build, or of one of the builds before "
+        "it that the output directory keeps; needs no build module. Prints the page's path "
+        "on stdout. A page written inside the output directory is kiln's (kiln clean "
+        "removes it); one written elsewhere is yours. A page never goes over one of kiln's "
+        "own files.",
+    )
+    parser.add_argument(
+        "module",
+        nargs="?",
+        help="the build module (not loaded; accepted for symmetry, and never written over)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=directory_path,
+        default=Path("kiln-out"),
+        help="the build's output directory (default: ./kiln-out)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="where to write the page (default: OUTPUT_DIR/report.html; with --build N, "
+        "OUTPUT_DIR/report-N.html)",
+    )
+    parser.add_argument(
+        "--build",
+        type=build_number,
+        default=0,
+        metavar="N",
+        help=f"the build N builds before the last (kiln keeps the last {KEPT_BUILDS}; "
+        "default 0: the last)",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the kept builds on stdout; write no page"
+    )
+    parser.add_argument("--json", action="store_true", help="with --list: one JSON document")
+    return parser
+
+
+def build_number(text: str) -> int:
+    """A ``--build`` value: how many builds before the last, 0 for the last."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < KEPT_BUILDS:
+        raise argparse.ArgumentTypeError(
+            f"kiln keeps the last {KEPT_BUILDS} builds: give 0 (the last) to {KEPT_BUILDS - 1}"
+        )
+    return value
+
+
+def cache_parser() -> KilnArgumentParser:
+    parser = KilnArgumentParser(
+        prog="kiln cache", description="the local cache ('kiln cache' alone: its stats)"
+    )
+    sub = parser.add_subparsers(dest="action", metavar="stats|gc|clear")
+    sub.required = False  # 'kiln cache' alone: stats
+    for name, text in (
+        ("stats", "entries, size, hits and misses of the last builds"),
+        ("gc", "evict least-recently-used results down to the size bound"),
+        ("clear", "remove everything kiln keeps in the cache"),
+    ):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument(
+            "--cache-dir",
+            type=directory_path,
+            default=None,
+            help="the cache (default: $KILN_CACHE_DIR, else ~/.cache/kiln)",
+        )
+        if name == "stats":
+            p.add_argument("--json", action="store_true", help="print one JSON document")
+        if name == "gc":
+            p.add_argument(
+                "--max-size",
+                type=size_option,
+                default=None,
+                metavar="SIZE",
+                help="default: $KILN_CACHE_MAX_SIZE, else 10G",
+            )
+    return parser
