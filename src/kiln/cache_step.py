@@ -1,8 +1,10 @@
 """What the scheduler asks of the shared cache for one action: may it use the
 cache at all, restore its outputs (a hit), save them after a run, and whether a
 dry run would be served. This is the one place that decides what is shared:
-nothing without a key, nothing found not reproducible, and what an action says
-is not reproducible (a benchmark times its machine) never beyond this machine.
+nothing without a key, nothing found not reproducible, nothing that reached files
+its key does not cover while it ran (``Decision.run_deps``, ``kiln.run_deps``),
+and what an action says is not reproducible (a benchmark times its machine) never
+beyond this machine.
 
 The scheduler reaches the cache only through ``CacheStep``, on its worker threads
 and its own: an exception of any kind in a cache step (a bug, a library raising
@@ -27,8 +29,9 @@ class CacheStep:
 
     Invariant: an action goes to or comes from the cache only when ``applies`` says
     so: a cache is set, the action, its parameters and its outputs are cacheable
-    (``kiln.cache.cacheable``), and its key is not among those found not
-    reproducible (``avoid``); to or from the remote cache only when ``shared``
+    (``kiln.cache.cacheable``), its key is not among those found not
+    reproducible (``avoid``), and it has no run-time dependencies (its last
+    record's, before it runs; this run's, after); to or from the remote cache only when ``shared``
     says so too. With ``defer``, saves wait in ``deferred`` until ``flush``.
     """
 
@@ -50,6 +53,7 @@ class CacheStep:
             self.cache is not None
             and cacheable(action, decision.params, self._plan.outputs[action])
             and decision.key not in self._avoid
+            and not decision.run_deps
         )
 
     @staticmethod

@@ -29,6 +29,7 @@ from kiln.errors import (
 from kiln.iree_shim import active as iree_build_shim_active
 from kiln.process.template import Template, modules_for
 from kiln.process.worker import CHUNK, PAYLOAD, REPLY, Frames, send_framed
+from kiln.reached import Reached
 
 _GONE_WAIT_S = 5.0  # for the template to report a killed worker gone
 
@@ -68,8 +69,9 @@ class ProcessPool:
         *,
         cwd: str | None = None,
         started: Callable[[Callable[[], None]], object] | None = None,
-    ) -> None:
-        """Run ``thunk`` in a worker; raise what it raised, or why the worker died.
+    ) -> Reached:
+        """Run ``thunk`` in a worker; what it reached while it ran (``kiln.reached``);
+        raise what it raised, or why the worker died.
         ``cwd``: the worker's directory instead of the pool's. ``started`` is given a
         function that kills this worker with its group (and no other worker)."""
         import cloudpickle
@@ -94,6 +96,7 @@ class ProcessPool:
         if reply[0] != "ok":
             _, type_name, message, tb, blob = reply
             raise _rebuild_exception(type_name, message, tb, blob)
+        return Reached.from_data(reply[1] if len(reply) > 1 else None)
 
     def _start_worker(self, modules: tuple[str, ...]) -> tuple[Template, int, socket.socket]:
         """A new worker from the template, starting (or restarting) the template."""

@@ -9,7 +9,8 @@ every subprocess it started, and the kernel kills it when the template dies
 thunk)`` from its socket (``shim``: whether ``iree.build`` imports resolve to kiln,
 as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk (what it prints
 escaped: ``kiln.process.worker_output``), answers with a
-pickled tuple, ``("ok",)`` or
+pickled tuple, ``("ok", reached)`` (what the thunk reached while it ran, as
+``kiln.reached.Reached.as_data`` gives it) or
 ``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
 exits: nothing an action does to its process reaches another action.
 
@@ -31,6 +32,7 @@ from collections.abc import Callable
 
 from kiln.process.byvalue import install as import_unpickled_build_modules
 from kiln.process.worker_output import escaped_output
+from kiln.reached import recording
 
 CHUNK = 32 * 1024
 PAYLOAD, REPLY = b"P", b"R"  # kiln -> worker, worker -> kiln
@@ -117,6 +119,9 @@ def run_one(sock: socket.socket) -> None:
         try:
             sys_path, cwd, shim, payload = pickle.loads(data)
             sys.path[:] = sys_path  # kiln's, so that the thunk's modules import as there
+            # Nothing into the user's tree; and no bytecode cache of a module that a
+            # same-second edit of the same size leaves stale for the next run.
+            sys.dont_write_bytecode = True
             if cwd is not None:
                 os.chdir(cwd)
             if shim:
@@ -126,8 +131,12 @@ def run_one(sock: socket.socket) -> None:
             import cloudpickle
 
             import_unpickled_build_modules()
-            cloudpickle.loads(payload)()
-            reply: tuple[object, ...] = ("ok",)
+            thunk = cloudpickle.loads(payload)
+            # After unpickling: the modules that imported are those the thunk's code
+            # names, keyed already (``kiln.codekey``).
+            with recording() as reached:
+                thunk()
+            reply: tuple[object, ...] = ("ok", reached.as_data())
         except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
             reply = ("err", type(e).__name__, str(e), traceback.format_exc(), _exception_blob(e))
     send_framed(sock, REPLY, pickle.dumps(reply))

@@ -20,6 +20,8 @@ from kiln.incremental import Decision
 from kiln.limits import TinyActions
 from kiln.process.commands import CommandRunner
 from kiln.process.pool import ProcessPool
+from kiln.reached import ModuleWatch, Reached
+from kiln.run_deps import RunDeps
 from kiln.scheduling.action_outputs import ActionOutputs
 from kiln.scheduling.command_lanes import CommandLanes
 from kiln.scheduling.shared import CANCELLED, Shared
@@ -47,7 +49,13 @@ class Dispatcher:
     over and back (10,000 small outputs of the 10k graph: 12.5 s of CPU for 9.7 s
     of wall, slower than building them). An action whose lookups are tiny, or
     that runs in-line, is looked up in-line for what its entry holds; it goes to
-    a worker on a miss (unless it runs in-line) or when serving it copies blobs."""
+    a worker on a miss (unless it runs in-line) or when serving it copies blobs.
+
+    What a run reached (``kiln.reached``) becomes its decision's ``run_deps``
+    (``kiln.run_deps``): a worker process's, exactly what its action imported
+    and opened; in kiln's own process, where ``sys.modules`` is shared by every
+    thread, every module imported since the build started (``_imports``), counted
+    for each in-process action that finishes after it was imported."""
 
     def __init__(
         self,
@@ -57,8 +65,11 @@ class Dispatcher:
         digests: dict[BuildFile, str | None],
         environment: Callable[[], tuple[dict[str, str], str]],
         commands: Callable[[], CommandRunner] | None,
+        run_deps: RunDeps,
     ) -> None:
         self.shared = shared
+        self._run_deps = run_deps
+        self._imports = ModuleWatch()
         self.jobs = jobs
         self.remote = remote
         self.tiny = TinyActions()
@@ -181,7 +192,7 @@ class Dispatcher:
         spent: tuple[float, float] | None = None  # ... up to its outputs' hashes
         try:
             read: dict[BuildFile, ReadOutput] = {}
-            produced = self._run(action, read)
+            produced = self._run(action, decision, read)
             spent = (time.thread_time() - cpu, time.perf_counter() - wall)
             shared.cache.save(action, decision, produced, read)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
@@ -197,27 +208,36 @@ class Dispatcher:
             self.tiny.observe(action, *spent, inline)
         shared.done.put((action, decision, error, produced))
 
-    def _run(self, action: BuildAction, read: dict[BuildFile, ReadOutput]) -> Produced:
-        """Run ``action`` where it runs; what it wrote (what hashing it read: ``read``)."""
+    def _run(
+        self, action: BuildAction, decision: Decision, read: dict[BuildFile, ReadOutput]
+    ) -> Produced:
+        """Run ``action`` where it runs; what it wrote (what hashing it read: ``read``).
+        What it reached while it ran goes to ``decision.run_deps``."""
+        started = time.time_ns()
         if self.remote is not None and self.remote.takes(action):
-            return self._run_remote(action)
+            produced, reached = self._run_remote(action)
+            decision.run_deps = self._run_deps.entries(reached, started)
+            return produced
         if action.concurrency is ActionConcurrency.PROCESS:
             thunk = action._remotable_thunk()
-            self.process_pool().run(thunk, action.desc, action.timeout)
-        elif action.timeout is not None and not action.enforces_own_timeout:
-            run_with_deadline(action._invoke, action.desc, action.timeout)
+            reached = self.process_pool().run(thunk, action.desc, action.timeout)
         else:
-            action._invoke()
+            if action.timeout is not None and not action.enforces_own_timeout:
+                run_with_deadline(action._invoke, action.desc, action.timeout)
+            else:
+                action._invoke()
+            reached = Reached(self._imports.loaded())
+        decision.run_deps = self._run_deps.entries(reached, started)
         return ActionOutputs.hash(action, self.shared.plan.outputs[action], read)
 
-    def _run_remote(self, action: BuildAction) -> Produced:
+    def _run_remote(self, action: BuildAction) -> tuple[Produced, Reached]:
         assert self.remote is not None
         plan = self.shared.plan
         inputs = {f: self._digests[f] or "" for f in plan.inputs[action]}
-        produced, worker = self.remote.run(action, inputs, plan.outputs[action])
+        produced, worker, reached = self.remote.run(action, inputs, plan.outputs[action])
         self.shared.runs[action].worker = worker  # in the build's record, never on the node
         self.shared.events.set_lane(action, f"dask {worker}")
-        return produced
+        return produced, reached
 
     def _serve_from_cache(self, action: BuildAction, decision: Decision) -> bool:
         """On a cache hit, materialize the outputs and report the action done."""

@@ -1,0 +1,195 @@
+"""What a run of an action's code reached that was not known before it ran: the
+modules it imported and, while a model factory runs (``watching_opens``), the
+files it opened for reading. Plain data, collected where the code runs (a worker
+process, or kiln's own); ``kiln.run_deps`` keeps the project's among them with
+the action's record and checks them on the next build, as Ninja's depfiles
+record the headers a compile read.
+
+- Modules: the entries of ``sys.modules`` that appeared while the code ran
+  (``ModuleWatch``), each with its file. In a worker process, which runs one
+  action, that is exactly what the action imported. In kiln's own process
+  ``sys.modules`` is shared by every thread: the dispatcher attributes every
+  module imported since the build started to every in-process action that
+  finishes after the import (``kiln.scheduling.dispatch``), which may count a
+  module for an action that never used it, never the other way round.
+- Files: the audit hook sees every ``open()`` and ``os.open()`` of the thread
+  that entered ``watching_opens`` (a ``ContextVar``: a thread the factory starts
+  is not seen), for reading (``r`` or ``r+``), of a path that names a file:
+  not a descriptor, not ``/proc``, ``/sys`` or ``/dev``, not the run's scratch
+  directory, not module code (``.py``, ``.pyc``, extensions: counted as
+  modules), not the files the factory was given (keyed already).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.machinery
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+_PSEUDO = ("/proc/", "/sys/", "/dev/")
+_CODE_SUFFIXES = (*importlib.machinery.all_suffixes(), ".pyc")
+
+
+@dataclass
+class Reached:
+    """Modules imported (``(name, file)``) and files opened (absolute paths) by one
+    run; neither filtered to the project's yet (``kiln.run_deps`` does that)."""
+
+    modules: list[tuple[str, str]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def as_data(self) -> tuple[list[tuple[str, str]], list[str]]:
+        """Plain lists, as a worker's reply carries them."""
+        return self.modules, self.files
+
+    @classmethod
+    def from_data(cls, data: Any) -> Reached:
+        """What ``as_data`` gave, checked (a worker's reply is data, not trusted)."""
+        try:
+            modules, files = data
+            found = cls(
+                [(str(n), str(f)) for n, f in modules if type(n) is str and type(f) is str],
+                [f for f in files if type(f) is str],
+            )
+        except (TypeError, ValueError):
+            return cls()
+        return found
+
+
+class ModuleWatch:
+    """The modules imported since it was made.
+
+    Invariant: ``loaded`` lists every module in ``sys.modules`` now that was not
+    there when the watch was made and has a file; it rescans ``sys.modules`` only
+    when its size or last entry changed since the last scan (a build of many
+    in-process actions that import nothing pays nothing per action)."""
+
+    def __init__(self) -> None:
+        self._before = frozenset(sys.modules)
+        self._seen: tuple[int, str | None] = (len(self._before), _last_name())
+        self._found: list[tuple[str, str]] = []
+        self._lock = threading.Lock()  # in-process actions finish on several threads
+
+    def loaded(self) -> list[tuple[str, str]]:
+        with self._lock:
+            now = (len(sys.modules), _last_name())
+            if now != self._seen:
+                modules = dict(sys.modules)  # one atomic copy: other threads import too
+                self._found = [
+                    (name, path)
+                    for name, module in modules.items()
+                    if name not in self._before and (path := _file_of(module)) is not None
+                ]
+                self._seen = now
+            return list(self._found)
+
+
+def _last_name() -> str | None:
+    return next(reversed(sys.modules), None)
+
+
+def _file_of(module: Any) -> str | None:
+    """A module's file, read from its namespace (a lazy module's ``__getattr__``
+    would import it)."""
+    namespace = getattr(module, "__dict__", None)
+    path = namespace.get("__file__") if isinstance(namespace, dict) else None
+    return os.path.abspath(path) if isinstance(path, str) else None
+
+
+class _Opens:
+    """The files opened for reading while a factory runs (see the module docstring)."""
+
+    def __init__(self, exclude: Iterable[str]) -> None:
+        self.exclude = frozenset(os.path.abspath(p) for p in exclude)
+        self.scratch = os.path.join(os.path.realpath(tempfile.gettempdir()), "")
+        self.files: list[str] = []
+
+    def saw(self, args: tuple[Any, ...]) -> None:
+        path, _, flags = args
+        if isinstance(path, int) or (
+            isinstance(flags, int) and flags & os.O_ACCMODE == os.O_WRONLY
+        ):
+            return  # a descriptor, or opened for writing only
+        if not isinstance(path, str | bytes):
+            return
+        path = os.path.abspath(os.fsdecode(path))
+        if (
+            path.startswith(_PSEUDO)
+            or path.endswith(_CODE_SUFFIXES)
+            or path in self.exclude
+            or os.path.realpath(path).startswith(self.scratch)
+            or path in self.files
+        ):
+            return
+        self.files.append(path)
+
+
+# The files opened by the factory running in this context; the run's collector.
+_OPENS: ContextVar[_Opens | None] = ContextVar("kiln_reached_opens", default=None)
+_RUN: ContextVar[Reached | None] = ContextVar("kiln_reached_run", default=None)
+
+
+def _on_audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "open":
+        return
+    opens = _OPENS.get()
+    if opens is not None:
+        with contextlib.suppress(Exception):  # an audit hook must never fail an open
+            opens.saw(args)
+
+
+@functools.cache
+def _audit_hook_installed() -> bool:
+    """Install the hook, once per process (it cannot be removed: only the worker
+    processes that run a factory ever install it)."""
+    sys.addaudithook(_on_audit)
+    return True
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Reached]:
+    """Collect what the code run in the block reaches: the modules it imports and
+    the files that ``watching_opens`` sees (a worker runs its thunk in this)."""
+    found = Reached()
+    watch = ModuleWatch()
+    token = _RUN.set(found)
+    try:
+        yield found
+    finally:
+        _RUN.reset(token)
+        found.modules = watch.loaded()
+
+
+class UndeclaredFile(Exception):
+    """A factory read a file outside a run that records them: the message names it."""
+
+
+@contextlib.contextmanager
+def watching_opens(given: Iterable[str], what: str) -> Iterator[None]:
+    """The files opened for reading in the block (but ``given``, keyed already) are
+    dependencies of the run being recorded; outside a recorded run (nothing
+    could check them on the next build) the first one is an ``UndeclaredFile``
+    naming it and ``what`` read it."""
+    _audit_hook_installed()
+    opens = _Opens(given)
+    token = _OPENS.set(opens)
+    try:
+        yield
+    finally:
+        _OPENS.reset(token)
+    run = _RUN.get()
+    if run is not None:
+        run.files.extend(f for f in opens.files if f not in run.files)
+    elif opens.files:
+        raise UndeclaredFile(
+            f"{what} read {opens.files[0]}, which it was not given: declare it "
+            "(weights=[...] for a torch_export model) so that kiln keys its content"
+        )
