@@ -15,9 +15,10 @@ record the headers a compile read.
 - Files: the audit hook sees every ``open()`` and ``os.open()`` of the thread
   that entered ``watching_opens`` (a ``ContextVar``: a thread the factory starts
   is not seen), for reading (``r`` or ``r+``), of a path that names a file:
-  not a descriptor, not ``/proc``, ``/sys`` or ``/dev``, not the run's scratch
-  directory, not module code (``.py``, ``.pyc``, extensions: counted as
-  modules), not the files the factory was given (keyed already).
+  not a descriptor, not ``/proc``, ``/sys`` or ``/dev``, not module code
+  (``.py``, ``.pyc``, extensions: counted as modules), not the files the factory
+  was given (keyed already), and, in a recorded run, not under the worker's own
+  ``HOME`` and ``TMPDIR`` (kiln's scratch directory: ``kiln.action_env``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import functools
 import importlib.machinery
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
@@ -107,9 +107,9 @@ def _file_of(module: Any) -> str | None:
 class _Opens:
     """The files opened for reading while a factory runs (see the module docstring)."""
 
-    def __init__(self, exclude: Iterable[str]) -> None:
+    def __init__(self, exclude: Iterable[str], scratch: tuple[str, ...]) -> None:
         self.exclude = frozenset(os.path.abspath(p) for p in exclude)
-        self.scratch = os.path.join(os.path.realpath(tempfile.gettempdir()), "")
+        self.scratch = scratch
         self.files: list[str] = []
 
     def saw(self, args: tuple[Any, ...]) -> None:
@@ -125,7 +125,7 @@ class _Opens:
             path.startswith(_PSEUDO)
             or path.endswith(_CODE_SUFFIXES)
             or path in self.exclude
-            or os.path.realpath(path).startswith(self.scratch)
+            or (self.scratch and os.path.realpath(path).startswith(self.scratch))
             or path in self.files
         ):
             return
@@ -168,6 +168,12 @@ def recording() -> Iterator[Reached]:
         found.modules = watch.loaded()
 
 
+def _scratch_dirs() -> tuple[str, ...]:
+    """The directories of a worker's own (its ``HOME`` and ``TMPDIR``: kiln's)."""
+    found = (os.environ.get(name) for name in ("HOME", "TMPDIR"))
+    return tuple(os.path.join(os.path.realpath(d), "") for d in found if d)
+
+
 class UndeclaredFile(Exception):
     """A factory read a file outside a run that records them: the message names it."""
 
@@ -179,13 +185,13 @@ def watching_opens(given: Iterable[str], what: str) -> Iterator[None]:
     could check them on the next build) the first one is an ``UndeclaredFile``
     naming it and ``what`` read it."""
     _audit_hook_installed()
-    opens = _Opens(given)
+    run = _RUN.get()
+    opens = _Opens(given, _scratch_dirs() if run is not None else ())
     token = _OPENS.set(opens)
     try:
         yield
     finally:
         _OPENS.reset(token)
-    run = _RUN.get()
     if run is not None:
         run.files.extend(f for f in opens.files if f not in run.files)
     elif opens.files:
