@@ -151,6 +151,30 @@ def test_a_module_imported_at_run_time_is_checked_on_the_next_build(
     assert _ran(tmp_path) == []
 
 
+@pytest.mark.parametrize("concurrency", ["PROCESS", "THREAD"])
+def test_a_failure_from_a_module_imported_at_run_time_is_retried_once_it_is_fixed(
+    tmp_path: Path, kiln: Callable[..., Any], concurrency: str
+) -> None:
+    """A failure is remembered with its key (not run again while nothing changed),
+    and with what the failed run imported: fixing that module runs it again."""
+    (tmp_path / "rt_helper.py").write_text("VALUE = int('broken')\n")
+    _write_build(tmp_path, [("by_import_module", concurrency)])
+    result = kiln("build", "build.py")
+    assert result.returncode == 1 and "broken" in result.stderr, result.stderr
+    result = kiln("build", "build.py")
+    assert result.returncode == 1
+    assert _ran(tmp_path) == [f"ep/by_import_module-{concurrency}.txt"]  # remembered
+    _edit(tmp_path / "rt_helper.py", "VALUE = 7\n")
+    explained = kiln("explain", "build.py")
+    assert "it failed in an earlier build; since then rt_helper.py" in explained.stdout, (
+        explained.stdout
+    )
+    _build(kiln)
+    assert _ran(tmp_path) == [f"ep/by_import_module-{concurrency}.txt"]
+    out = tmp_path / f"kiln-out/genfiles/ep/by_import_module-{concurrency}.txt"
+    assert out.read_text() == "7"
+
+
 def test_a_result_that_imported_a_module_at_run_time_is_not_shared(
     tmp_path: Path, kiln: Callable[..., Any]
 ) -> None:

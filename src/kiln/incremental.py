@@ -184,7 +184,10 @@ class UpToDateChecker:
         failure = failures.get(decision.action_id)
         if failure is None or decision.params is None:
             return decision
-        if failure.key == decision.key:
+        stale = self.run_deps.stale(failure.as_record().run_deps())
+        if failure.key == decision.key and stale is not None:
+            decision.reason = f"it failed in an earlier build; since then {stale}"
+        elif failure.key == decision.key:
             decision.reason = "it failed with this same key in an earlier build"
             decision.failed_before = failure
         else:

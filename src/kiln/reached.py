@@ -46,6 +46,16 @@ class Reached:
     modules: list[tuple[str, str]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
 
+    def note_failure(self, error: BaseException) -> None:
+        """Add the files of the code that ``error`` (and what it was raised from)
+        went through: a module whose import failed is no longer in ``sys.modules``,
+        and the fix of any of them may mend the failure."""
+        seen = {path for _, path in self.modules}
+        for path in _traceback_files(error):
+            if path not in seen:
+                seen.add(path)
+                self.modules.append(("", path))
+
     def as_data(self) -> tuple[list[tuple[str, str]], list[str]]:
         """Plain lists, as a worker's reply carries them."""
         return self.modules, self.files
@@ -62,6 +72,24 @@ class Reached:
         except (TypeError, ValueError):
             return cls()
         return found
+
+
+def _traceback_files(error: BaseException, most: int = 16) -> list[str]:
+    """The source files of the frames of ``error``'s traceback and of those it was
+    raised from or while handling (``most`` exceptions at most)."""
+    found: list[str] = []
+    chain: list[BaseException] = []
+    e: BaseException | None = error
+    while e is not None and e not in chain and len(chain) < most:
+        chain.append(e)
+        tb = e.__traceback__
+        while tb is not None:
+            path = tb.tb_frame.f_code.co_filename
+            if not path.startswith("<"):
+                found.append(os.path.abspath(path))
+            tb = tb.tb_next
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    return found
 
 
 class ModuleWatch:
@@ -155,17 +183,22 @@ def _audit_hook_installed() -> bool:
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[Reached]:
-    """Collect what the code run in the block reaches: the modules it imports and
-    the files that ``watching_opens`` sees (a worker runs its thunk in this)."""
-    found = Reached()
+def recording(found: Reached) -> Iterator[None]:
+    """Collect into ``found`` what the code run in the block reaches, also when it
+    raises: the modules it imports and the files that ``watching_opens`` sees (a
+    worker runs its thunk in this)."""
     watch = ModuleWatch()
     token = _RUN.set(found)
     try:
-        yield found
+        yield
+    except BaseException as e:
+        found.modules = watch.loaded()
+        found.note_failure(e)
+        raise
+    else:
+        found.modules = watch.loaded()
     finally:
         _RUN.reset(token)
-        found.modules = watch.loaded()
 
 
 def _scratch_dirs() -> tuple[str, ...]:

@@ -69,9 +69,11 @@ class ProcessPool:
         *,
         cwd: str | None = None,
         started: Callable[[Callable[[], None]], object] | None = None,
+        reached: Reached | None = None,
     ) -> Reached:
-        """Run ``thunk`` in a worker; what it reached while it ran (``kiln.reached``);
-        raise what it raised, or why the worker died.
+        """Run ``thunk`` in a worker; what it reached while it ran (``kiln.reached``),
+        also put into ``reached`` (so that a failure's is known too); raise what
+        it raised, or why the worker died.
         ``cwd``: the worker's directory instead of the pool's. ``started`` is given a
         function that kills this worker with its group (and no other worker)."""
         import cloudpickle
@@ -93,10 +95,13 @@ class ProcessPool:
             reply = _Awaited(template, ident, sock).result(desc, deadline, timeout)
         finally:
             sock.close()
+        found = Reached.from_data(reply[-1])
+        if reached is not None:
+            reached.modules, reached.files = found.modules, found.files
         if reply[0] != "ok":
-            _, type_name, message, tb, blob = reply
+            _, type_name, message, tb, blob = reply[:5]
             raise _rebuild_exception(type_name, message, tb, blob)
-        return Reached.from_data(reply[1] if len(reply) > 1 else None)
+        return found
 
     def _start_worker(self, modules: tuple[str, ...]) -> tuple[Template, int, socket.socket]:
         """A new worker from the template, starting (or restarting) the template."""

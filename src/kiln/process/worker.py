@@ -11,7 +11,7 @@ as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk (what it prints
 escaped: ``kiln.process.worker_output``), answers with a
 pickled tuple, ``("ok", reached)`` (what the thunk reached while it ran, as
 ``kiln.reached.Reached.as_data`` gives it) or
-``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
+``("err", type_name, message, traceback_text, pickled_exception_or_None, reached)``, and
 exits: nothing an action does to its process reaches another action.
 
 Framing: the sockets are ``SOCK_SEQPACKET`` (each send is one whole message), and
@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from kiln.process.byvalue import install as import_unpickled_build_modules
 from kiln.process.worker_output import escaped_output
-from kiln.reached import recording
+from kiln.reached import Reached, recording
 
 CHUNK = 32 * 1024
 PAYLOAD, REPLY = b"P", b"R"  # kiln -> worker, worker -> kiln
@@ -115,6 +115,7 @@ def run_one(sock: socket.socket) -> None:
         return
     # What the action prints is escaped, and all of it out (the worker ends with
     # os._exit) before the reply.
+    reached = Reached()
     with escaped_output():
         try:
             sys_path, cwd, shim, payload = pickle.loads(data)
@@ -134,11 +135,12 @@ def run_one(sock: socket.socket) -> None:
             thunk = cloudpickle.loads(payload)
             # After unpickling: the modules that imported are those the thunk's code
             # names, keyed already (``kiln.codekey``).
-            with recording() as reached:
+            with recording(reached):
                 thunk()
             reply: tuple[object, ...] = ("ok", reached.as_data())
         except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
-            reply = ("err", type(e).__name__, str(e), traceback.format_exc(), _exception_blob(e))
+            tb, blob = traceback.format_exc(), _exception_blob(e)
+            reply = ("err", type(e).__name__, str(e), tb, blob, reached.as_data())
     send_framed(sock, REPLY, pickle.dumps(reply))
 
 

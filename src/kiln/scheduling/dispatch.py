@@ -212,22 +212,34 @@ class Dispatcher:
         self, action: BuildAction, decision: Decision, read: dict[BuildFile, ReadOutput]
     ) -> Produced:
         """Run ``action`` where it runs; what it wrote (what hashing it read: ``read``).
-        What it reached while it ran goes to ``decision.run_deps``."""
+        What it reached while it ran goes to ``decision.run_deps``, also when it
+        failed (a remembered failure is checked against them too)."""
         started = time.time_ns()
-        if self.remote is not None and self.remote.takes(action):
-            produced, reached = self._run_remote(action)
-            decision.run_deps = self._run_deps.entries(reached, started)
-            return produced
-        if action.concurrency is ActionConcurrency.PROCESS:
-            thunk = action._remotable_thunk()
-            reached = self.process_pool().run(thunk, action.desc, action.timeout)
-        else:
-            if action.timeout is not None and not action.enforces_own_timeout:
-                run_with_deadline(action._invoke, action.desc, action.timeout)
+        reached = Reached()
+        in_process = False
+        try:
+            if self.remote is not None and self.remote.takes(action):
+                produced, reached = self._run_remote(action)
+                return produced
+            if action.concurrency is ActionConcurrency.PROCESS:
+                thunk = action._remotable_thunk()
+                self.process_pool().run(thunk, action.desc, action.timeout, reached=reached)
             else:
-                action._invoke()
-            reached = Reached(self._imports.loaded())
-        decision.run_deps = self._run_deps.entries(reached, started)
+                in_process = True
+                if action.timeout is not None and not action.enforces_own_timeout:
+                    run_with_deadline(action._invoke, action.desc, action.timeout)
+                else:
+                    action._invoke()
+        except BaseException as e:
+            if in_process:
+                reached.modules = self._imports.loaded()
+                reached.note_failure(e)
+            raise
+        else:
+            if in_process:
+                reached.modules = self._imports.loaded()
+        finally:
+            decision.run_deps = self._run_deps.entries(reached, started)
         return ActionOutputs.hash(action, self.shared.plan.outputs[action], read)
 
     def _run_remote(self, action: BuildAction) -> tuple[Produced, Reached]:
