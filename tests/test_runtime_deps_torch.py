@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_torch_export import NET, _build, _kind, _save_checkpoint, _sha
+from test_torch_export import NET, _build, _events, _kind, _save_checkpoint, _sha
 
 pytestmark = pytest.mark.slow
 
@@ -107,3 +107,36 @@ def test_a_factory_outside_a_recorded_run_fails_naming_the_file(tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"refused: the model factory hidden read {tmp_path / 'ckpt.pt'}" in proc.stdout
     assert "weights=[...]" in proc.stdout
+
+
+def test_a_spec_factorys_own_package_is_keyed_not_recorded(
+    kiln: Any, write_module: Any, tmp_path: Path
+) -> None:
+    """A ``"package.module:factory"`` spec's module, digested into the key, is not a
+    run-time dependency: its export is still shared through the cache. A project
+    module the factory imports at run time besides is recorded."""
+    (tmp_path / "mynets.py").write_text(NET)
+    write_module(
+        """
+@entrypoint
+def net():
+    return torch_export(name="net.mlir", model="mynets:make_net", args=[((2, 16), "float32")])
+"""
+    )
+    events = tmp_path / "events.jsonl"
+    result = kiln("build", "build.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = kiln("build", "build.py", "--output-dir", "other", "--events", str(events))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _kind(_events(events), "Exporting PyTorch") == ["cached"]
+
+    (tmp_path / "mynets.py").write_text(NET.replace("import torch\n", "import torch, widths\n"))
+    (tmp_path / "widths.py").write_text("HIDDEN = 32\n")
+    result = kiln("build", "build.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (tmp_path / "widths.py").write_text("HIDDEN = 32  # the same\n")
+    explained = kiln("explain", "build.py")
+    assert "widths.py, which it imported while it ran, changed" in explained.stdout, (
+        explained.stdout
+    )
+    assert "mynets.py" not in explained.stdout

@@ -29,7 +29,7 @@ import importlib.machinery
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,11 +96,13 @@ class ModuleWatch:
     """The modules imported since it was made.
 
     Invariant: ``loaded`` lists every module in ``sys.modules`` now that was not
-    there when the watch was made and has a file; it rescans ``sys.modules`` only
-    when its size or last entry changed since the last scan (a build of many
-    in-process actions that import nothing pays nothing per action)."""
+    there when the watch was made, has a file and is one ``keep(name, file)``
+    keeps (all, without ``keep``); it rescans ``sys.modules`` only when its size
+    or last entry changed since the last scan (a build of many in-process
+    actions that import nothing pays nothing per action)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Callable[[str, str], bool] | None = None) -> None:
+        self._keep = keep or (lambda name, path: True)
         self._before = frozenset(sys.modules)
         self._seen: tuple[int, str | None] = (len(self._before), _last_name())
         self._found: list[tuple[str, str]] = []
@@ -111,10 +113,13 @@ class ModuleWatch:
             now = (len(sys.modules), _last_name())
             if now != self._seen:
                 modules = dict(sys.modules)  # one atomic copy: other threads import too
+                keep = self._keep
                 self._found = [
                     (name, path)
                     for name, module in modules.items()
-                    if name not in self._before and (path := _file_of(module)) is not None
+                    if name not in self._before
+                    and (path := _file_of(module)) is not None
+                    and keep(name, path)
                 ]
                 self._seen = now
             return list(self._found)

@@ -6,7 +6,10 @@ What a run reached (``kiln.reached``: modules imported, files a model factory
 opened) counts when it is the project's: a file that is neither kiln's nor
 Python's nor an installed package's (``kiln.codekey.is_user_file``; those are
 keyed by their versions), and not a build module loaded by path (keyed by its
-code). Each is recorded among the record's inputs (``kiln.state``) under a key of
+code), and not a ``.py`` file that the action's key digests already (an action's
+``keyed_sources``: files, or folders whose ``.py`` files it digests, as
+``torch_export`` does for a ``"package.module:factory"`` spec of the user's). Each
+is recorded among the record's inputs (``kiln.state``) under a key of
 its own, ``!imported:<absolute path>`` for a module's file (its source, or the
 compiled extension's bytes), ``!opened:<absolute path>`` for a file read, with
 the SHA-256 of the file as it was after the run; a file changed since the action
@@ -57,17 +60,27 @@ class RunDeps:
         self._library = library_dirs()
         self._now: dict[str, str] = {}
 
-    def entries(self, reached: Reached, started_ns: int) -> dict[str, str]:
+    def entries(
+        self, reached: Reached, started_ns: int, keyed: tuple[str, ...] = ()
+    ) -> dict[str, str]:
         """The record entries for what a run that started at ``started_ns`` (the
-        wall clock's) reached: the project's files, each by its digest now."""
+        wall clock's) reached: the project's files, each by its digest now, but the
+        ``.py`` files of ``keyed`` (files and folders the key digests)."""
         found: dict[str, str] = {}
+        folders = tuple(os.path.join(k, "") for k in keyed)
         for name, path in reached.modules:
-            if not is_build_module_name(name) and is_user_file(path, self._library):
+            if path.endswith(".py") and (path in keyed or path.startswith(folders)):
+                continue
+            if self.is_project_module(name, path):
                 found[IMPORTED + path] = self._after(path, started_ns)
         for path in reached.files:
             if is_user_file(path, self._library):
                 found[OPENED + path] = self._after(path, started_ns)
         return found
+
+    def is_project_module(self, name: str, path: str) -> bool:
+        """Whether the module ``name`` from the file ``path`` counts (see above)."""
+        return not is_build_module_name(name) and is_user_file(path, self._library)
 
     def stale(self, recorded: Mapping[str, str]) -> str | None:
         """Why the run-time dependencies ``recorded`` no longer hold (the first that

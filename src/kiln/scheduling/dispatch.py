@@ -69,7 +69,7 @@ class Dispatcher:
     ) -> None:
         self.shared = shared
         self._run_deps = run_deps
-        self._imports = ModuleWatch()
+        self._imports = ModuleWatch(run_deps.is_project_module)
         self.jobs = jobs
         self.remote = remote
         self.tiny = TinyActions()
@@ -239,7 +239,8 @@ class Dispatcher:
             if in_process:
                 reached.modules = self._imports.loaded()
         finally:
-            decision.run_deps = self._run_deps.entries(reached, started)
+            keyed = getattr(action, "keyed_sources", ())  # ``kiln.run_deps``
+            decision.run_deps = self._run_deps.entries(reached, started, keyed)
         return ActionOutputs.hash(action, self.shared.plan.outputs[action], read)
 
     def _run_remote(self, action: BuildAction) -> tuple[Produced, Reached]:
