@@ -34,6 +34,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.errors import ToolError
+
 _PSEUDO = ("/proc/", "/sys/", "/dev/")
 _CODE_SUFFIXES = (*importlib.machinery.all_suffixes(), ".pyc")
 
@@ -212,16 +214,12 @@ def _scratch_dirs() -> tuple[str, ...]:
     return tuple(os.path.join(os.path.realpath(d), "") for d in found if d)
 
 
-class UndeclaredFile(Exception):
-    """A factory read a file outside a run that records them: the message names it."""
-
-
 @contextlib.contextmanager
 def watching_opens(given: Iterable[str], what: str) -> Iterator[None]:
     """The files opened for reading in the block (but ``given``, keyed already) are
     dependencies of the run being recorded; outside a recorded run (nothing
-    could check them on the next build) the first one is an ``UndeclaredFile``
-    naming it and ``what`` read it."""
+    could check them on the next build) the first one is a
+    ``ToolError`` naming it and ``what`` read it."""
     _audit_hook_installed()
     run = _RUN.get()
     opens = _Opens(given, _scratch_dirs() if run is not None else ())
@@ -233,7 +231,7 @@ def watching_opens(given: Iterable[str], what: str) -> Iterator[None]:
     if run is not None:
         run.files.extend(f for f in opens.files if f not in run.files)
     elif opens.files:
-        raise UndeclaredFile(
+        raise ToolError(
             f"{what} read {opens.files[0]}, which it was not given: declare it "
             "(weights=[...] for a torch_export model) so that kiln keys its content"
         )

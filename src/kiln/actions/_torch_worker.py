@@ -30,7 +30,7 @@ from kiln.errors import ToolError
 from kiln.output_dir.ownership import read_regular
 from kiln.output_dir.writing import atomic_output, atomic_write
 from kiln.process.template import template_modules
-from kiln.reached import UndeclaredFile, watching_opens
+from kiln.reached import watching_opens
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,8 +80,8 @@ def make_model(factory: Callable[..., Any] | str, weight_files: Sequence[str]) -
     try:
         with watching_opens(weight_files, f"the model factory {_name(factory)}"), torch.no_grad():
             model = make(*weight_files)
-    except UndeclaredFile as e:
-        raise ToolError(str(e)) from None
+    except ToolError:
+        raise  # it read a file it was not given (``watching_opens``)
     except Exception as e:
         raise ToolError(f"the model factory {_name(factory)} failed: {short_diagnostic(e)}") from e
     if not isinstance(model, torch.nn.Module):
