@@ -216,7 +216,6 @@ class Dispatcher:
         failed (a remembered failure is checked against them too)."""
         started = time.time_ns()
         reached = Reached()
-        in_process = False
         try:
             if self.remote is not None and self.remote.takes(action):
                 produced, reached = self._run_remote(action)
@@ -225,23 +224,25 @@ class Dispatcher:
                 thunk = action._remotable_thunk()
                 self.process_pool().run(thunk, action.desc, action.timeout, reached=reached)
             else:
-                in_process = True
-                if action.timeout is not None and not action.enforces_own_timeout:
-                    run_with_deadline(action._invoke, action.desc, action.timeout)
-                else:
-                    action._invoke()
-        except BaseException as e:
-            if in_process:
-                reached.modules = self._imports.loaded()
-                reached.note_failure(e)
-            raise
-        else:
-            if in_process:
-                reached.modules = self._imports.loaded()
+                self._invoke(action, reached)
         finally:
             keyed = getattr(action, "keyed_sources", ())  # ``kiln.run_deps``
             decision.run_deps = self._run_deps.entries(reached, started, keyed)
         return ActionOutputs.hash(action, self.shared.plan.outputs[action], read)
+
+    def _invoke(self, action: BuildAction, reached: Reached) -> None:
+        """Run an in-process action; the modules imported since the build started
+        (and, when it fails, the files its traceback went through) go to ``reached``."""
+        try:
+            if action.timeout is not None and not action.enforces_own_timeout:
+                run_with_deadline(action._invoke, action.desc, action.timeout)
+            else:
+                action._invoke()
+        except BaseException as e:
+            reached.modules = self._imports.loaded()
+            reached.note_failure(e)
+            raise
+        reached.modules = self._imports.loaded()
 
     def _run_remote(self, action: BuildAction) -> tuple[Produced, Reached]:
         assert self.remote is not None
