@@ -1,11 +1,12 @@
 """What the scheduler asks of the shared cache for one action: may it use the
 cache at all, restore its outputs (a hit), save them after a run, and whether a
 dry run would be served. This is the one place that decides what is shared:
-nothing without a key, nothing found not reproducible, and what an action says
-is not reproducible (a benchmark times its machine) never beyond this machine.
-After ``--check-reproducible`` it settles what the check found (``settle``):
-what was not reproduced is withdrawn from every cache the build can write to,
-what was reproduced goes in (replacing a withdrawal).
+nothing without a key, nothing found not reproducible, nothing that reached files
+its key does not cover while it ran (``Decision.run_deps``, ``kiln.run_deps``),
+and what an action says is not reproducible (a benchmark times its machine) never
+beyond this machine. After ``--check-reproducible`` it settles what the check
+found (``settle``): what was not reproduced is withdrawn from every cache the
+build can write to, what was reproduced goes in (replacing a withdrawal).
 
 The scheduler reaches the cache only through ``CacheStep``, on its worker threads
 and its own: an exception of any kind in a cache step (a bug, a library raising
@@ -31,11 +32,12 @@ class CacheStep:
 
     Invariant: an action goes to or comes from the cache only when ``applies`` says
     so: a cache is set, the action, its parameters and its outputs are cacheable
-    (``kiln.cache.cacheable``), and its key is not among those found not
-    reproducible (``avoid``); to or from the remote cache only when ``shared``
-    says so too. With ``defer`` (a check follows the build), every cacheable
-    action's save waits in ``deferred`` until ``settle``, which stores only what
-    the check reproduced.
+    (``kiln.cache.cacheable``), its key is not among those found not
+    reproducible (``avoid``), and it has no run-time dependencies (its last
+    record's, before it runs; this run's, after); to or from the remote cache only
+    when ``shared`` says so too. With ``defer`` (a check follows the build), every
+    cacheable action's save waits in ``deferred`` until ``settle``, which stores
+    only what the check reproduced.
     """
 
     def __init__(
@@ -54,7 +56,11 @@ class CacheStep:
         self._never_cached: set[BuildAction] = set()
 
     def applies(self, action: BuildAction, decision: Decision) -> bool:
-        return self._cacheable(action, decision) and decision.key not in self._avoid
+        return (
+            self._cacheable(action, decision)
+            and decision.key not in self._avoid
+            and not decision.run_deps
+        )
 
     def _cacheable(self, action: BuildAction, decision: Decision) -> bool:
         return self.cache is not None and cacheable(
@@ -114,10 +120,10 @@ class CacheStep:
         """Put what ``action`` produced into the cache; ``read``: what hashing its
         outputs read of them (``BuildCache.save``)."""
         if self._defer:
-            if self._cacheable(action, decision):
-                self.deferred.append((action, decision, produced))
-            else:
+            if not self._cacheable(action, decision):
                 self._never_cached.add(action)
+            elif not decision.run_deps:  # one that reached more: withdrawn, never stored
+                self.deferred.append((action, decision, produced))
         elif self.applies(action, decision):
             self._store(action, decision.key, produced, read)
 

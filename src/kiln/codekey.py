@@ -18,6 +18,9 @@ function or editing a comment elsewhere changes nothing.
   exactly the actions whose code reaches it, however deep.
 - An installed package's module, function or class: its name and the version of
   the distribution that installed it (the standard library's: Python's version).
+- A compiled extension module of the user's (a ``.so`` beside their code), its
+  functions and its classes: also the SHA-256 of the extension's file, since
+  its code has no bytecode to digest: rebuilding it reruns what reaches it.
 - A user class: the functions (``__init__`` and every other method, static and
   class methods, properties) and the data attributes it defines itself. The
   global data that ``__init__`` reads is left out: ``__init__`` runs when the
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.machinery
 import os
 import sys
 import sysconfig
@@ -38,12 +42,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kiln.canonical import canonical, dumps, qualname
-from kiln.errors import Unkeyable
+from kiln.digests import hash_file
+from kiln.errors import NotRegularFile, Unkeyable
 from kiln.graph import BuildFile
 from kiln.modnames import stable_module_name
 
 _KILN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PY = f"python {sys.version_info[0]}.{sys.version_info[1]}"
+_EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
 @functools.cache
@@ -122,6 +128,7 @@ class CodeDigests:
         self._busy: set[tuple[int, object]] = set()
         self._cuts = 0  # reference cycles cut so far
         self._walk: dict[tuple[int, object], tuple[object, str]] = {}  # cut: this walk only
+        self._extensions: dict[str, str] = {}  # a compiled extension's path -> its digest
 
     def is_user(self, obj: Any) -> bool:
         code = getattr(obj, "__code__", None)
@@ -168,7 +175,7 @@ class CodeDigests:
             return f"partial {self.of_value(value.func, strict)} {dumps([args, kwargs])}"
         if isinstance(value, types.BuiltinFunctionType | types.BuiltinMethodType):
             module = getattr(value, "__module__", None) or ""
-            version = package_version(module) if module else ""
+            version = self.extension_bytes(module) or (package_version(module) if module else "")
             return f"builtin {module}.{value.__qualname__} {version}"
         if callable(value) and hasattr(value, "__dict__") and self.is_user(type(value)):
             return self._cached((value, "instance"), lambda: self._instance(value, strict))
@@ -199,8 +206,25 @@ class CodeDigests:
             (module, (names, data_globals)), lambda: self._module(module, names, data_globals)
         )
 
+    def extension_bytes(self, module: str) -> str | None:
+        """The digest of the file of ``module`` when it is a user's compiled extension
+        module (hashed once per build), else None."""
+        filename = getattr(sys.modules.get(module), "__file__", None)
+        if not isinstance(filename, str) or not filename.endswith(_EXTENSIONS):
+            return None
+        path = os.path.abspath(filename)
+        if not is_user_file(path, self._library):
+            return None
+        found = self._extensions.get(path)
+        if found is None:
+            found = self._extensions[path] = f"extension {_file_digest(path)}"
+        return found
+
     def _module(self, module: types.ModuleType, names: frozenset[str], data_globals: bool) -> str:
         h = hashlib.sha256(f"{_PY} module {stable_module_name(module.__name__)}".encode())
+        compiled = self.extension_bytes(module.__name__)
+        if compiled is not None:
+            h.update(compiled.encode())
         scope = vars(module)
         for name in sorted(names.intersection(scope)):
             value = scope[name]
@@ -246,6 +270,9 @@ class CodeDigests:
 
     def _class(self, cls: type, skip: frozenset[str]) -> str:
         h = hashlib.sha256(f"{_PY} class {qualname(cls)}".encode())
+        compiled = self.extension_bytes(cls.__module__)
+        if compiled is not None:  # a class the extension defines
+            h.update(compiled.encode())
         for name, attr in sorted(vars(cls).items()):
             if isinstance(attr, staticmethod | classmethod):
                 attr = attr.__func__
@@ -296,6 +323,15 @@ class CodeDigests:
 
     def _code(self, code: types.CodeType) -> str:
         return self._cached(code, lambda: _code_digest(code))
+
+
+def _file_digest(path: str) -> str:
+    """The SHA-256 of the file ``path``, or why there is none (then it matches no
+    digest made when the file is back)."""
+    try:
+        return hash_file(path)
+    except (OSError, NotRegularFile) as e:
+        return f"<unreadable: {type(e).__name__}>"
 
 
 def _version_of(value: Any) -> str:

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.action_env import describe_change
@@ -35,6 +35,7 @@ from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
 from kiln.output_dir.writing import file_kind
 from kiln.plan import Plan
+from kiln.run_deps import RunDeps, is_run_dep
 from kiln.state import ActionRecord, DigestStore, FailureRecord
 from kiln.tree_digest import tree_digest
 
@@ -55,6 +56,7 @@ class Decision:
     inputs: dict[str, str]
     reason: str | None
     failed_before: FailureRecord | None = None
+    run_deps: dict[str, str] = field(default_factory=dict)
 
     @property
     def up_to_date(self) -> bool:
@@ -95,6 +97,7 @@ class UpToDateChecker:
             keys = KeyMaker()
             keys.all(plan.actions)
         self.keys = keys
+        self.run_deps = RunDeps(store.digest)
         self.digests: dict[BuildFile, str | None] = {}
         # Inputs whose digest does not cover what an action may read through them.
         self.unkeyable_inputs: dict[BuildFile, str] = {}
@@ -173,7 +176,12 @@ class UpToDateChecker:
             reason = "its record in the build state is damaged"
         if record is None and params is not None:  # a record of a success wins
             return self._after_failure(Decision(aid, key, params, inputs, reason))
-        return Decision(aid, key, params, inputs, reason)
+        decision = Decision(aid, key, params, inputs, reason)
+        if record is not None:
+            decision.run_deps = record.run_deps()
+            if reason is None and decision.run_deps:
+                decision.reason = self.run_deps.stale(decision.run_deps)
+        return decision
 
     def _after_failure(self, decision: Decision) -> Decision:
         """``decision`` for an action without a record: with its remembered failure
@@ -190,6 +198,10 @@ class UpToDateChecker:
                 "it failed with this same key in an earlier build, and that failure was not "
                 f"remembered: {failure.why}"
             )
+        elif failure.key == decision.key and (
+            stale := self.run_deps.stale(failure.as_record().run_deps())
+        ):
+            decision.reason = f"it failed in an earlier build; since then {stale}"
         elif failure.key == decision.key:
             decision.reason = "it failed with this same key in an earlier build"
             decision.failed_before = failure
@@ -254,6 +266,8 @@ def _why_key_changed(record: ActionRecord, params: dict[str, Any], inputs: dict[
         {k: v for k, v in params.items() if k not in mine},
     )
     for name in sorted(set(record.inputs) | set(inputs)):
+        if is_run_dep(name):
+            continue  # checked when the key holds (``kiln.run_deps``)
         if name not in record.inputs:
             changes.append(f"input {_file_name(name)} was added")
         elif name not in inputs:

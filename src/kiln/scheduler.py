@@ -109,6 +109,7 @@ class Scheduler:
             self.checker.digests,
             environment or (lambda: (dict(os.environ), os.getcwd(), os.getcwd())),
             commands,
+            self.checker.run_deps,
         )
         self.recorder = Recorder(store, self.checker.digests)
         self._pools = ResourcePools(options.pools)

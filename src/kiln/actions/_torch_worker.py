@@ -8,6 +8,11 @@ random generators seeded with 0, the factory called with the declared weight fil
 paths, the module put in eval mode. Each call checks that the weights it got are
 those the build keyed (``check_weights``): a factory that gives other weights on
 every call (unseeded, or reading a file it was not given) fails, and says so.
+The files a factory opens for reading that it was not given (a checkpoint at a
+path of its own) are recorded with the action's result and checked on the next
+build (``kiln.reached.watching_opens``, ``kiln.run_deps``): a new checkpoint there
+reruns the weights' digest, and so the export; where nothing records them (a
+factory called outside kiln's worker), the call fails naming the file.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from kiln.errors import ToolError
 from kiln.output_dir.ownership import read_regular
 from kiln.output_dir.writing import atomic_output, atomic_write
 from kiln.process.template import template_modules
+from kiln.reached import watching_opens
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,8 +78,10 @@ def make_model(factory: Callable[..., Any] | str, weight_files: Sequence[str]) -
     torch.manual_seed(0)
     make = resolve_factory(factory)
     try:
-        with torch.no_grad():
+        with watching_opens(weight_files, f"the model factory {_name(factory)}"), torch.no_grad():
             model = make(*weight_files)
+    except ToolError:
+        raise  # it read a file it was not given (``watching_opens``)
     except Exception as e:
         raise ToolError(f"the model factory {_name(factory)} failed: {short_diagnostic(e)}") from e
     if not isinstance(model, torch.nn.Module):

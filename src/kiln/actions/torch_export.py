@@ -121,6 +121,21 @@ def factory_key(factory: Factory) -> Any:
         ) from None
 
 
+def factory_sources(factory: Factory) -> tuple[str, ...]:
+    """The user's files and folders whose ``.py`` files ``factory_key`` digests: the
+    worker imports them at run time, and they need no recording as run-time
+    dependencies (``kiln.run_deps``): a spec's module, or its package's folders."""
+    if callable(factory):
+        return ()
+    spec = _code_spec(factory.split(":", 1)[0])
+    if spec is None or spec.origin is None:
+        return ()
+    if not is_user_file(os.path.abspath(spec.origin), library_dirs()):
+        return ()
+    roots = spec.submodule_search_locations or [spec.origin]
+    return tuple(os.path.abspath(r) for r in roots)
+
+
 def _package_digest(roots: Sequence[str]) -> str:
     """The digest of the ``.py`` files below ``roots``: each one's path relative to its
     root and the digest of its content."""
@@ -201,7 +216,8 @@ class _TorchAction(BuildAction):
     and the installed versions; each runs in a worker, in the machine pool."""
 
     pool = _devices.MACHINE_POOL
-    key_exclude = ("factory",)  # keyed through ``factory_key``
+    # Keyed through ``factory_key``; ``keyed_sources`` names where (``kiln.run_deps``).
+    key_exclude = ("factory", "keyed_sources")
     # Whose versions the key holds (``versions``): a Dask worker must have the same.
     keyed_tools = ("torch", "torchvision", "iree-turbine")
 
@@ -216,6 +232,7 @@ class _TorchAction(BuildAction):
         super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
         self.factory = factory
         self.factory_key = factory_key  # factory_key(factory), made once per torch_export
+        self.keyed_sources = factory_sources(factory)
         self.weight_files = weight_files
         self.versions = torch_versions()
         self.deps.update(weight_files)

@@ -32,6 +32,7 @@ from kiln.iree_shim import active as iree_build_shim_active
 from kiln.modnames import hidden_build_modules
 from kiln.process.template import Template, modules_for
 from kiln.process.worker import CHUNK, PAYLOAD, REPLY, Frames, send_framed
+from kiln.reached import Reached
 from kiln.sandbox import runs_in_output_dir
 
 _GONE_WAIT_S = 5.0  # for the template to report a killed worker gone
@@ -76,8 +77,11 @@ class ProcessPool:
         *,
         cwd: str | None = None,
         started: Callable[[Callable[[], None]], object] | None = None,
-    ) -> None:
-        """Run ``thunk`` in a worker; raise what it raised, or why the worker died.
+        reached: Reached | None = None,
+    ) -> Reached:
+        """Run ``thunk`` in a worker; what it reached while it ran (``kiln.reached``),
+        also put into ``reached`` (so that a failure's is known too); raise what
+        it raised, or why the worker died.
         ``cwd``: the worker's directory instead of the pool's. ``started`` is given a
         function that kills this worker with its group (and no other worker)."""
         import cloudpickle
@@ -100,20 +104,29 @@ class ProcessPool:
             reply = _Awaited(template, ident, sock).result(desc, deadline, timeout)
         finally:
             sock.close()
+        found = Reached.from_data(reply[-1])
+        if reached is not None:
+            reached.modules, reached.files = found.modules, found.files
         if reply[0] != "ok":
-            _, type_name, message, tb, blob = reply
+            _, type_name, message, tb, blob = reply[:5]
             raise _rebuild_exception(type_name, message, tb, blob)
+        return found
 
     def run_action(
         self,
         action: BuildAction,
         started: Callable[[Callable[[], None]], object] | None = None,
-    ) -> None:
+        reached: Reached | None = None,
+    ) -> Reached:
         """Run the PROCESS ``action``'s thunk in a worker, in the output directory or
         in the directory the build runs from, as ``kiln.sandbox.runs_in_output_dir``
-        says: the one place that decides where an action's worker runs."""
+        says: the one place that decides where an action's worker runs. What it
+        reached, as ``run``."""
         cwd = None if runs_in_output_dir(action) else self._start_dir
-        self.run(action._remotable_thunk(), action.desc, action.timeout, cwd=cwd, started=started)
+        thunk = action._remotable_thunk()
+        return self.run(
+            thunk, action.desc, action.timeout, cwd=cwd, started=started, reached=reached
+        )
 
     def _start_worker(self, modules: tuple[str, ...]) -> tuple[Template, int, socket.socket]:
         """A new worker from the template, starting (or restarting) the template."""

@@ -8,10 +8,11 @@ every subprocess it started, and the kernel kills it when the template dies
 (``PR_SET_PDEATHSIG``). It reads one pickled ``((sys.path, hidden), cwd, shim,
 cloudpickled thunk)`` from its socket (``hidden``: the build modules whose file
 names import nothing, ``kiln.modnames``; ``shim``: whether ``iree.build`` imports
-resolve to kiln, as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk (what it prints
-escaped: ``kiln.process.worker_output``), answers with a
-pickled tuple, ``("ok",)`` or
-``("err", type_name, message, traceback_text, pickled_exception_or_None)``, and
+resolve to kiln, as in the kiln that sent it: ``kiln.iree_shim``), runs the thunk
+(what it prints escaped: ``kiln.process.worker_output``), answers with a
+pickled tuple, ``("ok", reached)`` (what the thunk reached while it ran, as
+``kiln.reached.Reached.as_data`` gives it) or
+``("err", type_name, message, traceback_text, pickled_exception_or_None, reached)``, and
 exits: nothing an action does to its process reaches another action.
 
 Framing: the sockets are ``SOCK_SEQPACKET`` (each send is one whole message), and
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from kiln.modnames import hide_build_modules
 from kiln.process.byvalue import install as import_unpickled_build_modules
 from kiln.process.worker_output import escaped_output
+from kiln.reached import Reached, recording
 
 CHUNK = 32 * 1024
 PAYLOAD, REPLY = b"P", b"R"  # kiln -> worker, worker -> kiln
@@ -115,12 +117,16 @@ def run_one(sock: socket.socket) -> None:
         return
     # What the action prints is escaped, and all of it out (the worker ends with
     # os._exit) before the reply.
+    reached = Reached()
     with escaped_output():
         try:
             (sys_path, hidden), cwd, shim, payload = pickle.loads(data)
             # kiln's, so that the thunk's modules import as there
             hide_build_modules(hidden)
             sys.path[:] = sys_path
+            # Nothing into the user's tree; and no bytecode cache of a module that a
+            # same-second edit of the same size leaves stale for the next run.
+            sys.dont_write_bytecode = True
             if cwd is not None:
                 os.chdir(cwd)
             if shim:
@@ -130,10 +136,15 @@ def run_one(sock: socket.socket) -> None:
             import cloudpickle
 
             import_unpickled_build_modules()
-            cloudpickle.loads(payload)()
-            reply: tuple[object, ...] = ("ok",)
+            thunk = cloudpickle.loads(payload)
+            # After unpickling: the modules that imported are those the thunk's code
+            # names, keyed already (``kiln.codekey``).
+            with recording(reached):
+                thunk()
+            reply: tuple[object, ...] = ("ok", reached.as_data())
         except BaseException as e:  # noqa: BLE001 - every failure goes back to kiln
-            reply = ("err", type(e).__name__, str(e), traceback.format_exc(), _exception_blob(e))
+            tb, blob = traceback.format_exc(), _exception_blob(e)
+            reply = ("err", type(e).__name__, str(e), tb, blob, reached.as_data())
     send_framed(sock, REPLY, pickle.dumps(reply))
 
 

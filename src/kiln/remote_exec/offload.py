@@ -13,6 +13,7 @@ from pathlib import Path
 from kiln.cache import BuildCache
 from kiln.errors import ClusterFailure
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
+from kiln.reached import Reached
 from kiln.remote_exec.dask_executor import DaskExecutor
 from kiln.remote_exec.task import RemoteResult
 from kiln.sandbox import remotable, sandbox_paths
@@ -57,8 +58,9 @@ class ClusterOffload:
 
     def run(
         self, action: BuildAction, inputs: dict[BuildFile, str], outputs: list[BuildFile]
-    ) -> tuple[Produced, str]:
-        """Run ``action`` remotely; its outputs, materialized, and the worker."""
+    ) -> tuple[Produced, str, Reached]:
+        """Run ``action`` remotely; its outputs, materialized, the worker, and what
+        it reached while it ran (``kiln.reached``)."""
         result = self.executor.run(action, inputs, outputs, self._upload)
         paths = sandbox_paths(action, list(inputs), outputs)
         digests = {f: result.outputs[paths[f]] for f in outputs}
@@ -69,7 +71,7 @@ class ClusterOffload:
                 f"'{action.desc}' ran on Dask worker {result.worker}, but its "
                 "outputs cannot be fetched from the remote cache"
             )
-        return produced, result.worker
+        return produced, result.worker, Reached.from_data(result.reached)
 
     def _keep_inline(
         self, result: RemoteResult, digests: dict[BuildFile, str], paths: dict[BuildFile, str]

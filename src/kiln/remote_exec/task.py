@@ -84,7 +84,9 @@ class RemoteResult:
     """What came back: who ran it, where, and the outputs' digests or the error;
     ``inline`` holds the bytes of the small outputs (also in the remote CAS);
     ``versions`` the worker's versions of what the task's key holds (None from a
-    kiln that does not say: kiln refuses its result)."""
+    kiln that does not say: kiln refuses its result); ``reached`` what a thunk
+    reached while it ran (``kiln.reached.Reached.as_data``: paths of the worker's
+    machine, which kiln checks on its own)."""
 
     worker: str
     sandbox: str
@@ -93,6 +95,7 @@ class RemoteResult:
     error: str | None = None
     seconds: float = 0.0
     versions: Versions | None = None
+    reached: Any = None
 
 
 def inside(root: Path, rel: str) -> Path:
@@ -180,7 +183,8 @@ def _run_checked(task: RemoteTask, worker: Any) -> RemoteResult:
         _fetch_inputs(task, sandbox, LocalCache(root / "cache"), remote)
         for rel in task.outputs:
             inside(sandbox, rel).parent.mkdir(parents=True, exist_ok=True)
-        error = _run(task, sandbox, _cancel_check(worker))
+        reached: list[Any] = []
+        error = _run(task, sandbox, _cancel_check(worker), reached)
         if error is not None:
             return RemoteResult(worker.address, str(sandbox), error=error)
         try:
@@ -192,7 +196,13 @@ def _run_checked(task: RemoteTask, worker: Any) -> RemoteResult:
             raise SandboxFailure(
                 f"cannot store the outputs of '{task.desc}' in the remote cache: {why}"
             )
-        return RemoteResult(worker.address, str(sandbox), outputs=outputs, inline=inline)
+        return RemoteResult(
+            worker.address,
+            str(sandbox),
+            outputs=outputs,
+            inline=inline,
+            reached=reached[0] if reached else None,
+        )
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
 
@@ -214,10 +224,13 @@ def _fetch_inputs(task: RemoteTask, sandbox: Path, cas: LocalCache, remote: Remo
             )
 
 
-def _run(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
-    """Run the command or thunk in ``sandbox``; the failure's text, or None."""
+def _run(
+    task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool], reached: list[Any]
+) -> str | None:
+    """Run the command or thunk in ``sandbox``; the failure's text, or None. What a
+    thunk reached while it ran goes to ``reached``."""
     if task.command is None:
-        return _run_thunk(task, sandbox, cancelled)
+        return _run_thunk(task, sandbox, cancelled, reached)
     log = sandbox / ".kiln-action.log"
     argv = list(task.command)
     scratch = sandbox / ".kiln" / "tmp"
@@ -279,18 +292,24 @@ def _wait(
             os.close(fd)
 
 
-def _run_thunk(task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool]) -> str | None:
+def _run_thunk(
+    task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool], reached: list[Any]
+) -> str | None:
     """Run the thunk in a worker process forked from this Dask worker's template,
     with the sandbox as its working directory; kill it when the task is cancelled."""
     from distributed import get_worker
 
     with iree_build_shim(task.iree_build_shim):
         pool = _state(get_worker()).pool(sandbox.parent, task.env)
-        return _run_thunk_here(task, sandbox, cancelled, pool)
+        return _run_thunk_here(task, sandbox, cancelled, pool, reached)
 
 
 def _run_thunk_here(
-    task: RemoteTask, sandbox: Path, cancelled: Callable[[], bool], pool: ProcessPool
+    task: RemoteTask,
+    sandbox: Path,
+    cancelled: Callable[[], bool],
+    pool: ProcessPool,
+    reached: list[Any],
 ) -> str | None:
     import cloudpickle
 
@@ -300,13 +319,14 @@ def _run_thunk_here(
 
     def body() -> None:
         try:
-            pool.run(
+            found = pool.run(
                 thunk,
                 task.desc,
                 task.timeout,
                 cwd=str(sandbox),
                 started=kill.append,
             )
+            reached.append(found.as_data())
         except BaseException as e:  # noqa: BLE001 - the action's failure, reported
             failure.append(e)
 

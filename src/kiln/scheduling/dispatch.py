@@ -20,6 +20,8 @@ from kiln.incremental import Decision
 from kiln.limits import TinyActions
 from kiln.process.commands import CommandRunner
 from kiln.process.pool import ProcessPool
+from kiln.reached import ModuleWatch, Reached
+from kiln.run_deps import RunDeps
 from kiln.scheduling.action_outputs import ActionOutputs
 from kiln.scheduling.command_lanes import CommandLanes
 from kiln.scheduling.shared import CANCELLED, Shared
@@ -47,7 +49,13 @@ class Dispatcher:
     over and back (10,000 small outputs of the 10k graph: 12.5 s of CPU for 9.7 s
     of wall, slower than building them). An action whose lookups are tiny, or
     that runs in-line, is looked up in-line for what its entry holds; it goes to
-    a worker on a miss (unless it runs in-line) or when serving it copies blobs."""
+    a worker on a miss (unless it runs in-line) or when serving it copies blobs.
+
+    What a run reached (``kiln.reached``) becomes its decision's ``run_deps``
+    (``kiln.run_deps``): a worker process's, exactly what its action imported
+    and opened; in kiln's own process, where ``sys.modules`` is shared by every
+    thread, every module imported since the build started (``_imports``), counted
+    for each in-process action that finishes after it was imported."""
 
     def __init__(
         self,
@@ -57,8 +65,11 @@ class Dispatcher:
         digests: dict[BuildFile, str | None],
         environment: Callable[[], tuple[dict[str, str], str, str]],
         commands: Callable[[], CommandRunner] | None,
+        run_deps: RunDeps,
     ) -> None:
         self.shared = shared
+        self._run_deps = run_deps
+        self._imports = ModuleWatch(run_deps.is_project_module)
         self.jobs = jobs
         self.remote = remote
         self.tiny = TinyActions()
@@ -182,7 +193,7 @@ class Dispatcher:
         spent: tuple[float, float] | None = None  # ... up to its outputs' hashes
         try:
             read: dict[BuildFile, ReadOutput] = {}
-            produced = self._run(action, read)
+            produced = self._run(action, decision, read)
             spent = (time.thread_time() - cpu, time.perf_counter() - wall)
             shared.cache.save(action, decision, produced, read)
         except BaseException as e:  # noqa: BLE001 - the failure belongs to the action
@@ -198,26 +209,49 @@ class Dispatcher:
             self.tiny.observe(action, *spent, inline)
         shared.done.put((action, decision, error, produced))
 
-    def _run(self, action: BuildAction, read: dict[BuildFile, ReadOutput]) -> Produced:
-        """Run ``action`` where it runs; what it wrote (what hashing it read: ``read``)."""
-        if self.remote is not None and self.remote.takes(action):
-            return self._run_remote(action)
-        if action.concurrency is ActionConcurrency.PROCESS:
-            self.process_pool().run_action(action)
-        elif action.timeout is not None and not action.enforces_own_timeout:
-            run_with_deadline(action._invoke, action.desc, action.timeout)
-        else:
-            action._invoke()
+    def _run(
+        self, action: BuildAction, decision: Decision, read: dict[BuildFile, ReadOutput]
+    ) -> Produced:
+        """Run ``action`` where it runs; what it wrote (what hashing it read: ``read``).
+        What it reached while it ran goes to ``decision.run_deps``, also when it
+        failed (a remembered failure is checked against them too)."""
+        started = time.time_ns()
+        reached = Reached()
+        try:
+            if self.remote is not None and self.remote.takes(action):
+                produced, reached = self._run_remote(action)
+                return produced
+            if action.concurrency is ActionConcurrency.PROCESS:
+                self.process_pool().run_action(action, reached=reached)
+            else:
+                self._invoke(action, reached)
+        finally:
+            keyed = getattr(action, "keyed_sources", ())  # ``kiln.run_deps``
+            decision.run_deps = self._run_deps.entries(reached, started, keyed)
         return ActionOutputs.hash(action, self.shared.plan.outputs[action], read)
 
-    def _run_remote(self, action: BuildAction) -> Produced:
+    def _invoke(self, action: BuildAction, reached: Reached) -> None:
+        """Run an in-process action; the modules imported since the build started
+        (and, when it fails, the files its traceback went through) go to ``reached``."""
+        try:
+            if action.timeout is not None and not action.enforces_own_timeout:
+                run_with_deadline(action._invoke, action.desc, action.timeout)
+            else:
+                action._invoke()
+        except BaseException as e:
+            reached.modules = self._imports.loaded()
+            reached.note_failure(e)
+            raise
+        reached.modules = self._imports.loaded()
+
+    def _run_remote(self, action: BuildAction) -> tuple[Produced, Reached]:
         assert self.remote is not None
         plan = self.shared.plan
         inputs = {f: self._digests[f] or "" for f in plan.inputs[action]}
-        produced, worker = self.remote.run(action, inputs, plan.outputs[action])
+        produced, worker, reached = self.remote.run(action, inputs, plan.outputs[action])
         self.shared.runs[action].worker = worker  # in the build's record, never on the node
         self.shared.events.set_lane(action, f"dask {worker}")
-        return produced
+        return produced, reached
 
     def _serve_from_cache(self, action: BuildAction, decision: Decision) -> bool:
         """On a cache hit, materialize the outputs and report the action done."""

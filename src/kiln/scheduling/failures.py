@@ -271,7 +271,7 @@ def failure_record(
     return FailureRecord(
         decision.key,
         json.dumps(decision.params),
-        json.dumps(decision.inputs),
+        json.dumps({**decision.inputs, **decision.run_deps}),  # ``kiln.run_deps``
         short,
         full if full != short else None,
         log,

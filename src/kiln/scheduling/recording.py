@@ -55,7 +55,10 @@ class Recorder:
             self._digests[f] = digest
             outputs[f.key] = digest
         self._due()
-        record = ActionRecord(decision.key, decision.params, decision.inputs, outputs)
+        inputs = decision.inputs
+        if decision.run_deps:  # recorded with its inputs (``kiln.run_deps``)
+            inputs = {**inputs, **decision.run_deps}
+        record = ActionRecord(decision.key, decision.params, inputs, outputs)
         self.unrecorded.append((decision.action_id, record))
         self.unwritten.add(action)
 

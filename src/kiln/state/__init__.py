@@ -20,7 +20,10 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     One row per action that last succeeded. ``id`` names the action by its
     outputs; ``key`` is the digest deciding whether it must run again;
     ``params`` is its parameters as JSON; ``inputs`` and ``outputs`` are JSON
-    objects mapping file keys to SHA-256 digests.
+    objects mapping file keys to SHA-256 digests. ``inputs`` also holds the
+    action's run-time dependencies, under keys that start with ``!``
+    (``!imported:PATH``, ``!opened:PATH``: ``kiln.run_deps``), which no file key
+    does; an older kiln reads them as inputs that are gone, and runs the action.
 ``file_metadata(path TEXT PRIMARY KEY, data TEXT)``
     ``BuildFile.access_metadata`` dictionaries as JSON.
 ``written(path TEXT PRIMARY KEY)``

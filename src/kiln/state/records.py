@@ -76,6 +76,17 @@ class ActionRecord:
     def _fields(self) -> tuple[Any, Any, Any]:
         return (self._field(0), self._field(1), self._field(2))
 
+    def run_deps(self) -> dict[str, str]:
+        """The run-time dependencies among its inputs (keys that start with ``!``:
+        ``kiln.run_deps``). A row not yet decoded that holds no such key (no JSON
+        string in it starts with ``!``) is not decoded."""
+        if self._raw[1]:
+            text = self._values[1]
+            if type(text) is str and '"!' not in text and "\\u0021" not in text:
+                return {}
+        inputs = self._field(1)
+        return {k: v for k, v in inputs.items() if k[:1] == "!" and type(v) is str}
+
     @property
     def params(self) -> dict[str, Any] | None:
         return cast("dict[str, Any] | None", self._field(0))
