@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 VALUE = """
@@ -164,7 +165,7 @@ def test_values_code_can_tell_apart_have_different_keys(
     tmp_path: Path, kiln: Callable[..., Any], before: str, after: str, classes: str, imports: str
 ) -> None:
     if imports:
-        pytest.importorskip("numpy")
+        needs.module("numpy")
     first_classes, _, second_classes = classes.partition("|")
     write_value(tmp_path, before, first_classes, imports)
     r = kiln("build", "build.py")
@@ -258,7 +259,7 @@ def big():
 def big_array() -> Iterator[Any]:
     """A 200 MB array in a module the build module imports (made before the
     measure starts, so that only what keying it takes is measured)."""
-    numpy = pytest.importorskip("numpy")
+    numpy = needs.module("numpy")
     holder = types.ModuleType("big_array_for_kiln")
     holder.ARRAY = numpy.arange(50_000_000, dtype=numpy.float32).reshape(5000, 10000)  # type: ignore[attr-defined]
     sys.modules[holder.__name__] = holder

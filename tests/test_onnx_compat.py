@@ -19,11 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
-np = pytest.importorskip("numpy")
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("iree.compiler")
+np = needs.module("numpy")
+onnx = needs.module("onnx")
+needs.module("iree.compiler")
 
 pytestmark = pytest.mark.in_process
 

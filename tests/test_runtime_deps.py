@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sysconfig
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 ACTIONS = """
@@ -262,11 +262,7 @@ PyMODINIT_FUNC PyInit_rt_ext(void) { return PyModule_Create(&module); }
 def _compile_extension(root: Path, value: int) -> None:
     """Build ``rt_ext`` (``value()`` returns ``value``) with gcc and Python's headers,
     into a new file renamed over the old, as a build tool does."""
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        if os.environ.get("CI"):
-            pytest.fail("no C compiler: CI must have gcc")
-        pytest.skip("needs a C compiler (gcc)")
+    gcc = needs.program("gcc", "cc")
     source = root / "rt_ext.c"
     source.write_text(EXT.replace("VALUE", str(value)))
     target = root / f"rt_ext{sysconfig.get_config_var('EXT_SUFFIX')}"

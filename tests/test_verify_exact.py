@@ -9,11 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
-np = pytest.importorskip("numpy")
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("iree.runtime")
+np = needs.module("numpy")
+onnx = needs.module("onnx")
+needs.module("iree.runtime")
 
 from kiln.actions import _tensors  # noqa: E402
 

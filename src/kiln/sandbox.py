@@ -72,16 +72,21 @@ def remotable(action: BuildAction) -> bool:
     return isinstance(action, RemotableCommand | RemotableThunk | _EarlierRemotableThunk)
 
 
-def runs_in_output_dir(action: BuildAction) -> bool:
+def runs_in_output_dir(action: BuildAction, named_relative: bool = False) -> bool:
     """Whether the PROCESS ``action`` runs in the output directory (a sandbox
     elsewhere) rather than in the directory the build runs from. An action that
     names its files relative to where it runs (``BuildFile.action_path``) needs the
-    output directory: kiln's own, a ``RemotableThunk``, or one that says so
-    (``BuildAction.relative_paths``). Any other is iree.build's kind: its files are
-    absolute (``get_fs_path()``), and a relative path of its own (an export writing
-    ``model.mlir``) means, as under iree.build, where its worker process runs: the
-    directory the build was started in."""
-    return action.relative_paths or isinstance(action, RemotableThunk | _EarlierRemotableThunk)
+    output directory: kiln's own, a ``RemotableThunk``, one that says so
+    (``BuildAction.relative_paths``), or one whose thunk asked for an
+    ``action_path`` while it was made (``named_relative``). Any other is
+    iree.build's kind: its files are absolute (``get_fs_path()``), and a relative
+    path of its own (an export writing ``model.mlir``) means, as under iree.build,
+    where its worker process runs: the directory the build was started in."""
+    return (
+        action.relative_paths
+        or named_relative
+        or isinstance(action, RemotableThunk | _EarlierRemotableThunk)
+    )
 
 
 def sandbox_paths(

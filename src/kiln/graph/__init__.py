@@ -22,6 +22,7 @@ from kiln.graph.context import BuildContext, BuildEntrypoint
 from kiln.graph.host import GraphHost, NodeRegistry, RunRecord, RunServices
 from kiln.graph.nodes import (
     KEYING_ONLY,
+    NAMED_RELATIVE,
     BuildDependency,
     BuildFile,
     as_namespace,
@@ -32,6 +33,7 @@ from kiln.meta import BuildFileMetadata, BuildMeta
 
 __all__ = [
     "KEYING_ONLY",
+    "NAMED_RELATIVE",
     "ActionConcurrency",
     "BuildAction",
     "BuildContext",

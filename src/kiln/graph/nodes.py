@@ -23,6 +23,9 @@ from kiln.meta import BuildFileMetadata, BuildMeta
 
 # True while kiln makes thunks only to key them: paths are computed, nothing is created.
 KEYING_ONLY: ContextVar[bool] = ContextVar("kiln_keying_only", default=False)
+# While kiln makes an action's thunk: the files whose ``action_path`` it asked for
+# (a thunk that names files relative to the output directory must run there).
+NAMED_RELATIVE: ContextVar[list[BuildFile] | None] = ContextVar("kiln_named_relative", default=None)
 
 
 def as_namespace(namespace: Any) -> FileNamespace:
@@ -198,6 +201,9 @@ class BuildFile(BuildDependency):
         where the output directory or the checkout is. An output by its place
         there; a source file through kiln's link to it in ``.kiln/src``, by its path
         relative to the build module's directory (``source_view_path``)."""
+        asked = NAMED_RELATIVE.get()
+        if asked is not None:
+            asked.append(self)
         path = self.__dict__.get("_action_path")
         if path is None:
             if self.source is None:

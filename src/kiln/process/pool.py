@@ -27,7 +27,7 @@ from kiln.errors import (
     WorkerCrashed,
     signal_name,
 )
-from kiln.graph import BuildAction
+from kiln.graph import NAMED_RELATIVE, BuildAction, BuildFile
 from kiln.iree_shim import active as iree_build_shim_active
 from kiln.modnames import hidden_build_modules
 from kiln.process.template import Template, modules_for
@@ -122,8 +122,13 @@ class ProcessPool:
         in the directory the build runs from, as ``kiln.sandbox.runs_in_output_dir``
         says: the one place that decides where an action's worker runs. What it
         reached, as ``run``."""
-        cwd = None if runs_in_output_dir(action) else self._start_dir
-        thunk = action._remotable_thunk()
+        asked: list[BuildFile] = []
+        token = NAMED_RELATIVE.set(asked)
+        try:
+            thunk = action._remotable_thunk()
+        finally:
+            NAMED_RELATIVE.reset(token)
+        cwd = None if runs_in_output_dir(action, bool(asked)) else self._start_dir
         return self.run(
             thunk, action.desc, action.timeout, cwd=cwd, started=started, reached=reached
         )
