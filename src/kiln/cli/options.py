@@ -247,6 +247,12 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             help="run again the actions that failed with the same key in an earlier build "
             "(by default they are not run again, and count as failed (unchanged))",
         )
+        p.add_argument(
+            "--require-devices",
+            action="store_true",
+            help="a check or action whose device (needs=, a module's target) is on no "
+            "machine of the build fails, instead of being skipped (kiln devices)",
+        )
         add_cache_options(p)
     if command == "build":
         add_executor_options(p)
