@@ -41,6 +41,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -206,17 +207,43 @@ def _hip_details() -> list[dict[str, Any]]:
     return [{"arch": a} for a in archs if a.startswith("gfx") and a != "gfx000"]
 
 
-def _iree_devices(driver: str) -> list[dict[str, Any]]:
-    """iree.runtime's enumeration of ``driver``'s devices; none when the driver or
-    its library is missing."""
+# Run in a child process: iree.runtime takes seconds to import and prints
+# reference-leak reports at exit.
+_ENUMERATE = """
+import json, sys
+import iree.runtime as rt
+out = {}
+for name in sys.argv[1:]:
     try:
-        import iree.runtime as rt
+        if name in rt.query_available_drivers():
+            out[name] = list(rt.get_driver(name).query_available_devices())
+    except Exception:
+        pass
+print(json.dumps(out, default=str))
+"""
 
-        if driver not in rt.query_available_drivers():
-            return []
-        return list(rt.get_driver(driver).query_available_devices())
-    except Exception:  # noqa: BLE001 - a missing library is no device
-        return []
+
+@functools.cache
+def _iree_enumeration() -> dict[str, list[dict[str, Any]]]:
+    """iree.runtime's devices of each GPU driver here; none of a driver whose
+    library or device is missing (or without iree-base-runtime)."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _ENUMERATE, *GPU_DRIVERS],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _iree_devices(driver: str) -> list[dict[str, Any]]:
+    devices = _iree_enumeration().get(driver)
+    return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
 
 
 @functools.cache

@@ -39,6 +39,7 @@ COMMAND_HELP = MappingProxyType(
         "clean": "remove the output directory's build products and state",
         "report": "write an HTML report of the last builds (no module needed)",
         "cache": "stats|gc|clear of the shared cache (kiln cache --help)",
+        "devices": "list the devices kiln finds here, or on every worker of --executor",
     }
 )
 COMMANDS = tuple(COMMAND_HELP)
