@@ -93,8 +93,8 @@ def parse_need(text: str) -> tuple[str, str]:
     """``kind[:arch]`` as (kind, arch); BadNeed naming what is wrong."""
     if not isinstance(text, str):
         raise BadNeed(f"a device need is a string like 'cuda:sm_90', got {text!r}")
-    kind, _, arch = text.strip().partition(":")
-    if kind not in KINDS or (arch and _ARCH.match(arch) is None):
+    kind, colon, arch = text.strip().partition(":")
+    if kind not in KINDS or ((arch or colon) and _ARCH.match(arch) is None):
         raise BadNeed(
             f"unknown device need {text!r}: give kind[:arch] with kind one of "
             f"{', '.join(KINDS)} (e.g. 'cuda:sm_90', 'hip:gfx942', 'vulkan', 'cpu')"
@@ -278,7 +278,10 @@ def stand_ins(text: str | None) -> list[Device]:
         if not entry.strip():
             continue
         need, _, model = entry.strip().partition("=")
-        kind, arch = parse_need(need)
+        try:
+            kind, arch = parse_need(need)
+        except BadNeed as e:
+            raise BadNeed(f"{STAND_IN_VAR}={text!r}: {e}") from None
         driver = kind if kind in GPU_DRIVERS else "local-task"
         out.append(Device(kind, arch, model or "stand-in", driver, stand_in=True))
     return out

@@ -161,7 +161,8 @@ def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) ->
     status = data.get("status")
     if status == "skipped":
         skipped = {"passed": None, "status": "skipped", "reason": data.get("reason")}
-        return {**skipped, "device_id": data["device_id"]} if "device_id" in data else skipped
+        device = data.get("device_id")
+        return {**skipped, "device_id": device} if device is not None else skipped
     entry: dict[str, Any] = {"passed": status == "passed", "status": status}
     if status == "passed":
         entry["status"] = "built"
@@ -170,7 +171,7 @@ def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) ->
         keep = ("passed", "summary", "outputs")
         entry["references"] = {ref: {k: r.get(k) for k in keep} for ref, r in refs.items()}
     for key in ("outputs", "error", "target", "inputs", "device_id"):
-        if key in data:
+        if data.get(key) is not None:
             entry[key] = data[key]
     return entry
 

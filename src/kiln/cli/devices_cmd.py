@@ -10,7 +10,7 @@ import os
 from typing import IO, Any
 
 from kiln.cli.executor_options import add_executor_options
-from kiln.devices import local_devices
+from kiln.devices import BadNeed, local_devices
 from kiln.errors import UsageError
 from kiln.remote_exec.spec import parse_executor
 
@@ -42,7 +42,10 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
 
 
 def _here() -> list[dict[str, Any]]:
-    return [d.to_json() for d in local_devices()]
+    try:
+        return [d.to_json() for d in local_devices()]
+    except BadNeed as e:
+        raise UsageError(str(e)) from None
 
 
 def _cluster(spec: Any, timeout_s: float) -> dict[str, list[dict[str, Any]]]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from kiln.cli.cache_options import seconds_option
-from kiln.devices import DeviceSet, local_set
+from kiln.devices import DeviceSet
 from kiln.errors import UsageError
 from kiln.remote_exec.spec import parse_executor
 
@@ -76,4 +76,4 @@ def build_devices(remote: ClusterOffload | None, require: bool) -> DeviceSet:
     this machine's; ``require``: one whose device is absent fails."""
     if remote is not None:
         return remote.executor.device_set(require)
-    return DeviceSet.local(require) if require else local_set()
+    return DeviceSet.local(require)  # one per build: KILN_DEVICES is read again
