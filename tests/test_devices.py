@@ -54,6 +54,7 @@ def test_an_action_whose_device_is_absent_is_skipped_with_what_needs_it(
     assert r.returncode == 0, r.stderr
     assert "Running top/g.txt: skipped: no cuda:sm_90 device here" in r.stderr
     assert "Running top/h.txt: skipped: it needs top/g.txt, which was skipped" in r.stderr
+    assert [Path(p).name for p in r.stdout.split()] == ["c.txt"]  # only what was built
     out = tmp_path / "kiln-out"
     assert not (out / "genfiles/top/g.txt").exists()
     assert (out / "genfiles/top/c.txt").read_text() == "cpu\n"
