@@ -57,8 +57,8 @@ def output_paths(
 ) -> list[str]:
     """The files the build that gave ``result`` hands to the user: those of the
     ``targets`` that did not fail, nor were skipped (``BuildResult.absent``). An
-    output is shown under ``output_dir`` as the user gave it (a relative one gives relative paths, as iree.build prints them),
-    else by its absolute path."""
+    output is shown under ``output_dir`` as the user gave it (a relative one gives
+    relative paths, as iree.build prints them), else by its absolute path."""
     files: list[BuildFile] = []
     for t in targets:
         if result.failure(t) is not None:
