@@ -115,6 +115,11 @@ def test_shipped_and_onnxruntime_references_and_a_benchmark(build, kiln, tmp_pat
     (check,) = module["verification"]
     assert check["passed"] is True and check["references"]["onnxruntime"]["passed"] is True
     assert module["benchmark"][0]["median"] == bench["median"]
+    # Both name the device they ran on: this machine's CPU, as `kiln devices` says.
+    listed = json.loads(kiln("devices", "--json").stdout)["here"]
+    cpu = next(d["id"] for d in listed if d["kind"] == "cpu")
+    assert result["device_id"] == bench["device_id"] == check["device_id"] == cpu
+    assert module["benchmark"][0]["device_id"] == cpu
 
     again = kiln("build", str(build), "add", "--target", "cpu")
     assert again.returncode == 0 and "0 built" in again.stderr
@@ -188,12 +193,12 @@ def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: 
     out = tmp_path / "kiln-out"
     result = json.loads((out / "genfiles/add/both_80.json").read_text())
     assert result["status"] == "skipped" and result["passed"] is None
-    assert result["reason"] == "no cuda device here"
+    assert result["reason"] == "no cuda:sm_80 device here"
     module = _manifest_module(out, "add", "cuda-sm_80")
     assert module["verification"][0] == {
         "passed": None,
         "status": "skipped",
-        "reason": "no cuda device here",
+        "reason": "no cuda:sm_80 device here",
     }
     assert module["benchmark"][0]["status"] == "skipped"
     # The results' own entries (the entrypoint returns them) say so too, not "built".
@@ -202,9 +207,23 @@ def test_cuda_module_checks_are_skipped_without_a_device(build, kiln, tmp_path: 
     assert own["both_80.json"]["status"] == "skipped"
     assert own["both_80.json"]["verification"] == module["verification"][0]
     assert own["bench_80.json"]["status"] == "skipped"
-    assert own["bench_80.json"]["benchmark"]["reason"] == "no cuda device here"
+    assert own["bench_80.json"]["benchmark"]["reason"] == "no cuda:sm_80 device here"
     assert "2 check(s) skipped:" in r.stderr
-    assert "Benchmarking add/add_cuda-sm_80.vmfb: skipped: no cuda device here" in r.stderr
+    assert "Benchmarking add/add_cuda-sm_80.vmfb: skipped: no cuda:sm_80 device here" in r.stderr
+    assert "device_id" not in module["verification"][0]
+    # --require-devices fails them instead; the skipped results are not served.
+    r = kiln("build", str(build), "add", "--target", "cuda:sm_80", "--require-devices")
+    assert r.returncode == 1 and "no cuda:sm_80 device here (--require-devices)" in r.stderr
+    # A stand-in device takes them: keyed by its id, they run no module and say so.
+    r = kiln(
+        "build", str(build), "add", "--target", "cuda:sm_80", env={"KILN_DEVICES": "cuda:sm_80"}
+    )
+    assert r.returncode == 0, r.stderr
+    result = json.loads((out / "genfiles/add/both_80.json").read_text())
+    assert result["status"] == "skipped" and "@standin-" in result["device_id"]
+    assert result["reason"] == f"{result['device_id']} is a stand-in device (KILN_DEVICES): " + (
+        "it runs no module"
+    )
 
 
 def test_unsupported_gpu_target_fails_before_compiling(build, kiln, tmp_path: Path):

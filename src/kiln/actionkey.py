@@ -41,6 +41,7 @@ from kiln._version import __version__
 from kiln.action_env import ActionEnvironment, local_conventions
 from kiln.canonical import canonical, file_ref_for, qualname
 from kiln.codekey import CodeDigests, package_version
+from kiln.devices import BadNeed, DeviceSet, local_set
 from kiln.errors import BuildDefinitionError, Unkeyable
 from kiln.gc_pause import gc_paused
 from kiln.graph import KEYING_ONLY, ActionConcurrency, BuildAction, SpawnsCommand
@@ -51,6 +52,7 @@ CODE_PARAM = "!code"
 THUNK_PARAM = "!thunk"
 ENV_PARAM = "!env"
 LOCALE_PARAM = "!locale"
+DEVICE_PARAM = "!device"  # an action that ``needs`` a device: which one (``kiln.devices``)
 # Class attributes of BuildAction that are in the key otherwise (VERSION) or that
 # do not change what an action produces.
 _NOT_CODE = frozenset(
@@ -74,8 +76,14 @@ class KeyMaker:
     their inputs exist.
     """
 
-    def __init__(self, environment: ActionEnvironment | None = None, strict: bool = False) -> None:
+    def __init__(
+        self,
+        environment: ActionEnvironment | None = None,
+        strict: bool = False,
+        devices: DeviceSet | None = None,
+    ) -> None:
         self.code = CodeDigests()
+        self.devices = devices if devices is not None else local_set()
         self.env_key = (environment or ActionEnvironment()).key()
         self.locale_key = local_conventions()
         self.strict = strict
@@ -149,6 +157,8 @@ class KeyMaker:
             own = all(k is object or k.__module__.split(".", 1)[0] == "kiln" for k in kind.__mro__)
             info = self._classes[kind] = (self.class_digest(kind), self._user_thunk(kind), own)
         out[CODE_PARAM] = info[0]
+        if action.needs is not None:
+            out[DEVICE_PARAM] = self.device_part(action)
         in_process = action.concurrency is not ActionConcurrency.PROCESS
         if not in_process or isinstance(action, SpawnsCommand):
             out[ENV_PARAM] = self.env_key
@@ -163,6 +173,15 @@ class KeyMaker:
             except _ThunkNotMade:
                 self.deferred.add(action)  # keyed when its inputs exist
         return out
+
+    def device_part(self, action: BuildAction) -> dict[str, Any]:
+        """The device ``action`` runs on, as its key holds it: the one place a
+        check's or benchmark's key gets the device's identity."""
+        assert action.needs is not None
+        try:
+            return self.devices.key_part(action.needs)
+        except BadNeed as e:
+            raise BuildDefinitionError(f"{_describe(action)}: needs: {e}") from None
 
     def class_digest(self, kind: type) -> str:
         """The digest of the code of ``kind`` and its bases (see the module docstring)."""

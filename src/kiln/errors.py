@@ -145,6 +145,11 @@ class ClusterFailure(ActionFailed):
     the worker's machine: such a failure is never remembered."""
 
 
+class DeviceAbsent(ActionFailed):
+    """An action needs a device that no machine of the build has, and
+    ``--require-devices`` makes that a failure (``kiln.devices``)."""
+
+
 class UnchangedFailure(ActionFailed):
     """Set as an action's failure when it was not run because it failed with the
     same key in an earlier build (``kiln.scheduling.failures``). The message is that

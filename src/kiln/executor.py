@@ -253,12 +253,15 @@ class Executor:
 
     def _keys_for(self, plan: Plan) -> KeyMaker:
         """The keyed parameters of every action of ``plan``, made once per plan."""
-        if self._keyed is None or self._keyed[0] is not plan:
-            keys = KeyMaker(self.run_context.environment, strict=self.strict_keys)
-            keys.all(plan.actions)
-            self._keyed = (plan, keys)
-            self._note_unkeyed(keys)
-        return self._keyed[1]
+        devices = self.run_context.devices
+        known = self._keyed
+        if known is not None and known[0] is plan and known[1].devices is devices:
+            return known[1]
+        keys = KeyMaker(self.run_context.environment, strict=self.strict_keys, devices=devices)
+        keys.all(plan.actions)
+        self._keyed = (plan, keys)
+        self._note_unkeyed(keys)
+        return keys
 
     def _note_unkeyed(self, keys: KeyMaker) -> None:
         """Say once per action type that its actions run on every build, and why."""

@@ -16,10 +16,11 @@ Format (``"format": "kiln-manifest/2"``)::
              "verification": [{"passed" (true, false, or null when skipped),
              "status" ("built", "failed", "not run", "not built", "stale",
              "skipped"), "reason" (when skipped: "no cuda device here"),
-             "target", "inputs", "references": {"shipped" | "onnxruntime":
+             "target", "device_id" (the device it ran on: ``kiln.devices``),
+             "inputs", "references": {"shipped" | "onnxruntime":
              {"passed", "summary", "outputs"}}, "outputs", "error" (when
              failed)}] (one per verify) and "benchmark": [{"status"
-             ("measured", "skipped", "failed", ...), "reason", "device",
+             ("measured", "skipped", "failed", ...), "reason", "device", "device_id",
              "median", "mean", "stddev", "min", "max", "time_unit" ("us"),
              "repetitions", "machine", "devices"}], and "parameters": [{"scope",
              "path", "status", "sha256", "size"}] (the archives it loads)}
@@ -110,6 +111,7 @@ class Statuses:
             ("built", result.cached),
             ("failed", result.failed),
             ("not run", result.not_run),
+            ("skipped", list(result.absent)),
         ):
             self.of.update((a, status) for a in actions)
         self.digests = dict(result.digests)
@@ -158,7 +160,9 @@ def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) ->
     data = _read_result(statuses, action, result)
     status = data.get("status")
     if status == "skipped":
-        return {"passed": None, "status": "skipped", "reason": data.get("reason")}
+        skipped = {"passed": None, "status": "skipped", "reason": data.get("reason")}
+        device = data.get("device_id")
+        return {**skipped, "device_id": device} if device is not None else skipped
     entry: dict[str, Any] = {"passed": status == "passed", "status": status}
     if status == "passed":
         entry["status"] = "built"
@@ -166,8 +170,8 @@ def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) ->
     if isinstance(refs, dict):
         keep = ("passed", "summary", "outputs")
         entry["references"] = {ref: {k: r.get(k) for k in keep} for ref, r in refs.items()}
-    for key in ("outputs", "error", "target", "inputs"):
-        if key in data:
+    for key in ("outputs", "error", "target", "inputs", "device_id"):
+        if data.get(key) is not None:
             entry[key] = data[key]
     return entry
 
@@ -178,6 +182,7 @@ _BENCH_FIELDS = (
     "error",
     "target",
     "device",
+    "device_id",
     "median",
     "mean",
     "stddev",
@@ -260,6 +265,8 @@ def describe_output(
     worker = run.worker if run is not None else None
     if worker is not None and status == "built":  # it ran on a cluster in this build
         entry["worker"] = worker
+    if status == "skipped" and producers[0] in statuses.result.absent:
+        entry["reason"] = statuses.result.absent[producers[0]]
     if digest is not None:
         entry.update(sha256=digest, size=os.lstat(path).st_size)
         entry["cached"] = (entry["path"], digest) in (cached or set())

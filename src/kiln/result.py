@@ -61,6 +61,9 @@ class BuildResult:
     # key before (their error an ``UnchangedFailure``: ``unchanged()``).
     failed: list[BuildAction] = field(default_factory=list)
     not_run: list[BuildAction] = field(default_factory=list)
+    # Skipped, why: their device is on no machine of the build (``kiln.devices``),
+    # or an action they need was skipped so. Neither failed nor not run.
+    absent: dict[BuildAction, str] = field(default_factory=dict)
     would_run: list[tuple[BuildAction, str]] = field(default_factory=list)  # dry runs
     interrupted: bool = False
     wall_s: float = 0.0

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kiln.action_env import ActionEnvironment
 from kiln.command_logs import LogSpools
+from kiln.devices import DeviceSet, local_set
 from kiln.layout import LaidOut, OutputLayout
 from kiln.process.commands import CommandRunner
 from kiln.process.groups import kill_group
@@ -50,6 +51,8 @@ class RunContext:
         self._metadata_lock = threading.RLock()
         # What every command and worker process of a build sees (``kiln.action_env``).
         self.environment = ActionEnvironment()
+        # The devices this build's checks run on: this machine's, or the cluster's.
+        self.devices: DeviceSet = local_set()
         self._scratch: str | None = None
         # The directory the build runs from (this process's working directory when
         # it starts): where a PROCESS action of iree.build's kind runs

@@ -24,7 +24,13 @@ from kiln.actionkey import KeyMaker
 from kiln.build_events import BuildEmitter
 from kiln.cache import BuildCache
 from kiln.cache_step import CacheStep
-from kiln.errors import ConfinementError, DependenceException, KilnError, StateError
+from kiln.errors import (
+    ConfinementError,
+    DependenceException,
+    DeviceAbsent,
+    KilnError,
+    StateError,
+)
 from kiln.graph import BuildAction, BuildDependency
 from kiln.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.limits import MAX_JOBS, ResourcePools, cap_jobs
@@ -203,6 +209,8 @@ class Scheduler:
                 skipped.append(node)
                 up_to_date(node, decision)
                 succeed(node)
+            elif node.needs is not None and self._device_absent(node, decision):
+                continue
             elif decision.failed_before is not None and not self.opts.retry_failed:
                 self._fail(node, decision, unchanged(decision.failed_before))
             elif self.opts.dry_run:
@@ -327,6 +335,29 @@ class Scheduler:
             if isinstance(consumer, BuildAction):
                 self.result.errors[consumer] = failure
                 self.events.not_run(consumer, str(failure), root=action)
+
+    def _device_absent(self, action: BuildAction, decision: Decision) -> bool:
+        """Whether ``action``'s device is on no machine of the build and it was
+        therefore failed (``--require-devices``) or skipped, with everything that
+        needs it; False: it runs (its device is there, or it records its absence
+        in its own result, as a verify does)."""
+        devices = action.run_context.devices
+        assert action.needs is not None
+        if devices.resolve(action.needs) is not None:
+            return False
+        why = devices.absent_reason(action.needs)
+        if devices.require:
+            self._fail(action, decision, DeviceAbsent(f"{why} (--require-devices)"))
+            return True
+        if action.records_absence:
+            return False
+        self.result.absent[action] = why
+        self.events.not_run(action, f"skipped: {why}")
+        for consumer, cause in self.ready.cascade(action):
+            if isinstance(consumer, BuildAction):
+                self.result.absent[consumer] = f"it needs {node_name(cause)}, which was skipped"
+                self.events.not_run(consumer, f"skipped: {self.result.absent[consumer]}")
+        return True
 
     def _pretend(self, action: BuildAction, decision: Decision) -> None:
         """Dry run: count the action as run; its outputs' new digests are unknown."""

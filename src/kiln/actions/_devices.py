@@ -1,5 +1,6 @@
-"""Where compiled modules run: the runtime driver of a compile target, whether this
-machine has such a device, and what identifies the machine in a result's key.
+"""Where compiled modules run: the runtime driver of a compile target, the
+runtime's tools and version, and the machine a benchmark measured (which device a
+check runs on, and its identity in keys, is ``kiln.devices``).
 
 ``MACHINE_POOL`` is the resource pool of kiln's computing actions (import,
 compile, onnxruntime reference, verify, benchmark). A benchmark takes the pool
@@ -20,7 +21,6 @@ from typing import Any
 
 from kiln.codekey import distribution_version
 from kiln.errors import ToolMissing
-from kiln.graph import BuildDependency, BuildMeta
 
 MACHINE_POOL = "machine"
 LOCAL_DRIVERS = ("local-task", "local-sync")
@@ -75,12 +75,6 @@ def list_devices(driver: str) -> list[str]:
     return [line.strip() for line in proc.stdout.splitlines() if "://" in line]
 
 
-def absent_device_reason(driver: str) -> str | None:
-    """None when this machine can run ``driver``'s modules, else why not
-    (``"no cuda device here"``)."""
-    return None if list_devices(driver) else f"no {driver} device here"
-
-
 @functools.cache
 def cpu_model() -> str:
     """The machine's CPU model name, as /proc/cpuinfo says (else platform's guess);
@@ -98,28 +92,3 @@ def cpu_model() -> str:
 def machine() -> dict[str, Any]:
     """What identifies this machine in a benchmark's key and result."""
     return {"cpu": cpu_model(), "cpus": os.cpu_count() or 1, "arch": platform.machine()}
-
-
-class _DeviceMeta(BuildMeta):
-    """Per-graph memo of the device lists (held on the root context): the keys of a
-    build's checks ask once per driver, not once per action."""
-
-    KEY = "kiln.devices"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.devices: dict[str, list[str]] = {}
-
-
-def device_key(driver: str, root: BuildDependency) -> dict[str, Any]:
-    """The part of a check's key that says where it runs: the driver, and for GPU
-    drivers the devices present (so a check skipped on a machine without the
-    device runs again where there is one). Asked at definition time; ``root``
-    (the graph's root context) holds the answers for the rest of the build."""
-    key: dict[str, Any] = {"driver": driver}
-    if driver not in LOCAL_DRIVERS:
-        memo = _DeviceMeta.get(root).devices
-        if driver not in memo:
-            memo[driver] = list_devices(driver)
-        key["devices"] = memo[driver]
-    return key

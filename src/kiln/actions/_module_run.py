@@ -17,6 +17,7 @@ from kiln.actions._runtime import Loads
 from kiln.actions.iree import CompileAction
 from kiln.actions.onnx import ImportOnnxAction
 from kiln.actions.torch_export import TorchExportAction, torch_exporter
+from kiln.devices import STAND_IN_VAR, is_stand_in, need_for_driver, need_for_flags
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 
 
@@ -34,6 +35,9 @@ class ModuleRunAction(BuildAction):
     scopes and the example inputs; ``loads(path)`` gives them to the worker."""
 
     pool = _devices.MACHINE_POOL
+    # A run whose device is absent is not skipped by the scheduler: it runs, and
+    # its result file says "skipped" and why (the manifest shows it).
+    records_absence = True
     SPEC = ""
     # Whose versions the key holds (``runtime``): a Dask worker must have the same.
     keyed_tools = ("iree-base-runtime",)
@@ -44,15 +48,14 @@ class ModuleRunAction(BuildAction):
         *,
         files: list[BuildFile],
         output_file: BuildFile,
-        device: dict[str, Any],
+        needs: str,
         archives: Sequence[tuple[str, BuildFile]] = (),
         exporter: TorchExportAction | None = None,
         **kwargs: Any,
     ):
-        super().__init__(concurrency=ActionConcurrency.PROCESS, **kwargs)
+        super().__init__(concurrency=ActionConcurrency.PROCESS, needs=needs, **kwargs)
         self.files = files
         self.output_file = output_file
-        self.device = device
         self.runtime = _devices.runtime_version()
         # Keyed by params() (an action is no key value): private.
         self._archives = list(archives)
@@ -65,6 +68,18 @@ class ModuleRunAction(BuildAction):
 
     def keyed_spec(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def placed(self) -> tuple[str | None, str | None]:
+        """(the id of the device it runs on, why it runs no module: its device is
+        absent, or a stand-in), as the build's devices say (``kiln.devices``)."""
+        assert self.needs is not None
+        devices = self.run_context.devices
+        device = devices.resolve(self.needs)
+        if device is None:
+            return None, devices.absent_reason(self.needs)
+        if is_stand_in(device):
+            return device, f"{device} is a stand-in device ({STAND_IN_VAR}): it runs no module"
+        return device, None
 
     def loads(self, path: Callable[[BuildFile], str] = lambda f: f.action_path) -> Loads:
         """What the worker loads beside the module, each file at ``path(file)``."""
@@ -97,11 +112,9 @@ class ModuleRun:
     inputs: list[BuildFile]
     target: str  # the compile target's name, or "its own target"
     driver: str
+    needs: str  # the device it needs (``kiln.devices``), from the compile target
     archives: list[tuple[str, BuildFile]]  # the parameter archives it loads
     exporter: TorchExportAction | None  # with no ONNX model: the torch_export, if any
-
-    def device_key(self) -> dict[str, Any]:
-        return _devices.device_key(self.driver, self.context.registry.get_context(""))
 
 
 def declare_run(
@@ -118,8 +131,10 @@ def declare_run(
     context = BuildContext.current()
     module_file = context.file(module)
     model_file = context.file(model) if model is not None else source_model(module_file)
-    target, default_driver = module_target(module_file)
+    target, default_driver, need = module_target(module_file)
     where = f"{kind} of {module_file.path}"
+    if driver is not None and driver != default_driver:
+        need = need_for_driver(driver)
     return ModuleRun(
         context=context,
         module=module_file,
@@ -127,6 +142,7 @@ def declare_run(
         inputs=context.files(list(inputs)) if inputs else [],
         target=target or "its own target",
         driver=driver or default_driver,
+        needs=need,
         archives=parameters_arg(context, module_file, parameters, where),
         exporter=torch_exporter(module_file) if model_file is None else None,
     )
@@ -147,10 +163,11 @@ def source_model(module: BuildFile) -> BuildFile | None:
     return found.input_file if found is not None else None
 
 
-def module_target(module: BuildFile) -> tuple[str, str]:
-    """(target name, runtime driver) of a module compiled in this build, else
-    ("", "local-task")."""
+def module_target(module: BuildFile) -> tuple[str, str, str]:
+    """(target name, runtime driver, device need) of a module compiled in this
+    build, else ("", "local-task", "cpu")."""
     compiles = [d for d in module.deps if isinstance(d, CompileAction)]
     if not compiles:
-        return "", "local-task"
-    return compiles[0].target.name, compiles[0].target.driver
+        return "", "local-task", "cpu"
+    target = compiles[0].target
+    return target.name, target.driver, need_for_flags(compiles[0].flags)

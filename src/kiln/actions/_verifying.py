@@ -4,7 +4,7 @@ outputs with each reference (shipped expected files, onnxruntime's outputs).
 The result JSON (written only when every reference matches)::
 
     {"status": "passed" | "skipped", "passed": true | null, "reason": (when skipped),
-     "model", "module", "target", "driver", "function",
+     "model", "module", "target", "driver", "device_id" (``kiln.devices``), "function",
      "inputs": {"source": "given", "files"} | {"source": "generated", "seed", "shapes"},
      "references": {"shipped" | "onnxruntime": {"passed", "summary", "outputs": [
          {"index", "name", "shape", "dtype", "rtol", "atol", "max_abs_err",
@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.actions._devices import absent_device_reason
 from kiln.actions._reference import output_names, read_reference, run_inputs
 from kiln.actions._runtime import Loads, run_module, write_result
 from kiln.actions._tensors import compare_all, load_tensor
@@ -46,6 +45,10 @@ class Check:
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
     reference_name: str = "onnxruntime"  # what computed ``reference``
     loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
+    # The id of the device it runs on, and why it runs no module (set when it runs:
+    # ``ModuleRunAction.placed``).
+    device: str | None = None
+    absent: str | None = None
 
 
 def run_check(check: Check) -> None:
@@ -55,11 +58,12 @@ def run_check(check: Check) -> None:
         "module": check.module,
         "target": check.target,
         "driver": check.driver,
+        "device_id": check.device,
     }
-    reason = absent_device_reason(check.driver)
-    if reason is not None:
+    if check.absent is not None:
         write_result(
-            check.result_path, {**head, "status": "skipped", "passed": None, "reason": reason}
+            check.result_path,
+            {**head, "status": "skipped", "passed": None, "reason": check.absent},
         )
         return
     args, how = run_inputs(check)

@@ -14,7 +14,8 @@ the result says so (``over_budget``).
 Result JSON::
 
     {"status": "measured" | "skipped", "reason": (when skipped), "module", "target",
-     "device" (driver), "function", "repetitions" (at most), "repetitions_run",
+     "device" (driver), "device_id" (``kiln.devices``), "function",
+     "repetitions" (at most), "repetitions_run",
      "min_time_s", "time_budget_s", "single_call_s", "over_budget", "flags",
      "inputs": {...as verify's}, "machine": {"cpu", "cpus", "arch"},
      "devices": [runtime device URIs], "time_unit": "us", "median", "mean",
@@ -64,6 +65,9 @@ class Bench:
     time_budget_s: float = 5.0
     input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
     loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
+    # The id of the device it runs on, and why it runs no module (set when it runs).
+    device: str | None = None
+    absent: str | None = None
 
 
 def _function(bench: Bench) -> str:
@@ -125,6 +129,7 @@ def run_benchmark(bench: Bench) -> None:
         "module": bench.module,
         "target": bench.target,
         "device": bench.driver,
+        "device_id": bench.device,
         "machine": _devices.machine(),
         "runtime_version": _devices.runtime_version(),
         "repetitions": bench.repetitions,
@@ -132,9 +137,8 @@ def run_benchmark(bench: Bench) -> None:
         "time_budget_s": bench.time_budget_s,
         "flags": bench.flags,
     }
-    reason = _devices.absent_device_reason(bench.driver)
-    if reason is not None:
-        write_result(bench.result_path, {**head, "status": "skipped", "reason": reason})
+    if bench.absent is not None:
+        write_result(bench.result_path, {**head, "status": "skipped", "reason": bench.absent})
         return
     args, how = run_inputs(bench)
     function = _function(bench)
@@ -192,7 +196,7 @@ def _repetitions(bench: Bench, single_s: float) -> int:
 
 class BenchmarkAction(ModuleRunAction):
     """Times a compiled module in a worker, alone in the machine pool. Its key holds
-    the module's digest, the device (driver and, for GPUs, the devices present),
+    the module's digest, the device it runs on (``needs``: ``kiln.devices``),
     the flags, the repetitions and the machine (CPU model, count, architecture)."""
 
     exclusive = True
@@ -220,7 +224,25 @@ class BenchmarkAction(ModuleRunAction):
         }
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return functools.partial(run_benchmark, self.bench)
+        return self.sandbox_thunk(lambda f: f.action_path)
+
+    def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
+        """The benchmark with its files at ``path(file)`` (a remote sandbox's, or
+        here), on the device the build's devices place it on."""
+        where = {f.action_path: path(f) for f in [*self.files, self.output_file]}
+        b = self.bench
+        device, absent = self.placed()
+        bench = dataclasses.replace(
+            b,
+            result_path=path(self.output_file),
+            module=where.get(b.module, b.module),
+            model=where.get(b.model, b.model) if b.model is not None else None,
+            inputs=[where.get(p, p) for p in b.inputs],
+            loads=self.loads(path),
+            device=device,
+            absent=absent,
+        )
+        return functools.partial(run_benchmark, bench)
 
 
 def benchmark(
@@ -288,7 +310,7 @@ def benchmark(
         bench=bench,
         files=files,
         output_file=output,
-        device=run.device_key(),
+        needs=run.needs,
         archives=run.archives,
         exporter=run.exporter,
         desc=f"Benchmarking {module_file.path}",

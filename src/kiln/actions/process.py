@@ -280,8 +280,14 @@ def run_command(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     tools: Collection[str | Path] = (),
+    needs: str | None = None,
 ) -> BuildFile:
     """Declare a subprocess action producing the file ``name``; returns that file.
+
+    ``needs`` names a device the command runs on (``cuda:sm_90``, ``hip``:
+    ``kiln.devices``): its key holds that device's identity, a cluster runs it on
+    a worker with the device, and where there is none it is skipped (it fails with
+    ``--require-devices``).
 
     The command runs in the output directory, with kiln's controlled environment
     (``kiln.action_env``) and ``env``; ``{out}``, ``{inputs[i]}`` and ``{tools[i]}``
@@ -322,6 +328,7 @@ def run_command(
         executor=context.executor,
         concurrency=ActionConcurrency.THREAD,
         deps=[*input_files, *files],
+        needs=needs,
     )
     output.deps.add(action)
     return output

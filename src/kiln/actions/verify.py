@@ -112,7 +112,7 @@ def _reference_file(
 class VerifyAction(ModuleRunAction):
     """Runs a compiled module on inputs and compares with its references, in a
     worker. Its key holds every file it reads, the tolerances, the runtime's
-    version and, for GPU drivers, the devices present."""
+    version and the device it runs on (``needs``: ``kiln.devices``)."""
 
     # 3: dtypes of different kinds fail; NaN and inf are counted in the result.
     # 4: integers and booleans compare exactly (a result cached before may have
@@ -141,7 +141,11 @@ class VerifyAction(ModuleRunAction):
         }
 
     def _remotable_thunk(self) -> Callable[[], None]:
-        return functools.partial(run_check, self.check)
+        return functools.partial(run_check, self._placed(self.check))
+
+    def _placed(self, check: Check) -> Check:
+        device, absent = self.placed()
+        return dataclasses.replace(check, device=device, absent=absent)
 
     def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The check with every path of its files replaced by ``path(file)``."""
@@ -161,7 +165,7 @@ class VerifyAction(ModuleRunAction):
             reference=moved(c.reference),
             loads=self.loads(path),
         )
-        return functools.partial(run_check, check)
+        return functools.partial(run_check, self._placed(check))
 
 
 def _tolerances(
@@ -267,7 +271,7 @@ def verify(
         check=check,
         files=files,
         output_file=output,
-        device=run.device_key(),
+        needs=run.needs,
         archives=run.archives,
         exporter=exporter,
         desc=f"Verifying {module_file.path}",

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kiln.cli.destinations import check_destinations
-from kiln.cli.executor_options import open_remote
+from kiln.cli.executor_options import build_devices, open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
 from kiln.cli.requested import check_compile_targets, output_paths, resolve_targets
@@ -141,6 +141,9 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
     # Then the lock, before any file is opened: a build that waits for (or gives up
     # on) another truncates none of that build's files, --events included.
     with remote as executor.remote, lock, _closing(add_event_readers(inv)):
+        executor.run_context.devices = build_devices(
+            executor.remote, getattr(inv.ns, "require_devices", False)
+        )
         # What actions print goes to stderr, escaped: stdout carries only the paths
         # printed below.
         with user_streams(inv.stderr):
@@ -150,6 +153,7 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
 
             statuses = write_manifest(executor, result)
             skipped, over_budget = skipped_checks(executor, result, statuses)
+    skipped += [f"{a.desc}: skipped: {why}" for a, why in result.absent.items()]
     _report(inv, result, options, skipped, over_budget)
     return result
 

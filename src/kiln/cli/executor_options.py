@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from kiln.cli.cache_options import seconds_option
+from kiln.devices import DeviceSet
 from kiln.errors import UsageError
 from kiln.remote_exec.spec import parse_executor
 
@@ -68,3 +69,11 @@ def open_remote(
         yield ClusterOffload(executor, cache, warn)
     finally:
         executor.close()
+
+
+def build_devices(remote: ClusterOffload | None, require: bool) -> DeviceSet:
+    """The devices a build's checks run on: the cluster's workers' (``remote``), or
+    this machine's; ``require``: one whose device is absent fails."""
+    if remote is not None:
+        return remote.executor.device_set(require)
+    return DeviceSet.local(require)  # one per build: KILN_DEVICES is read again

@@ -40,6 +40,7 @@ COMMAND_HELP = MappingProxyType(
         "report": "write an HTML report of the last builds (no module needed)",
         "cache": "stats|gc|clear of the shared cache (kiln cache --help)",
         "completion": 'print a bash or zsh completion script: eval "$(kiln completion bash)"',
+        "devices": "list the devices kiln finds here, or on every worker of --executor",
     }
 )
 COMMANDS = tuple(COMMAND_HELP)
@@ -247,6 +248,12 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
             action="store_true",
             help="run again the actions that failed with the same key in an earlier build "
             "(by default they are not run again, and count as failed (unchanged))",
+        )
+        p.add_argument(
+            "--require-devices",
+            action="store_true",
+            help="a check or action whose device (needs=, a module's target) is on no "
+            "machine of the build fails, instead of being skipped (kiln devices)",
         )
         add_cache_options(p)
     if command == "build":

@@ -56,9 +56,9 @@ def output_paths(
     targets: list[BuildDependency], result: BuildResult, output_dir: Path | None = None
 ) -> list[str]:
     """The files the build that gave ``result`` hands to the user: those of the
-    ``targets`` that did not fail. An output is shown under ``output_dir`` as the
-    user gave it (a relative one gives relative paths, as iree.build prints them),
-    else by its absolute path."""
+    ``targets`` that did not fail, nor were skipped (``BuildResult.absent``). An
+    output is shown under ``output_dir`` as the user gave it (a relative one gives
+    relative paths, as iree.build prints them), else by its absolute path."""
     files: list[BuildFile] = []
     for t in targets:
         if result.failure(t) is not None:
@@ -67,6 +67,8 @@ def output_paths(
             files += t.outputs
         elif isinstance(t, BuildFile):
             files.append(t)
+    skipped = set(result.absent)  # their device is absent: no file to hand out
+    files = [f for f in files if not any(d in skipped for d in f.deps)]
     return [_shown(f, output_dir) for f in files]
 
 

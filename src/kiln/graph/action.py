@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from kiln.definition_site import DefinitionSite
+from kiln.devices import BadNeed, parse_need
 from kiln.errors import BuildDefinitionError
 from kiln.graph.host import GraphHost, RunServices
 from kiln.graph.nodes import BuildDependency
@@ -46,6 +47,7 @@ _BASE_ATTRS = frozenset(
         "cacheable",
         "reproducible",
         "remember_failures",
+        "needs",
     }
 )
 
@@ -60,6 +62,9 @@ class BuildAction(BuildDependency):
     never go into nor come from the shared cache), ``timeout`` (seconds), ``pool``
     (name of a resource pool bounding how many run at once: ``--pool NAME=N``),
     ``exclusive`` (with a pool: run alone in it, never beside another member),
+    ``needs`` (a device it runs on, ``cuda:sm_90``: ``kiln.devices``; its key holds
+    the device's id, a cluster runs it where that device is, and where there is
+    none it is skipped, or fails with ``--require-devices``),
     ``reproducible`` (False: its outputs are expected to differ from run to run or
     machine to machine, as a benchmark's timings do: ``--check-reproducible``
     skips it, and its results never leave this machine's cache),
@@ -86,10 +91,14 @@ class BuildAction(BuildDependency):
     reproducible: bool = True
     remember_failures: bool = True
     relative_paths: ClassVar[bool] = False
+    # True: an action whose device is absent runs anyway and says so in its own
+    # result (verify, benchmark); False: the scheduler skips it.
+    records_absence: ClassVar[bool] = False
     timeout: float | None = None
     enforces_own_timeout: ClassVar[bool] = False
     pool: str | None = None
     exclusive: bool = False
+    needs: str | None = None
 
     def __init__(
         self,
@@ -98,9 +107,16 @@ class BuildAction(BuildDependency):
         executor: GraphHost,
         concurrency: ActionConcurrency = ActionConcurrency.THREAD,
         deps: Iterable[BuildDependency] | None = None,
+        needs: str | None = None,
     ):
         super().__init__(executor=executor, deps=deps)
         self.desc = desc
+        if needs is not None:
+            try:
+                parse_need(needs)
+            except BadNeed as e:
+                raise BuildDefinitionError(f"'{desc}': needs={needs!r}: {e}") from None
+            self.needs = needs
         self.concurrency = concurrency
         self.def_site = DefinitionSite.capture(self)
         self._run_context: RunServices = executor.run_context

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from kiln.action_env import ActionEnvironment
+from kiln.devices import DeviceSet
 from kiln.layout import LaidOut, OutputLayout
 from kiln.meta import BuildFileMetadata
 
@@ -111,6 +112,7 @@ class RunServices(Protocol):
 
     layout: OutputLayout
     environment: ActionEnvironment
+    devices: DeviceSet  # where its device-bound actions run (``kiln.devices``)
 
     @property
     def work_dir(self) -> str: ...

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from kiln.remote_exec.task import RemoteTask, run_task
 
 _LIVE = ("running", "connecting")
+_ORPHAN_S = 3.0  # a worker may be restarting: how long no worker may take a task
 
 
 @dataclass(eq=False)
@@ -76,12 +78,22 @@ class Batcher:
             self._queue.append(slot)
             self._cond.notify_all()
 
-    def wait(self, slot: Slot) -> None:
-        """Wait until ``slot`` is done; if the client stops meanwhile, the slot ends
-        with the reason (a scheduler that went away cancels nothing by itself)."""
+    def wait(self, slot: Slot, orphaned: Callable[[Slot], str | None] = lambda s: None) -> None:
+        """Wait until ``slot`` is done; if the client stops meanwhile, or ``orphaned``
+        says for ``_ORPHAN_S`` that no worker can take it, the slot ends with the
+        reason (a scheduler cancels neither by itself)."""
+        since: float | None = None
         while not slot.done.wait(1.0):
             if self.client.status not in _LIVE:
                 slot.finish(ConnectionError(f"the Dask client is {self.client.status}"))
+                continue
+            why = orphaned(slot) if slot.value is None else None
+            since = None if why is None else since or time.monotonic()
+            if why is not None and since is not None and time.monotonic() - since > _ORPHAN_S:
+                with contextlib.suppress(Exception):
+                    if slot.future is not None:
+                        self.client.cancel([slot.future], force=True)
+                slot.finish(LookupError(why))
 
     def _submitting(self) -> None:
         while True:

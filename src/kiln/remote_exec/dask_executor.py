@@ -12,8 +12,15 @@ tools an action's key holds, is refused (``kiln.remote_exec.versions``): when ki
 connects (every worker's kiln) and for every result (kiln's and the keyed tools'
 versions where it was built), so that no worker that joins later slips through.
 
-Faults: a worker that dies mid-task is Dask's to handle (the task is rescheduled
-up to ``distributed.scheduler.allowed-failures`` times, then ``KilledWorker``);
+Devices: every worker publishes its devices as resources when kiln connects or it
+joins (``kiln.remote_exec.worker_devices``); the build's checks run on the devices
+the workers had then (``device_set``), each only on a worker with its device
+(``_placement``). A check whose device no live worker has any more fails within
+seconds rather than waiting (``_orphaned``).
+
+Faults: a worker that dies mid-task is Dask's to handle (the task is rescheduled,
+a check only on a worker with its device, up to
+``distributed.scheduler.allowed-failures`` times, then ``KilledWorker``);
 failures around the action (a CAS that did not answer) are retried ``RETRIES``
 times. Losing the scheduler fails the actions in flight, and every later one at
 once, naming the address.
@@ -34,6 +41,7 @@ from typing import Any
 import cloudpickle
 
 from kiln._version import __version__
+from kiln.devices import RESOURCE_PREFIX, DeviceSet
 from kiln.errors import ClusterFailure, SandboxFailure, UsageError
 from kiln.graph import BuildAction, BuildFile
 from kiln.iree_shim import active as iree_build_shim_active
@@ -122,7 +130,9 @@ class DaskExecutor:
                 self.client.close(timeout=5)
             self._close_cluster()
             raise
+        self._publish_devices(connect_timeout_s)
         self.resources = self._advertised_resources()
+        self.device_ids = {r[len(RESOURCE_PREFIX) :] for r in self.resources if is_device(r)}
         with contextlib.suppress(Exception):  # only a head start
             self.client.run(warm_template, wait=False)
         self._batcher = Batcher(self.client, RETRIES, self._submitted)
@@ -149,6 +159,45 @@ class DaskExecutor:
                 "What a worker builds enters this build and the caches under this kiln's "
                 "keys: run the same kiln on every worker"
             )
+
+    def _publish_devices(self, timeout_s: float) -> None:
+        """Have every worker, and every one that joins later, publish its devices
+        as resources (``kiln.remote_exec.worker_devices``)."""
+        from kiln.remote_exec.worker_devices import DevicePublisher
+
+        try:
+            _within(lambda: self.client.register_plugin(DevicePublisher()), timeout_s + 30.0)
+        except Exception as e:  # noqa: BLE001 - the cluster's failure, said
+            raise ClusterFailure(
+                f"--executor: the Dask workers at {self.address} cannot say which devices "
+                f"they have: {_short(e)}"
+            ) from None
+
+    def device_set(self, require: bool = False) -> DeviceSet:
+        """The devices of the cluster's workers, as they published them when kiln
+        connected: where the build's checks run (``kiln.devices``)."""
+        return DeviceSet.of_ids(f"on the cluster at {self.address}", self.device_ids, require)
+
+    def _placement(self, action: BuildAction) -> tuple[tuple[str, int], ...]:
+        """The resources ``action`` takes on a worker: its pool's, where workers
+        advertise it, and the device it runs on (``needs``), which only a worker
+        that has that device advertises."""
+        out = [(p, 1) for p in [action.pool] if p is not None and p in self.resources]
+        if action.needs is not None:
+            device = action.run_context.devices.resolve(action.needs)
+            if device is not None:
+                out.append((RESOURCE_PREFIX + device, 1))
+        return tuple(out)
+
+    def _orphaned(self, slot: Slot) -> str | None:
+        """Why ``slot`` can never start: no live worker has the device it needs."""
+        wanted = [r for r, _ in slot.resources if is_device(r)]
+        if not wanted:
+            return None
+        workers = self.client.scheduler_info().get("workers", {}).values()
+        if any(wanted[0] in w.get("resources", {}) for w in workers):
+            return None
+        return f"no Dask worker with device {wanted[0][len(RESOURCE_PREFIX) :]} remains"
 
     def _submitted(self, future: Any) -> None:
         with self._lock:
@@ -182,11 +231,10 @@ class DaskExecutor:
                     "remote cache (see --remote-cache)"
                 )
         task = self._task(action, inputs, outputs, paths)
-        resources = tuple((p, 1) for p in [action.pool] if p is not None and p in self.resources)
-        slot = Slot(task, f"kiln-{uuid.uuid4().hex}", resources)
+        slot = Slot(task, f"kiln-{uuid.uuid4().hex}", self._placement(action))
         self._batcher.submit(slot)
         try:
-            self._batcher.wait(slot)
+            self._batcher.wait(slot, self._orphaned)
             return self._result(action, slot)
         finally:
             with self._lock:
@@ -277,6 +325,10 @@ class DaskExecutor:
             self._cluster = None
         for name, level in self._log_levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def is_device(resource: str) -> bool:
+    return resource.startswith(RESOURCE_PREFIX)
 
 
 def _declared_env(action: BuildAction) -> dict[str, str]:

@@ -1,0 +1,80 @@
+"""``kiln devices``: the devices of this machine, or of every worker of a cluster
+(``--executor``), as kiln identifies them (``kiln.devices``): the ids that checks'
+keys and results name, and that Dask workers advertise as resources."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import IO, Any
+
+from kiln.cli.executor_options import add_executor_options
+from kiln.devices import BadNeed, local_devices
+from kiln.errors import UsageError
+from kiln.remote_exec.spec import parse_executor
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kiln devices",
+        description="list the devices kiln finds here, or on every worker of a cluster",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON: {machine: [device, ...]}")
+    add_executor_options(p)
+    return p
+
+
+def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+    ns = make_parser().parse_args(argv)
+    text = ns.executor or os.environ.get("KILN_EXECUTOR") or "local"
+    spec = parse_executor(text)
+    found = _cluster(spec, ns.executor_timeout) if spec.remote else {"here": _here()}
+    if ns.json:
+        json.dump(found, out, indent=2, sort_keys=True)
+        out.write("\n")
+        return 0
+    for machine, devices in sorted(found.items()):
+        print(f"{machine}:", file=out)
+        for d in devices:
+            print(f"  {_line(d)}", file=out)
+    return 0
+
+
+def _here() -> list[dict[str, Any]]:
+    try:
+        return [d.to_json() for d in local_devices()]
+    except BadNeed as e:
+        raise UsageError(str(e)) from None
+
+
+def _cluster(spec: Any, timeout_s: float) -> dict[str, list[dict[str, Any]]]:
+    from kiln.remote_exec.dask_executor import DaskExecutor
+    from kiln.remote_exec.worker_devices import described
+
+    executor = DaskExecutor(spec, "", connect_timeout_s=timeout_s)
+    try:
+        answers = executor.client.run(described, on_error="return")
+    finally:
+        executor.close()
+    out = {}
+    for worker, answer in answers.items():
+        if not isinstance(answer, list):
+            raise UsageError(f"Dask worker {worker} cannot say which devices it has: {answer}")
+        out[str(worker)] = answer
+    return out
+
+
+def _line(d: dict[str, Any]) -> str:
+    """One device in a line: its id, model, memory and versions."""
+    parts = [str(d.get("id")), str(d.get("model"))]
+    memory = d.get("memory")
+    if isinstance(memory, int):
+        parts.append(f"{memory / (1 << 30):.1f} GiB")
+    if d.get("driver_version"):
+        parts.append(f"driver {d['driver_version']}")
+    if d.get("runtime_version"):
+        parts.append(f"iree-base-runtime {d['runtime_version']}")
+    if d.get("stand_in"):
+        parts.append("stand-in (KILN_DEVICES)")
+    return "  ".join(parts)
