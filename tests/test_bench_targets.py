@@ -208,7 +208,7 @@ def test_devices_rows_give_placement_per_action_beside_plain_dask(bench) -> None
     assert cost.met is True and cost.goal == "< 1 ms"
     assert cost.measured.startswith("0.000 ms (Dask's own for resources: 0.100 ms")
     table = "\n".join(d.table())
-    assert "| kiln, needs cuda:sm_89 | 20.80 | 3.80 | 17.017 | 2.12× |" in table
+    assert "| kiln, needs cuda:sm_89 | 20.80 | 3.80 | 17.017 | 2.13× |" in table
     assert "| Dask, no resource | 7.90 | 0.01 | 7.898 | 1.00× |" in table
     # The zoo: medians, the ratio to the local build, what each output came to.
     assert "| local -j 2 | 11.00 | 1.00× | 10 built, 4 skipped |" in table
