@@ -321,6 +321,7 @@ class Shell:
         self.substitutions = substitutions or {}
         self.env = _env()
         self.servers: list[subprocess.Popen[bytes]] = []
+        self.stderr = ""  # the last command's
 
     def run(self, command: str) -> str:
         """Run ``command``; its standard output."""
@@ -347,6 +348,7 @@ class Shell:
             env=self.env,
         )
         assert r.returncode == 0, f"{line}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        self.stderr = r.stderr
         return r.stdout
 
     def _sourced(self, line: str) -> dict[str, str]:
