@@ -6,7 +6,7 @@
     benchmarks/run.py --dask     # also issue 13's Dask stages (benchmarks/dask_exec.py)
     benchmarks/run.py --devices  # also issue 39's device placement and zoo (_devices_row.py)
     benchmarks/run.py --only-devices --quick --record   # only those, kept
-    benchmarks/run.py --readme   # also rewrite README.md's performance section
+    benchmarks/run.py --readme   # also rewrite docs/performance.md's tables
     benchmarks/run.py --readme-from benchmarks/results/latest-readme.md   # only that
 
 Stages (full / quick): the layered-diamonds graph, 1,000 actions with every peer
@@ -22,7 +22,7 @@ start-up included: wall time, CPU time (user + sys of the process and its
 children), the process's own CPU and peak RSS (``_launch.py``). kiln runs with
 bytecode writing on and is warmed once first (``_warm.py``). Results are printed
 and written as markdown to ``<date>-<quick|full>.md`` and ``latest.md``, with the
-targets table, and the README's section to ``latest-readme.md``, in
+targets table, and docs/performance.md's section to ``latest-readme.md``, in
 ``benchmarks/results/local/`` (not part of the repository); ``--record`` (and
 ``--readme``) writes them to ``benchmarks/results/`` instead, the results the
 repository keeps.
@@ -123,14 +123,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--readme",
         action="store_true",
-        help="rewrite README.md's performance section from this run (implies --record)",
+        help="rewrite docs/performance.md's tables from this run (implies --record)",
     )
     p.add_argument(
         "--readme-from",
         type=Path,
         default=None,
         metavar="FILE",
-        help="only rewrite README.md's performance section from FILE (a "
+        help="only rewrite docs/performance.md's tables from FILE (a "
         "latest-readme.md an earlier run wrote); runs nothing",
     )
     return p.parse_args(argv)
@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
         except (OSError, _readme.ReadmeError) as e:
             print(f"run.py: {e}", file=sys.stderr)
             return 2
-        print(f"README.md's performance section rewritten from {args.readme_from}")
+        print(f"docs/performance.md's tables rewritten from {args.readme_from}")
         return 0
     ensure_bench_extra()
     short = args.quick or args.only_devices  # the device stages run 3 rounds
@@ -370,7 +370,7 @@ def _finish(
     print(f"written to {dated.relative_to(ROOT)}, {where}/latest.md and latest-readme.md")
     if args.readme:
         _readme.splice(section)
-        print("README.md's performance section rewritten")
+        print("docs/performance.md's tables rewritten")
     return 1 if res.errors else 0
 
 
