@@ -309,7 +309,8 @@ def test_the_live_display_never_outgrows_a_short_terminal(write_module, tmp_path
                     for i in range(10)]
         """
     )
-    r = run_on_tty(tmp_path, "build", "build.py", "-j", "10", env={}, rows=6)
+    # LINES, stale (pytest-xdist's workers export 24): the terminal's own size counts.
+    r = run_on_tty(tmp_path, "build", "build.py", "-j", "10", env={"LINES": "40"}, rows=6)
     assert r.returncode == 0, r.stderr
     take_back = "\x1b[A\x1b[2K"
     drawings = re.split(r"\r(?:\x1b\[A\x1b\[2K)+", r.stderr)

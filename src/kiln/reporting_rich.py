@@ -13,6 +13,7 @@ through ``displayed``, messages through ``printable``.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -94,7 +95,7 @@ class LiveRegion:
                 return
             with self.console.capture() as capture:
                 self.console.print(self.renderable)
-            text = _fitted(capture.get(), self.console.size.height)
+            text = _fitted(capture.get(), self._rows())
             if self._height and text == self._drawn:
                 return  # unchanged: spare the terminal (and logs) a redraw
             self._erase()
@@ -112,6 +113,14 @@ class LiveRegion:
             yield
             if drawn:
                 self.draw()
+
+    def _rows(self) -> int:
+        """The terminal's height now (it may have been resized): asked of the
+        terminal itself, as a ``LINES`` left in the environment may be stale."""
+        try:
+            return os.get_terminal_size(self.console.file.fileno()).lines
+        except (AttributeError, OSError, ValueError):
+            return self.console.size.height
 
     def _erase(self) -> None:
         if self._height:
