@@ -141,6 +141,8 @@ def markdown(res: Results, command: str, took_s: float, machine: list[str]) -> s
         ]
     if res.dask is not None:
         out += ["", "## Remote execution on Dask (issue 13)", "", *res.dask.table()]
+    if res.devices is not None:
+        out += ["", "## Devices on Dask (issue 39)", "", *res.devices.table()]
     if res.stage_s:
         out += [
             "",

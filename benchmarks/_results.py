@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from _dask_row import DaskResult
 from _defaults import DefaultsResult
+from _devices_row import DevicesResult
 from _jobs_sweep import JobsResult
 from _synthetic import AnalysisResult, GraphResult
 from _throughput_row import ThroughputResult
@@ -32,5 +33,6 @@ class Results:
     cache: ZooCacheResult | None = None
     dask: DaskResult | None = None
     defaults: DefaultsResult | None = None  # issue 29: kiln's defaults, the cache on
+    devices: DevicesResult | None = None  # issue 39: device placement, the zoo with a device
     errors: list[str] = field(default_factory=list)
     stage_s: dict[str, float] = field(default_factory=dict)  # how long each stage took

@@ -134,6 +134,8 @@ def targets(res: Results) -> list[Target]:
     rows += [Target(name, got, goal, met, "") for name, got, goal, met in cache_targets(res.cache)]
     if res.defaults is not None:
         rows += defaults_targets(res.defaults)
+    if res.devices is not None:
+        rows += [Target(n, got, goal, met, "") for n, got, goal, met in res.devices.targets()]
     return rows
 
 

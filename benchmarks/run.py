@@ -4,7 +4,9 @@
     benchmarks/run.py            # full: every target of issue 16; medians of 5 runs
     benchmarks/run.py --quick    # the same stages, smaller; 3 runs; about 3 minutes
     benchmarks/run.py --dask     # also issue 13's Dask stages (benchmarks/dask_exec.py)
-    benchmarks/run.py --readme   # also rewrite README.md's performance section
+    benchmarks/run.py --devices  # also issue 39's device placement and zoo (_devices_row.py)
+    benchmarks/run.py --only-devices --quick --record   # only those, kept
+    benchmarks/run.py --readme   # also rewrite docs/performance.md's tables
     benchmarks/run.py --readme-from benchmarks/results/latest-readme.md   # only that
 
 Stages (full / quick): the layered-diamonds graph, 1,000 actions with every peer
@@ -20,7 +22,7 @@ start-up included: wall time, CPU time (user + sys of the process and its
 children), the process's own CPU and peak RSS (``_launch.py``). kiln runs with
 bytecode writing on and is warmed once first (``_warm.py``). Results are printed
 and written as markdown to ``<date>-<quick|full>.md`` and ``latest.md``, with the
-targets table, and the README's section to ``latest-readme.md``, in
+targets table, and docs/performance.md's section to ``latest-readme.md``, in
 ``benchmarks/results/local/`` (not part of the repository); ``--record`` (and
 ``--readme``) writes them to ``benchmarks/results/`` instead, the results the
 repository keeps.
@@ -101,6 +103,18 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "actions on 32 workers; quick: 5 models, 500 actions on 8 workers)",
     )
     p.add_argument(
+        "--devices",
+        action="store_true",
+        help="also issue 39's device stages: placement's cost per action vs plain Dask "
+        "(1,000 tiny actions; quick: 200) and the zoo on 2 workers, one with a device "
+        "(5 models; quick: 3), both 3 runs",
+    )
+    p.add_argument(
+        "--only-devices",
+        action="store_true",
+        help="only issue 39's device stages (written to <date>-devices-<mode>.md)",
+    )
+    p.add_argument(
         "--record",
         action="store_true",
         help="write the results to benchmarks/results/, which the repository keeps "
@@ -109,14 +123,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--readme",
         action="store_true",
-        help="rewrite README.md's performance section from this run (implies --record)",
+        help="rewrite docs/performance.md's tables from this run (implies --record)",
     )
     p.add_argument(
         "--readme-from",
         type=Path,
         default=None,
         metavar="FILE",
-        help="only rewrite README.md's performance section from FILE (a "
+        help="only rewrite docs/performance.md's tables from FILE (a "
         "latest-readme.md an earlier run wrote); runs nothing",
     )
     return p.parse_args(argv)
@@ -132,10 +146,11 @@ def main(argv: list[str]) -> int:
         except (OSError, _readme.ReadmeError) as e:
             print(f"run.py: {e}", file=sys.stderr)
             return 2
-        print(f"README.md's performance section rewritten from {args.readme_from}")
+        print(f"docs/performance.md's tables rewritten from {args.readme_from}")
         return 0
     ensure_bench_extra()
-    res = Results("quick" if args.quick else "full", args.runs or (3 if args.quick else 5))
+    short = args.quick or args.only_devices  # the device stages run 3 rounds
+    res = Results("quick" if args.quick else "full", args.runs or (3 if short else 5))
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -172,6 +187,9 @@ def _stages(args: argparse.Namespace, res: Results, work: Path) -> None:
             "model zoo cache",
             lambda: setattr(res, "cache", bench_zoo_cache(zoo_models, work=work, runs=runs)),
         )
+        return
+    if args.only_devices:
+        _devices_stage(args, res, work)
         return
     _stage(res, "warm-up (untimed)", lambda: warm(work))
     small, big = make_graph(100, 10), make_graph(100, 100)
@@ -283,6 +301,23 @@ def _stages(args: argparse.Namespace, res: Results, work: Path) -> None:
                 ),
             ),
         )
+    if args.devices:
+        _devices_stage(args, res, work)
+
+
+def _devices_stage(args: argparse.Namespace, res: Results, work: Path) -> None:
+    from _dask_devices import bench_devices
+
+    actions, zoo = (200, 3) if args.quick else (1000, 5)
+    _stage(
+        res,
+        "devices",
+        lambda: setattr(
+            res,
+            "devices",
+            bench_devices(work / "devices", actions=actions, zoo=zoo, runs=args.runs or 3),
+        ),
+    )
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -291,6 +326,8 @@ def _command(args: argparse.Namespace) -> str:
         for f, on in (
             ("--quick", args.quick),
             ("--dask", args.dask),
+            ("--devices", args.devices),
+            ("--only-devices", args.only_devices),
             ("--no-zoo", args.no_zoo),
             ("--only-defaults", args.only_defaults),
             ("--only-cache", args.only_cache),
@@ -315,8 +352,9 @@ def _finish(
     results = results_dir(args)
     results.mkdir(parents=True, exist_ok=True)
     today = datetime.date.today().isoformat()
-    if args.only_cache or args.only_defaults:  # partial: latest.md keeps the last whole one
-        part = "cache" if args.only_cache else "defaults"
+    if args.only_cache or args.only_defaults or args.only_devices:  # partial: latest.md
+        # keeps the last whole one
+        part = "cache" if args.only_cache else "devices" if args.only_devices else "defaults"
         dated = results / f"{today}-{part}-{res.mode}.md"
         dated.write_text(text)
         print(f"written to {dated.relative_to(ROOT)}")
@@ -332,7 +370,7 @@ def _finish(
     print(f"written to {dated.relative_to(ROOT)}, {where}/latest.md and latest-readme.md")
     if args.readme:
         _readme.splice(section)
-        print("README.md's performance section rewritten")
+        print("docs/performance.md's tables rewritten")
     return 1 if res.errors else 0
 
 

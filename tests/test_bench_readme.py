@@ -1,4 +1,4 @@
-"""benchmarks/run.py rewrites only the README's generated performance section."""
+"""benchmarks/run.py rewrites only the generated section of docs/performance.md."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def test_run_py_imports_everything_without_pytest() -> None:
     assert r.returncode == 0, r.stderr
     assert "--record" in r.stdout
     probe = "import sys; sys.modules['pytest'] = None; sys.path[:0] = ['benchmarks', 'tests']; "
-    for module in ("_zoo_cache", "_dask_row", "dask_exec", "nginx"):
+    for module in ("_zoo_cache", "_dask_row", "dask_exec", "_dask_devices", "nginx"):
         imported = subprocess.run(
             [sys.executable, "-c", probe + f"import {module}"],
             cwd=ROOT,

@@ -173,3 +173,60 @@ def test_the_defaults_rows_give_the_no_op_its_floor_and_the_kernels_share(bench)
     table = "\n".join(_defaults.defaults_table(d))
     assert f"| 100x100 | clean | {py} | 1 | 9.00 | 9.00 | 4.50 |" in table
     assert f"| 100x100 | no-op | {py} | 1 | 0.90 | 0.90 |  |" in table  # sys not measured
+
+
+def test_devices_rows_give_placement_per_action_beside_plain_dask(bench) -> None:  # type: ignore[no-untyped-def]
+    _, results, targets, _ = bench
+    import _devices_row as row
+    import _document
+
+    d = row.DevicesResult(
+        1000,
+        4,
+        ["m1", "m2"],
+        placement={
+            row.KILN_NEED: [20.8],
+            row.KILN_ANY: [20.0],
+            row.DASK_RES: [8.0],
+            row.DASK_ANY: [7.9],
+        },
+        single={
+            row.KILN_NEED: [3.8],
+            row.KILN_ANY: [3.0],
+            row.DASK_RES: [0.01],
+            row.DASK_ANY: [0.01],
+        },
+        zoo={row.ZOO_LOCAL: [10.0, 12.0, 11.0], row.ZOO_DASK: [22.0, 20.0, 24.0]},
+        zoo_statuses={row.ZOO_LOCAL: {"built": 10, "skipped": 4}},
+        device_checks="The 4 checks of the cuda:sm_89 modules ran: 4 on w0 (w0 has the device).",
+    )
+    # Per action is marginal: (wall of 1,000 - wall of one) / 999.
+    assert abs(d.ms_per_action(row.KILN_NEED) - 17.0 / 999 * 1000) < 1e-9
+    assert abs(d.added_ms(row.KILN_NEED, row.KILN_ANY)) < 1e-9
+    rows = {r.name: r for r in targets.targets(results.Results("full", 3, devices=d))}
+    cost = rows["issue 39: device placement's own cost per action (1,000 actions)"]
+    assert cost.met is True and cost.goal == "< 1 ms"
+    assert cost.measured.startswith("0.000 ms (Dask's own for resources: 0.100 ms")
+    table = "\n".join(d.table())
+    assert "| kiln, needs cuda:sm_89 | 20.80 | 3.80 | 17.017 | 2.13× |" in table
+    assert "| Dask, no resource | 7.90 | 0.01 | 7.898 | 1.00× |" in table
+    # The zoo: medians, the ratio to the local build, what each output came to.
+    assert "| local -j 2 | 11.00 | 1.00× | 10 built, 4 skipped |" in table
+    assert f"| {row.ZOO_DASK} | 22.00 | 2.00× |  |" in table
+    assert "Models: m1, m2." in table and "4 on w0" in table
+    text = _document.markdown(results.Results("full", 3, devices=d), "run.py", 1.0, [])
+    assert "## Devices on Dask (issue 39)" in text
+
+
+def test_devices_rows_unmeasured_say_so(bench) -> None:  # type: ignore[no-untyped-def]
+    _, results, targets, _ = bench
+    import _devices_row as row
+
+    d = row.DevicesResult(1000, 4, [])
+    rows = [r for r in targets.targets(results.Results("quick", 3, devices=d)) if "39" in r.name]
+    assert len(rows) == 1 and rows[0].met is None and "not measured" in rows[0].row()
+    assert d.table() == []
+    # Without a one-action wall, per action falls back to wall / actions.
+    d.placement = {row.KILN_NEED: [2.0]}
+    assert d.ms_per_action(row.KILN_NEED) == 2.0
+    assert d.ms_per_action(row.KILN_ANY) is None and d.added_ms(row.KILN_NEED, row.KILN_ANY) is None

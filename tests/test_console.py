@@ -4,12 +4,15 @@ final summary line."""
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from dataclasses import dataclass
@@ -257,9 +260,11 @@ class TtyResult:
     stderr: str
 
 
-def run_on_tty(cwd: Path, *args: str, env: dict[str, str]) -> TtyResult:
-    """Run ``python -m kiln ARGS`` with stderr on a pseudo-terminal."""
+def run_on_tty(cwd: Path, *args: str, env: dict[str, str], rows: int = 0) -> TtyResult:
+    """Run ``python -m kiln ARGS`` with stderr on a pseudo-terminal (``rows`` tall)."""
     master, slave = pty.openpty()
+    if rows:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, 100, 0, 0))
     full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
     full_env |= {"TERM": "xterm-256color", "COLUMNS": "100", **env}
     full_env = {k: v for k, v in full_env.items() if v is not None}
@@ -292,6 +297,29 @@ def run_on_tty(cwd: Path, *args: str, env: dict[str, str]) -> TtyResult:
         reader.join(10)
         os.close(master)
     return TtyResult(proc.returncode, out.decode(), b"".join(chunks).decode(errors="replace"))
+
+
+def test_the_live_display_never_outgrows_a_short_terminal(write_module, tmp_path: Path) -> None:
+    # Ten actions running at once, in a terminal six rows tall: every drawing of the
+    # region leaves a row free (a taller one scrolls its header into the scrollback,
+    # where each redraw left a stale copy), and each redraw takes back what it drew.
+    write_module(
+        """
+        @entrypoint
+        def many():
+            return [run_command(name=f"s{i}.txt",
+                                command=["sh", "-c", 'sleep 1.5; echo x > "$0"', "{out}"])
+                    for i in range(10)]
+        """
+    )
+    r = run_on_tty(tmp_path, "build", "build.py", "-j", "10", env={}, rows=6)
+    assert r.returncode == 0, r.stderr
+    take_back = "\x1b[A\x1b[2K"
+    drawings = re.split(r"\r(?:\x1b\[A\x1b\[2K)+", r.stderr)
+    erased = [m.count(take_back) for m in re.findall(r"\r(?:\x1b\[A\x1b\[2K)+", r.stderr)]
+    assert erased and max(erased) <= 5, erased
+    # Each drawing is at most five lines (and printed lines above it come first).
+    assert all(d.count("\n") <= 5 or "kiln:" in d for d in drawings[1:-1]), drawings
 
 
 def test_terminal_gets_the_live_display(module, tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ RUN = "run"
 _ZOO = "too long here (the whole zoo is 1,400 actions, minutes of both cores)"
 _NET = "needs the network (pip installs from the package index)"
 CHECKS: dict[str, str | Syntax | Covered] = {
-    # README.md: the two commands.
+    # README.md: the two commands (docs/testing.md repeats the second).
     "python3.11 -m venv .venv && .venv/bin/pip install -q -e '.[iree]' && "
     ".venv/bin/python examples/model_zoo.py": Syntax(
         f"{_NET}; {_ZOO}; the README's two-model line runs the same script",
@@ -80,29 +80,44 @@ CHECKS: dict[str, str | Syntax | Covered] = {
     "bash scripts/test": Syntax(
         "it is the command that runs this test", "bash -n scripts/test && test -x .ci/run"
     ),
-    # README.md: a build module.
+    # README.md: a build module, your own actions.
+    "source .venv/bin/activate": RUN,
+    "kiln --version": RUN,
     "kiln build build.py": RUN,
+    "kiln explain build.py": RUN,
+    'echo "hello kiln world" > words.txt': RUN,
+    "kiln build words.py": RUN,
+    "cat kiln-out/genfiles/words/summary.txt": RUN,
+    'echo "one more" >> words.txt': RUN,
+    "kiln explain words.py": RUN,
+    # README.md: the command line.
     "kiln build build.py --target cpu --target vmvx": RUN,
     "python build.py --target vmvx": RUN,
     "kiln build build.py mnist -j 4": RUN,
     "kiln build build.py mnist/mnist.mlir": RUN,
+    "kiln build build.py --strict": RUN,
     "kiln list build.py": RUN,
     "kiln list build.py --all": RUN,
+    "kiln list build.py --json": RUN,
     "kiln explain build.py --target vmvx": RUN,
+    "kiln explain build.py --json": RUN,
     "kiln build build.py --opset 18 --dry-run": RUN,
     "kiln build build.py --opset 18 --explain": RUN,
     "kiln graph build.py | dot -Tsvg > graph.svg": RUN,
-    "python -m kiln list build.py": RUN,
-    "kiln build.py --list-all": RUN,
-    "kiln build.py mnist --build": RUN,
-    "kiln clean": RUN,
-    # README.md: seeing the build.
     "kiln build build.py --events events.jsonl": RUN,
     "kiln build build.py --profile trace.json": RUN,
     "kiln report": RUN,
     "kiln report --list": RUN,
+    "kiln report --list --json": RUN,
     "kiln report --build 1": RUN,
-    # README.md: performance.
+    "kiln devices": RUN,
+    "kiln cache stats --json": RUN,
+    "python -m kiln list build.py": RUN,
+    "kiln build.py --list-all": RUN,
+    "kiln build.py mnist --build": RUN,
+    'eval "$(kiln completion bash)"': RUN,
+    "kiln clean": RUN,
+    # docs/performance.md.
     ".venv/bin/python benchmarks/run.py": Syntax(
         f"{_NET} (the peers Ninja and doit) and runs for 25 minutes",
         ".venv/bin/python benchmarks/run.py --help",
@@ -274,7 +289,28 @@ def project(tmp_path: Path) -> Iterator[Path]:
         root = tmp_path / "project"
         root.mkdir()
         (root / "build.py").write_text(text)
+        (root / "words.py").write_text(readme_block("python", OWN_ACTIONS).text)
+        # The venv the README's first command made, which its readers activate.
+        (root / ".venv").symlink_to(VENV_BIN.parent)
         yield root
+
+
+OWN_ACTIONS = "class Shout(BuildAction):"  # the README's module of its own actions
+
+
+def readme_block(lang: str, holding: str) -> Block:
+    """The one README block of ``lang`` whose text holds ``holding``."""
+    (block,) = [b for b in blocks(ROOT / "README.md") if b.lang == lang and holding in b.text]
+    return block
+
+
+def own_actions_output() -> str:
+    """What the README says its own actions write: the text block after the
+    ``cat`` of their summary."""
+    found = blocks(ROOT / "README.md")
+    (i,) = [i for i, b in enumerate(found) if "cat kiln-out/genfiles/words/" in b.text]
+    assert found[i + 1].lang == "text"
+    return found[i + 1].text
 
 
 class Shell:
@@ -285,8 +321,10 @@ class Shell:
         self.substitutions = substitutions or {}
         self.env = _env()
         self.servers: list[subprocess.Popen[bytes]] = []
+        self.stderr = ""  # the last command's
 
-    def run(self, command: str) -> None:
+    def run(self, command: str) -> str:
+        """Run ``command``; its standard output."""
         assert CHECKS.get(command) == RUN, command
         line = command
         for placeholder, value in self.substitutions.items():
@@ -294,10 +332,13 @@ class Shell:
         if line.startswith("export "):
             name, _, value = line.removeprefix("export ").partition("=")
             self.env[name] = value
-            return
+            return ""
+        if line.startswith("source "):
+            self.env = self._sourced(line)
+            return ""
         if line.startswith(SERVERS):
             self._serve(line)
-            return
+            return ""
         r = subprocess.run(
             ["bash", "-o", "pipefail", "-c", line],
             cwd=self.cwd,
@@ -307,6 +348,22 @@ class Shell:
             env=self.env,
         )
         assert r.returncode == 0, f"{line}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        self.stderr = r.stderr
+        return r.stdout
+
+    def _sourced(self, line: str) -> dict[str, str]:
+        """The environment after bash sources what ``line`` names (a venv's
+        ``activate``), as the reader's shell keeps it for the next commands."""
+        r = subprocess.run(
+            ["bash", "-c", f"{line} && env -0"],
+            cwd=self.cwd,
+            capture_output=True,
+            timeout=60,
+            env=self.env,
+        )
+        assert r.returncode == 0, (line, r.stderr.decode(errors="replace"))
+        pairs = [e.split("=", 1) for e in r.stdout.decode().split("\0") if "=" in e]
+        return {name: value for name, value in pairs}
 
     def _serve(self, line: str) -> None:
         log = open(self.cwd / f"server-{len(self.servers)}.log", "wb")  # noqa: SIM115
@@ -350,12 +407,18 @@ def _need(program: str) -> None:
 @pytest.mark.slow
 def test_the_readme_commands_run_as_written(shell: Shell, project: Path) -> None:
     _need("dot")
+    said = {}
     for command in sh_commands(ROOT / "README.md"):
         if CHECKS[command] == RUN:
-            shell.run(command)
+            said[command] = shell.run(command)
+        if command == "kiln report --build 1":  # before the tour's last line cleans it
+            assert (project / "kiln-out" / "report-1.html").is_file()
+    assert said["kiln --version"].startswith("kiln ")
+    assert said["cat kiln-out/genfiles/words/summary.txt"] == own_actions_output()
+    assert "Shouting words.txt: input words.txt changed" in said["kiln explain words.py"]
     assert (project / "graph.svg").read_text().lstrip().startswith("<?xml")
     assert (project / "events.jsonl").stat().st_size and (project / "trace.json").stat().st_size
-    assert (project / "kiln-out" / "report-1.html").is_file()
+    assert not (project / "kiln-out" / "report-1.html").exists()  # kiln clean removed it
 
 
 def test_the_events_doc_commands_run_as_written(shell: Shell, project: Path) -> None:

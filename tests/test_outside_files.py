@@ -18,10 +18,13 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 MODULE = """\
@@ -432,3 +435,62 @@ def test_a_directory_with_more_than_namespace_folders_is_still_refused(
     r = kiln("build", "build.py")
     assert r.returncode == 2
     assert "refusing to use" in r.stderr and not (out / ".kiln").exists()
+
+
+UPSTREAM_BUILT = """\
+from iree.build import *
+from iree.build.executor import *
+
+
+class Write(BuildAction):
+    def __init__(self, out, **kw):
+        super().__init__(**kw)
+        self.out = out
+
+    def _invoke(self):
+        self.out.get_fs_path().write_text("by iree.build\\n")
+
+
+@entrypoint
+def hello():
+    ctx = BuildContext.current()
+    out = ctx.allocate_file("w.txt")
+    out.deps.add(Write(out, desc="write", executor=ctx.executor))
+    return out
+
+
+if __name__ == "__main__":
+    iree_build_main()
+"""
+
+
+def test_a_directory_iree_build_built_is_refused_not_taken_over(tmp_path: Path) -> None:
+    # iree.build leaves no .metadata.json when nothing is fetched: the directory
+    # holds only genfiles/, like one a user filled with inputs by hand.
+    needs.module("iree.build")
+    (tmp_path / "up.py").write_text(UPSTREAM_BUILT)
+    env = {**os.environ, "NO_COLOR": "1"}
+    upstream = subprocess.run(
+        [sys.executable, "up.py", "--output-dir", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert upstream.returncode == 0, upstream.stderr
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "out").rglob("*"))
+    assert before == ["out/genfiles", "out/genfiles/hello", "out/genfiles/hello/w.txt"]
+    r = subprocess.run(
+        [sys.executable, "-m", "kiln", "build", "up.py", "--output-dir", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert r.returncode == 2
+    assert "it holds genfiles/hello/w.txt, which this build writes" in r.stderr, r.stderr
+    after = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "out").rglob("*"))
+    assert after == before  # no .kiln/, nothing written
+    assert (tmp_path / "out/genfiles/hello/w.txt").read_text() == "by iree.build\n"

@@ -41,8 +41,8 @@ from kiln._version import __version__
 from kiln.action_env import ActionEnvironment, local_conventions
 from kiln.canonical import canonical, file_ref_for, qualname
 from kiln.codekey import CodeDigests, package_version
-from kiln.devices import BadNeed, DeviceSet, local_set
-from kiln.errors import BuildDefinitionError, Unkeyable
+from kiln.devices import DeviceSet, local_set
+from kiln.errors import BadNeed, BuildDefinitionError, Unkeyable
 from kiln.gc_pause import gc_paused
 from kiln.graph import KEYING_ONLY, ActionConcurrency, BuildAction, SpawnsCommand
 

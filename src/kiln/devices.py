@@ -47,16 +47,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.errors import BadNeed
+
 STAND_IN_VAR = "KILN_DEVICES"
 RESOURCE_PREFIX = "kiln-device:"  # a Dask worker resource per device it has
 KINDS = ("cpu", "cuda", "hip", "vulkan")
 GPU_DRIVERS = ("cuda", "hip", "vulkan")
 _ARCH = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 _STAND_IN = "standin-"
-
-
-class BadNeed(ValueError):
-    """A need (or a ``KILN_DEVICES`` entry) that is not ``kind[:arch]``."""
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,13 @@ by signal N).
 ``KeyboardInterrupt`` that is not a ``BuildInterrupted`` was raised by code, not
 by a signal.
 
-Two signals never leave kiln: ``Unkeyable`` (a parameter value has no canonical
-form; turned into a ``BuildDefinitionError`` naming the action and parameter)
-and ``Untrusted`` (the state database failed kiln's integrity check; it is moved
-aside). They are plain ``Exception``s so that no ``except KilnError`` takes them
-for a user-facing error.
+Three signals never leave kiln: ``Unkeyable`` (a parameter value has no canonical
+form; turned into a ``BuildDefinitionError`` naming the action and parameter),
+``BadNeed`` (a device need that is not ``kind[:arch]``; turned into a
+``BuildDefinitionError`` or ``UsageError`` naming where it was given) and
+``Untrusted`` (the state database failed kiln's integrity check; it is moved
+aside). They are plain exceptions so that no ``except KilnError`` takes them for
+a user-facing error.
 """
 
 from __future__ import annotations
@@ -230,6 +232,10 @@ class BuildInterrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class BadNeed(ValueError):
+    """A device need (or a ``KILN_DEVICES`` entry) that is not ``kind[:arch]``."""
 
 
 class Unkeyable(Exception):

@@ -43,12 +43,23 @@ _REFRESH_S = 0.125
 _TAKE_BACK_LINE = "\x1b[A\x1b[2K"
 
 
+def _fitted(text: str, rows: int) -> str:
+    """``text`` (whole lines) cut to leave a row of a terminal ``rows`` tall free: a
+    region as tall as the terminal scrolls its top away, and the next redraw can
+    no longer take that back (a stale copy stays in the scrollback)."""
+    lines = text.split("\n")[:-1]
+    limit = max(1, rows - 1)
+    if len(lines) <= limit:
+        return text
+    return "\n".join(lines[:limit]) + "\n"
+
+
 class LiveRegion:
     """Lines drawn below everything else printed, redrawn in place.
 
     Invariant: outside ``_lock``, the cursor stands at the start of the line
-    below the region, and the region is ``_height`` lines tall (0: not drawn);
-    once stopped it stays erased.
+    below the region, and the region is ``_height`` lines tall (0: not drawn),
+    fewer than the terminal's rows; once stopped it stays erased.
     Every write to the console goes through this class while it is started.
     """
 
@@ -83,7 +94,7 @@ class LiveRegion:
                 return
             with self.console.capture() as capture:
                 self.console.print(self.renderable)
-            text = capture.get()
+            text = _fitted(capture.get(), self.console.size.height)
             if self._height and text == self._drawn:
                 return  # unchanged: spare the terminal (and logs) a redraw
             self._erase()

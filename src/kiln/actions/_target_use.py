@@ -51,7 +51,8 @@ def check_targets_used(actions: Iterable[BuildAction], target_flag: str = "--tar
         "targets (compile(targets=[...]) or target_default=False):\n"
         + sites
         + "\nBuild without it, or make the module take kiln's targets: "
-        "compile(..., targets=requested_targets(default=[...])) (README, 'A build module')"
+        "compile(..., targets=requested_targets(default=[...])) "
+        "(docs/actions.md, 'Compile targets')"
     )
 
 

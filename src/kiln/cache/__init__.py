@@ -1,4 +1,4 @@
-"""kiln's shared, content-addressed cache (README.md, "Caching"; docs/cluster.md).
+"""kiln's shared, content-addressed cache (docs/caching.md; docs/cluster.md).
 
 entry.py           the action-cache entry format (``kiln-ac/1``), served modes
 ownership.py       whose a cache directory is (``.kiln/format``)

@@ -6,6 +6,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from kiln.cli.destinations import check_destinations
 from kiln.cli.executor_options import build_devices, open_remote
@@ -13,7 +14,8 @@ from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
 from kiln.cli.requested import check_compile_targets, output_paths, resolve_targets
 from kiln.errors import UsageError
-from kiln.graph import BuildDependency, BuildFile
+from kiln.graph import BuildAction, BuildDependency, BuildFile
+from kiln.output_dir.ownership import check_takeover
 from kiln.reporting import format_root_causes, format_success, format_summary
 from kiln.result import BuildResult, SchedulerOptions
 from kiln.terminal import user_streams
@@ -123,6 +125,17 @@ def run(inv: Invocation) -> int:
     return 0 if result.ok else 1
 
 
+def _writes(executor: Any) -> list[str]:
+    """Where the graph's actions write, relative to the output directory."""
+    return [
+        executor.relative_path(node)
+        for node in executor.all.values()
+        if isinstance(node, BuildFile)
+        and node.source is None
+        and any(isinstance(d, BuildAction) for d in node.deps)
+    ]
+
+
 def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
     """Build ``targets`` as ``inv`` asks, write the manifest, say on stderr how it
     went; the result (the command line prints the outputs' paths from it)."""
@@ -134,6 +147,8 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
     plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
     check_compile_targets(executor, plan.actions)
     check_event_files(inv)
+    if not options.dry_run:
+        check_takeover(executor.output_dir, _writes(executor))
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
     remote = open_remote(inv.ns, executor.cache, executor.reporter.message)

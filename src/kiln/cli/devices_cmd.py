@@ -10,8 +10,8 @@ import os
 from typing import IO, Any
 
 from kiln.cli.executor_options import add_executor_options
-from kiln.devices import BadNeed, local_devices
-from kiln.errors import UsageError
+from kiln.devices import local_devices
+from kiln.errors import BadNeed, UsageError
 from kiln.remote_exec.spec import parse_executor
 
 

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from kiln.definition_site import DefinitionSite
-from kiln.devices import BadNeed, parse_need
-from kiln.errors import BuildDefinitionError
+from kiln.devices import parse_need
+from kiln.errors import BadNeed, BuildDefinitionError
 from kiln.graph.host import GraphHost, RunServices
 from kiln.graph.nodes import BuildDependency
 from kiln.modnames import stable_module_name

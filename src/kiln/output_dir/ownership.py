@@ -11,6 +11,7 @@ import re
 import sqlite3
 import stat
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from kiln.errors import NotRegularFile, StateError, UsageError
@@ -167,6 +168,25 @@ def _is_state_db(path: Path) -> bool:
 def is_corrupt_copy(name: str) -> bool:
     """Whether ``name`` is one ``corrupt_copy_name`` gives (and kiln may remove)."""
     return _CORRUPT_COPY.fullmatch(name) is not None
+
+
+def check_takeover(root: Path, writes: Collection[str]) -> None:
+    """Refuse to take over a filled directory (``prefilled``) that holds a file the
+    build would write (``writes``: paths relative to ``root``): such a directory was
+    built by another tool (iree.build writes no marker when it fetches nothing), not
+    filled with inputs by hand, and every action writing there would fail on a file
+    that is not kiln's. Reads only; nothing for a directory of another state."""
+    if output_dir_state(root) != "prefilled":
+        return
+    taken = sorted(set(list_user_files(root)) & set(writes))
+    if taken:
+        more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+        raise UsageError(
+            f"refusing to take over {root} as the output directory: it holds {taken[0]}"
+            f"{more}, which this build writes, so it was built by another tool (iree.build?), "
+            "not filled with your inputs; kiln never writes over a file it did not make: "
+            "choose another --output-dir (or remove those files to keep the rest as inputs)"
+        )
 
 
 def corrupt_copy_name() -> str:
