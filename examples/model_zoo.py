@@ -220,21 +220,49 @@ def _summary(rows: dict[str, Row], counts: dict[str, int], targets: list[str]) -
     )
 
 
+def verdict(output_dir: Path, status: int, strict: bool) -> str:
+    """The script's last line: what the survey found and what its exit status means."""
+    if not (output_dir / "manifest.json").exists():
+        return f"zoo: the build did not run; exit {status}"
+    manifest = json.loads((output_dir / "manifest.json").read_text())
+    rows = [_row(v["outputs"])[0] for v in manifest["entrypoints"].values()]
+    rows = [r for r in rows if not set(r.values()) <= {"not built", "stale"}]
+    compiled = sum(1 for r in rows if all(r[s] == "built" for s in r if s.startswith("compile")))
+    passed = sum(1 for r in rows if all(v in ("built", "skipped") for v in r.values()))
+    failed = sum(1 for r in rows for v in r.values() if v == "failed")
+    found = (
+        f"zoo: {len(rows)} models, {compiled} compiled for every target, {passed} through "
+        f"every stage, {failed} failed stage(s); exit {status}"
+    )
+    if status == 0 and failed:
+        return f"{found}: failures are results (--strict exits 1 on them)"
+    if status == 1 and strict:
+        return f"{found}: --strict, and a stage failed"
+    return found if status == 0 else f"{found}: the build failed (see kiln's messages above)"
+
+
 if __name__ == "__main__":
+    strict = "--strict" in sys.argv
     args = [a for a in sys.argv[1:] if a != "--strict"]
     out = Path(args[args.index("--output-dir") + 1]) if "--output-dir" in args else Path("kiln-out")
+    # The table below reports each failed stage: kiln names them in its summary
+    # only, one line each, instead of each failure's details as it happens.
+    if not any(a == "--failures" or a.startswith("--failures=") for a in args):
+        args = ["--failures=summary", *args]
     try:
         # The table below is the zoo's answer: the outputs' paths (over a thousand)
         # are in the manifest, not on the screen.
         kiln_main(args=["build", *args], stdout=io.StringIO())
         status = 0
     except SystemExit as e:
-        status = int(e.code or 0)
+        status = int(e.code or 0) if isinstance(e.code, int | None) else 1
     if status in (0, 1) and (out / "manifest.json").exists():
         print_table(out)
         print(f"outputs: {out / 'manifest.json'} lists every file the build made")
         # Models the compiler cannot handle are results of the survey, shown in the
         # table; the run itself succeeded. Pass --strict to exit 1 on any failure.
-        if status == 1 and "--strict" not in sys.argv:
+        if status == 1 and not strict:
             status = 0
+    sys.stdout.flush()
+    print(verdict(out, status, strict))
     sys.exit(status)

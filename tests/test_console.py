@@ -135,11 +135,14 @@ def test_plain_failure_report_and_summary(module, kiln) -> None:
     assert r.stderr.rstrip().splitlines()[-1].startswith("kiln: FAILED:")
     assert "\x1b" not in r.stderr
 
-    # It fails with the same key: not run again, one line with its log.
+    # It fails with the same key: not run again, one line for all such (-v lists
+    # each with its log).
     again = kiln("build", "build.py")
     assert again.returncode == 1
-    assert "kaput" not in again.stderr
-    assert "  * Running broken/first.txt failed (unchanged; log: " in again.stderr
+    assert "kaput" not in again.stderr and "ERROR" not in again.stderr
+    assert "kiln: 1 action(s) failed as in an earlier build" in again.stderr
+    listed = kiln("build", "build.py", "-v")
+    assert "  * Running broken/first.txt failed (unchanged; log: " in listed.stderr
     assert (
         again.stderr.rstrip()
         .splitlines()[-1]

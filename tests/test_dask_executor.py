@@ -448,10 +448,10 @@ def top():
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["--executor", "dask-local:2"], "needs --remote-cache"),
+        (["--executor", "dask://127.0.0.1:9"], "needs --remote-cache"),
         (
             ["--executor", "dask-local:2", "--remote-cache", "http://127.0.0.1:9", "--no-cache"],
-            "needs --remote-cache",
+            "drop --no-cache",
         ),
         (["--executor", "dask:/nowhere"], "--executor 'dask:/nowhere': give local"),
         (["--executor", "dask-local:0"], "dask-local:N"),
@@ -542,7 +542,7 @@ def test_an_action_run_on_a_worker_keeps_its_key_in_the_next_build(
     (target,) = [f for f in executor.graph.files() if f.path.endswith("x.txt")]
     cluster = DaskExecutor(parse_executor(dask_cluster.url), nginx_cache.url)
     try:
-        executor.remote = ClusterOffload(cluster, executor.cache, print)
+        executor.remote = ClusterOffload(cluster, executor.cache, executor.cache.remote, print)
         first = executor.run([target], SchedulerOptions(jobs=1))
         assert first.ok and len(first.built) == 1
         (action,) = first.built

@@ -127,7 +127,7 @@ CHECKS: dict[str, str | Syntax | Covered] = {
         ".venv/bin/python benchmarks/run.py --help",
     ),
     # docs/cluster.md.
-    "kiln build build.py --executor dask-local:4 --remote-cache http://127.0.0.1:8080": RUN,
+    "kiln build build.py --executor dask-local:4": RUN,
     "dask scheduler --host 0.0.0.0 --port 8786": RUN,
     "dask worker tcp://SCHEDULER:8786 --nthreads 1 --local-directory /var/tmp/dask-worker": RUN,
     "kiln build build.py --executor dask://SCHEDULER:8786 --remote-cache http://CACHE:8080 -j 64": (

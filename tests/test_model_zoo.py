@@ -45,6 +45,13 @@ def test_the_readmes_two_models_through_every_stage(tmp_path: Path):
         ["bash", "-c", line], capture_output=True, text=True, cwd=tmp_path, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
+    # The script's last line is its verdict, and agrees with its exit status; kiln's
+    # stderr names each failed stage once, in its summary, with no details before.
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith("zoo: 2 models, 2 compiled for every target, 1 through every stage")
+    assert "exit 0: failures are results (--strict exits 1 on them)" in last
+    assert "ERROR: Building" not in proc.stderr
+    assert proc.stderr.count("  * Verifying simple__test_sequence_model8/model_vmvx.vmfb") == 2
     (tmp_path / "out").symlink_to(tmp_path / "kiln-out")
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("model\t")  # the table, not the outputs' paths, comes first
@@ -88,3 +95,4 @@ def test_the_readmes_two_models_through_every_stage(tmp_path: Path):
         timeout=300,
     )
     assert strict.returncode == 1
+    assert strict.stdout.splitlines()[-1].endswith("exit 1: --strict, and a stage failed")

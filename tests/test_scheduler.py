@@ -679,8 +679,9 @@ def broken():
     summary = r.stderr[r.stderr.index("Root causes:") :]
     assert "timed first" in summary
     assert f"defined at {path}:{line}" in summary
-    assert "Traceback (most recent call last)" in summary
-    assert "ValueError: boom in timed first" in summary
+    # Its details were printed when it failed, and only then.
+    assert r.stderr.count("Traceback (most recent call last)") == 1
+    assert r.stderr.count("ValueError: boom in timed first") == 1
     assert "timed second" not in summary  # a dependent is not a root cause
     assert "FAILED: 0 built, 0 up to date, 1 failed, 1 not run" in r.stderr
 
@@ -770,7 +771,7 @@ def test_process_action_failure_names_the_exception(write_module, kiln) -> None:
     assert r.returncode == 1
     summary = r.stderr[r.stderr.index("Root causes:") :]
     assert "process raises.txt" in summary
-    assert "ValueError: boom from worker" in summary
+    assert r.stderr.count("ValueError: boom from worker") == 1  # when it failed
     assert "Traceback" not in r.stderr
     assert "2 built, 0 up to date, 1 failed, 0 not run" in r.stderr
 

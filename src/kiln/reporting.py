@@ -22,7 +22,7 @@ from kiln import events as ev
 from kiln.errors import error_text
 from kiln.graph import BuildDependency
 from kiln.progress import ProgressReporter, display_requests
-from kiln.terminal import printable
+from kiln.terminal import message_text, printable, shorten_arguments
 
 if TYPE_CHECKING:
     from kiln.result import BuildResult
@@ -80,9 +80,16 @@ class PlainReporter(ProgressReporter):
     for another ``heartbeat_s`` seconds (0: never), so a long action shows life.
     """
 
-    def __init__(self, stream: IO[str], verbose: int = 0, heartbeat_s: float = 30.0):
+    def __init__(
+        self,
+        stream: IO[str],
+        verbose: int = 0,
+        heartbeat_s: float = 30.0,
+        failures: str = "full",
+    ):
         self.stream = stream
         self.verbose = verbose
+        self.failures = failures  # "full": a failure's details when it fails; "summary": none
         self.total = 0
         self.done = 0
         self.started = 0
@@ -91,7 +98,7 @@ class PlainReporter(ProgressReporter):
 
     def _write(self, line: str) -> None:
         with self._lock:
-            self.stream.write(printable(line) + "\n")
+            self.stream.write(message_text(line) + "\n")
             self.stream.flush()
 
     def handle(self, event: ev.BuildEvent) -> None:
@@ -114,7 +121,7 @@ class PlainReporter(ProgressReporter):
         elif kind == ev.FINISHED or kind == ev.FAILED:
             self.done += 1
             self.started -= 1
-            if kind == ev.FAILED:
+            if kind == ev.FAILED and self.failures == "full":
                 heading = failure_heading(event.desc or "")
                 self._write(f"{heading}\n{indent(failure_text(event, self.verbose))}")
             elif self.verbose and event.log:
@@ -228,9 +235,12 @@ def indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
-def format_success(result: BuildResult) -> str:
+def format_success(result: BuildResult) -> str | None:
     """iree.build's line after a build that succeeded (its count: the actions that
-    are built now, run or not)."""
+    are built now, run or not); None after a build that ran and restored nothing,
+    whose one summary is kiln's ``0 built, N up to date``."""
+    if not result.built and not result.cached:
+        return None
     return (
         f"Successfully built {len(result.built) + len(result.cached) + len(result.skipped)} actions"
     )
@@ -255,31 +265,42 @@ def format_summary(result: BuildResult) -> str:
     return f"kiln: {status}: {', '.join(parts)} in {result.wall_s:.2f}s"
 
 
-def format_root_causes(result: BuildResult, verbose: int) -> str:
-    """iree.build's words (``ERROR: Failed to build N actions. Root causes:``, one
-    ``  * <desc>`` line per root cause; N counts the actions that failed and those
-    not run because of them), then where each was defined and its error. An
-    action that failed unchanged (not run again) gets one line, with its log."""
-    count = len(result.failed) + len(result.not_run)
-    lines = [f"ERROR: Failed to build {count} actions. Root causes:"]
+def format_root_causes(result: BuildResult, verbose: int, failures: str = "full") -> str:
+    """What the build says of its failures at the end, each failure's details said
+    once: iree.build's words (``ERROR: Failed to build N actions. Root causes:``,
+    one ``  * <desc>`` line per root cause; N counts the actions that failed and
+    those not run because of them) with where each was defined; its error only with
+    ``failures="summary"`` (one line: the reporter printed none when it failed),
+    since with ``full`` the reporter printed it then. The actions that failed
+    unchanged (not run again) are one line, listed each only with ``-v``."""
     unchanged = result.unchanged()
-    for action in result.failed:
-        if action in unchanged:
-            continue
+    fresh = [a for a in result.failed if a not in unchanged]
+    lines = []
+    if fresh:
+        count = len(result.failed) + len(result.not_run)
+        lines.append(f"ERROR: Failed to build {count} actions. Root causes:")
+    for action in fresh:
         lines.append(f"  * {action}")
         lines.append(f"      defined at {action.def_site}")
-        lines.append(indent(error_text(result.errors.get(action), verbose), "      "))
-    for action in unchanged:
-        error = result.errors[action]
-        log = getattr(error, "log", None)
-        lines.append(f"  * {unchanged_line(str(action), log, str(error))}")
-        if verbose:  # as it failed then: its traceback
-            lines.append(indent(error_text(error, verbose), "      "))
+        if failures != "full":
+            error = result.errors.get(action)
+            log = getattr(error, "log", None)
+            lines.append(f"      {error_line(error_text(error, 0))}")
+            if log:
+                lines.append(f"      log: {log}")
     if unchanged:
         lines.append(
-            f"{len(unchanged)} of them failed with the same key in an earlier build and were "
-            "not run again; kiln build --retry-failed runs them"
+            f"kiln: {len(unchanged)} action(s) failed as in an earlier build, with the same "
+            "key, and were not run again (kiln build --retry-failed runs them"
+            + ("" if verbose else "; -v lists them")
+            + ")"
         )
+    if verbose:
+        for action in unchanged:
+            error = result.errors[action]
+            log = getattr(error, "log", None)
+            lines.append(f"  * {unchanged_line(str(action), log, str(error))}")
+            lines.append(indent(error_text(error, verbose), "      "))
     return "\n".join(lines)
 
 
@@ -301,6 +322,7 @@ def error_line(error: str) -> str:
     said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
     if said is lines[0] and said.endswith(":") and len(lines) > 1:
         said = f"{said} {lines[1]}"
+    said = shorten_arguments(said)  # before the cut: a flag's count stays whole
     if len(said) > _ERROR_LINE_CHARS:
         said = said[: _ERROR_LINE_CHARS - 3] + "..."
     return printable(said, one_line=True)

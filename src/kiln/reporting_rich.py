@@ -7,7 +7,7 @@ churn of short actions. Failures and messages print above the display.
 The display is a reader of the build's event stream (``kiln.events``). It writes
 its own escape sequences, so it writes to the terminal unescaped
 (``kiln.terminal.raw_stream``): every text it draws is escaped first, events
-through ``displayed``, messages through ``printable``.
+through ``displayed``, messages through ``message_text``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from kiln.reporting import (
     remote_worker,
     unchanged_line,
 )
-from kiln.terminal import printable, raw_stream
+from kiln.terminal import message_text, printable, raw_stream
 
 _MAX_RUNNING_SHOWN = 8
 _REFRESH_S = 0.125
@@ -141,7 +141,9 @@ class RichReporter(ProgressReporter):
         verbose: int = 0,
         long_threshold_s: float = 5.0,
         force_terminal: bool = False,
+        failures: str = "full",
     ):
+        self.failures = failures  # "full": a failure's details when it fails; "summary": none
         self.console = Console(
             file=raw_stream(stream), force_terminal=force_terminal or None, stderr=True
         )
@@ -222,11 +224,13 @@ class RichReporter(ProgressReporter):
             self.end_graph()
 
     def _report_failure(self, event: ev.BuildEvent) -> None:
+        if self.failures != "full":  # the summary lists it
+            return
         with self._above():
             heading = failure_heading(event.desc or "")
-            self.console.print(Text(printable(heading), style="bold red"), soft_wrap=True)
+            self.console.print(Text(message_text(heading), style="bold red"), soft_wrap=True)
             text = indent(failure_text(event, self.verbose))
-            self.console.print(Text(printable(text)), soft_wrap=True)
+            self.console.print(Text(message_text(text)), soft_wrap=True)
 
     def progress(self, dep: BuildDependency, done: int, total: int | None) -> None:
         with self._lock:
@@ -258,7 +262,7 @@ class RichReporter(ProgressReporter):
     def _print(self, text: str) -> None:
         """Print ``text`` above the display, escaped (``kiln.terminal``)."""
         with self._above():
-            self.console.print(Text(printable(text)), soft_wrap=True)
+            self.console.print(Text(message_text(text)), soft_wrap=True)
 
 
 def _describe(

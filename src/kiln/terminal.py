@@ -58,6 +58,27 @@ def printable(text: str, *, one_line: bool = False) -> str:
     return pattern.sub(_escape, text)
 
 
+# A command-line argument longer than this is shown shortened in kiln's messages.
+LONG_ARGUMENT = 100
+_SHOWN_OF_LONG = 60
+_LONG_FLAG = re.compile(rf"(?<!\S)-\S{{{LONG_ARGUMENT},}}")
+
+
+def shorten_arguments(text: str) -> str:
+    """``text`` with each flag (a word starting with ``-``) longer than
+    ``LONG_ARGUMENT`` characters shown as its start and ``…(N chars)``: a
+    ``--iree-llvmcpu-target-cpu-features=...`` of 2 KB reads in one glance."""
+    if len(text) <= LONG_ARGUMENT:
+        return text
+    return _LONG_FLAG.sub(lambda m: f"{m[0][:_SHOWN_OF_LONG]}…({len(m[0])} chars)", text)
+
+
+def message_text(text: str, *, one_line: bool = False) -> str:
+    """How a reporter prints ``text``: long flags shortened, then escaped
+    (``printable``). Every line a reporter writes goes through this."""
+    return printable(shorten_arguments(text), one_line=one_line)
+
+
 class PrintableOutput(io.TextIOBase):
     """kiln's stdout (listings, built paths, help, graph text): every write escaped
     (``printable``; lines and tabs kept). Unlike ``TerminalStream`` its errors reach

@@ -182,7 +182,9 @@ def _report(
 ) -> None:
     reporter = inv.executor.reporter
     if result.failed and not options.dry_run:  # a dry run explained each already
-        reporter.message(format_root_causes(result, inv.ns.verbose))
+        reporter.message(
+            format_root_causes(result, inv.ns.verbose, getattr(inv.ns, "failures", "full"))
+        )
     if result.not_reproducible:
         reporter.message(
             "not reproducible (never shared through a cache):\n"
@@ -198,6 +200,7 @@ def _report(
             f"{len(over_budget)} benchmark(s) over budget:\n"
             + "\n".join(f"  {line}" for line in over_budget)
         )
-    if result.ok and not options.dry_run:
-        reporter.message(format_success(result))
+    success = format_success(result) if result.ok and not options.dry_run else None
+    if success is not None:
+        reporter.message(success)
     reporter.message(format_summary(result))

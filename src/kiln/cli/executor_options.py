@@ -16,6 +16,7 @@ from kiln.remote_exec.spec import parse_executor
 
 if TYPE_CHECKING:  # imported when a build runs on a cluster, not on every build
     from kiln.cache import BuildCache
+    from kiln.cache.remote import RemoteCache
     from kiln.remote_exec.offload import ClusterOffload
 
 
@@ -27,7 +28,8 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
         metavar="WHERE",
         help="local (default: $KILN_EXECUTOR, else local), dask://HOST:PORT (a "
         "Dask scheduler) or dask-local:N (N Dask worker processes here); "
-        "remote execution needs --remote-cache (docs/cluster.md)",
+        "dask:// needs --remote-cache; dask-local:N shares kiln's local cache "
+        "with its workers (docs/cluster.md)",
     )
     g.add_argument(
         "--executor-timeout",
@@ -49,26 +51,53 @@ def open_remote(
     if not spec.remote or getattr(ns, "dry_run", False):
         yield None
         return
-    if cache is None or cache.remote is None:
+    if cache is None:
         raise UsageError(
-            f"--executor {text} needs --remote-cache URL (and no --no-cache): "
-            "inputs and outputs travel through the remote cache's CAS"
+            f"--executor {text} moves inputs and outputs through a cache: drop --no-cache"
         )
-    if not cache.remote.uploads:
-        raise UsageError(
-            f"--executor {text} needs uploads to the remote cache: drop --remote-cache-upload no"
-        )
-    from kiln.remote_exec.dask_executor import DaskExecutor
-    from kiln.remote_exec.offload import ClusterOffload
+    with _workers_cas(text, spec.kind, cache, warn) as cas:
+        from kiln.remote_exec.dask_executor import DaskExecutor
+        from kiln.remote_exec.offload import ClusterOffload
 
-    executor = DaskExecutor(
-        spec, cache.remote.url, connect_timeout_s=getattr(ns, "executor_timeout", 10.0)
-    )
-    try:
-        warn(f"kiln: {executor.describe()}")
-        yield ClusterOffload(executor, cache, warn)
-    finally:
-        executor.close()
+        executor = DaskExecutor(
+            spec, cas.url, connect_timeout_s=getattr(ns, "executor_timeout", 10.0)
+        )
+        try:
+            warn(f"kiln: {executor.describe()}")
+            yield ClusterOffload(executor, cache, cas, warn)
+        finally:
+            executor.close()
+            if cas is not cache.remote:
+                cas.close()
+
+
+@contextlib.contextmanager
+def _workers_cas(
+    text: str, kind: str, cache: BuildCache, warn: Callable[[str], None]
+) -> Iterator[RemoteCache]:
+    """The CAS the workers share: the remote cache; for ``dask-local`` without one,
+    kiln's local cache, served on 127.0.0.1 while the build lasts
+    (``kiln.cache.cas_server``)."""
+    remote = cache.remote
+    if remote is not None:
+        if not remote.uploads:
+            raise UsageError(
+                f"--executor {text} needs uploads to the remote cache: "
+                "drop --remote-cache-upload no"
+            )
+        yield remote
+        return
+    if kind != "dask-local":
+        raise UsageError(
+            f"--executor {text} needs --remote-cache URL: workers on other machines fetch "
+            "inputs and store outputs in the remote cache's CAS (dask-local:N, on this "
+            "machine, needs none)"
+        )
+    from kiln.cache.cas_server import serving
+    from kiln.cache.remote import RemoteCache
+
+    with serving(cache.local, cache.max_size) as url:
+        yield RemoteCache(url, warn=warn)
 
 
 def build_devices(remote: ClusterOffload | None, require: bool) -> DeviceSet:

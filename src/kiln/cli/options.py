@@ -205,6 +205,14 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
         help="live terminal display or plain lines (default: live on a terminal)",
     )
     p.add_argument(
+        "--failures",
+        choices=("full", "summary"),
+        default="full",
+        help="full: each failure's details when it fails (the summary then names it); "
+        "summary: none then, one line each in the summary at the end (for a script "
+        "that reports failures itself, e.g. a table)",
+    )
+    p.add_argument(
         "--no-iree-build-shim",
         action="store_true",
         help="let the build module's 'import iree.build' load IREE's own package instead "

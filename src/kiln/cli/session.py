@@ -263,6 +263,7 @@ def _help_without_module(command: str) -> None:
 def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
     console = getattr(ns, "console", "auto")
     verbose = getattr(ns, "verbose", 0)
+    failures = getattr(ns, "failures", "full")
     if getattr(ns, "test_force_console", False):
         console = "live"
     if console == "auto":
@@ -273,5 +274,12 @@ def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
         from kiln.reporting_rich import RichReporter
 
         threshold = getattr(ns, "test_long_display_time_threshold", 5.0)
-        return RichReporter(err, verbose=verbose, long_threshold_s=threshold, force_terminal=True)
-    return PlainReporter(err, verbose=verbose, heartbeat_s=getattr(ns, "heartbeat", 30.0))
+        return RichReporter(
+            err,
+            verbose=verbose,
+            long_threshold_s=threshold,
+            force_terminal=True,
+            failures=failures,
+        )
+    heartbeat = getattr(ns, "heartbeat", 30.0)
+    return PlainReporter(err, verbose=verbose, heartbeat_s=heartbeat, failures=failures)

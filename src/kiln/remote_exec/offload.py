@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kiln.cache import BuildCache
+from kiln.cache.remote import RemoteCache
 from kiln.errors import ClusterFailure
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
 from kiln.reached import Reached
@@ -22,13 +23,21 @@ from kiln.state import Produced
 
 class ClusterOffload:
     """Runs remotable actions on ``executor`` and materializes their outputs through
-    ``cache`` (which has a remote). Invariant: each action type that stays local is
+    ``cache``; ``cas`` is the CAS the workers share (the remote cache, or for
+    ``dask-local`` without one kiln's local cache served to them,
+    ``kiln.cache.cas_server``). Invariant: each action type that stays local is
     reported once."""
 
-    def __init__(self, executor: DaskExecutor, cache: BuildCache, warn: Callable[[str], None]):
-        assert cache.remote is not None
+    def __init__(
+        self,
+        executor: DaskExecutor,
+        cache: BuildCache,
+        cas: RemoteCache,
+        warn: Callable[[str], None],
+    ):
         self.executor = executor
         self.cache = cache
+        self.cas = cas
         self._warn = warn
         self._noted: set[str] = set()
         self._lock = threading.Lock()
@@ -89,9 +98,8 @@ class ClusterOffload:
                     local.put_stream(digest, io.BytesIO(data).read)
 
     def _upload(self, digest: str, path: Path) -> bool:
-        """Make sure blob ``digest`` (the file ``path``) is in the remote CAS."""
-        remote = self.cache.remote
-        assert remote is not None
+        """Make sure blob ``digest`` (the file ``path``) is in the workers' CAS."""
+        remote = self.cas
         remote.put_blob(digest, path)
         return remote.known(digest) and not remote.disabled
 

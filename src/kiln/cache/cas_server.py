@@ -1,0 +1,137 @@
+"""The CAS a ``dask-local:N`` build's workers share when no remote cache is given:
+kiln's own local cache, served on 127.0.0.1 for the build's duration.
+
+The workers of kiln's own LocalCluster run on this machine, and speak the Bazel
+HTTP cache protocol (``kiln.cache.remote``) as they do to a remote cache; this
+server answers it from the build's ``LocalCache``: ``GET``/``HEAD`` of
+``{URL}/cas/{sha256}`` serve a blob kiln has, ``PUT`` stores one, through
+``LocalCache.put_stream``, which keeps it only when its bytes have the digest of
+its name. What the workers put is then already where kiln materializes outputs
+from: nothing is fetched back, nothing is stored twice, and nothing is left
+behind but blobs in kiln's cache, bounded and evicted as any other.
+
+Bounds: the URL's path starts with a random 256-bit prefix (``secrets``), so that
+another user of the machine who finds the port cannot read or write through it;
+any other path is 404. A ``PUT`` needs a ``Content-Length`` of at most the
+cache's size and is read no further; the action cache (``ac/``) is not served
+(404; a ``PUT`` there is accepted and dropped: the build's own local cache keeps
+its entries). The server listens only on 127.0.0.1 and stops with the build
+(``serving``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import re
+import secrets
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from kiln.cache.local import LocalCache
+
+_BLOB = re.compile(r"^cas/([0-9a-f]{64})$")
+_ENTRY = re.compile(r"^ac/[0-9A-Za-z_.-]{1,200}$")
+_CHUNK = 1 << 20
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = False
+
+    def __init__(self, local: LocalCache, max_blob: int):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.local = local
+        self.max_blob = max_blob
+        self.prefix = "/" + secrets.token_hex(32) + "/"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # kept-alive connections, as the client expects
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib's name
+        """Requests are not kiln's output."""
+
+    def _name(self) -> str | None:
+        """The path under the build's prefix; None for any other path."""
+        prefix = self.server.prefix
+        head = self.path[: len(prefix)]
+        if len(self.path) <= len(prefix) or not hmac.compare_digest(head, prefix):
+            return None
+        return self.path[len(prefix) :]
+
+    def _answer(self, status: int, length: int = 0) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+    def do_HEAD(self) -> None:  # noqa: N802 - the stdlib's naming
+        self._serve(body=False)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        m = _BLOB.match(self._name() or "")
+        local = self.server.local
+        fd = None if m is None else local.dir.open_file(str(local.blob_path(m[1])))
+        if fd is None:
+            self._answer(404)
+            return
+        with os.fdopen(fd, "rb") as f:
+            self._answer(200, os.fstat(f.fileno()).st_size)
+            if body:
+                shutil.copyfileobj(f, self.wfile, _CHUNK)
+
+    def do_PUT(self) -> None:  # noqa: N802
+        name = self._name() or ""
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self.close_connection = True
+            self._answer(411)
+            return
+        m = _BLOB.match(name)
+        limit = self.server.max_blob if m is not None else 64 << 10
+        if length < 0 or length > limit or (m is None and _ENTRY.match(name) is None):
+            self.close_connection = True  # its body is not read
+            self._answer(413 if length > limit else 404)
+            return
+        left = [length]
+
+        def read(n: int) -> bytes:
+            data = self.rfile.read(min(n, left[0])) if left[0] > 0 else b""
+            left[0] -= len(data)
+            return data
+
+        if m is None:  # an action-cache entry: the build's local cache has it
+            read(length)
+            self._answer(200)
+            return
+        try:
+            stored = self.server.local.put_stream(m[1], read)
+        except OSError:
+            stored = False
+        if left[0] > 0:
+            self.close_connection = True
+        self._answer(201 if stored else 400)
+
+
+@contextlib.contextmanager
+def serving(local: LocalCache, max_blob: int) -> Iterator[str]:
+    """Serve ``local``'s CAS on 127.0.0.1 while the ``with`` lasts; yields its URL
+    (with its secret prefix). Blobs larger than ``max_blob`` are refused."""
+    server = _Server(local, max_blob)
+    thread = threading.Thread(target=server.serve_forever, name="kiln-cas", daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        yield f"http://127.0.0.1:{port}{server.prefix.rstrip('/')}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
