@@ -133,6 +133,10 @@ CHECKS: dict[str, str | Syntax | Covered] = {
     "kiln build build.py --executor dask://SCHEDULER:8786 --remote-cache http://CACHE:8080 -j 64": (
         RUN
     ),
+    "dask worker tcp://SCHEDULER:8786 --nthreads 1 --preload kiln.remote_exec.worker_devices": RUN,
+    "kiln devices --executor dask://SCHEDULER:8786": RUN,
+    "kiln build build.py --target cuda:sm_89 --executor dask://SCHEDULER:8786 --remote-cache "
+    "http://CACHE:8080": RUN,
     "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False": RUN,
     "export DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s": RUN,
     "export DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL=1s": RUN,
