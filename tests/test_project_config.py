@@ -90,9 +90,9 @@ def test_a_flag_without_a_value(project: Path) -> None:
 
 
 def test_a_variable_of_the_environment_wins_over_the_file(project: Path) -> None:
-    configure(project, 'executor = "dask-local:2"\n')
+    configure(project, 'executor = "dask://127.0.0.1:9"\n')  # refused: no remote cache
     refused = kiln(project, "build", "models/build.py", "env")
-    assert refused.returncode == 2 and "dask-local:2" in refused.stderr
+    assert refused.returncode == 2 and "dask://127.0.0.1:9" in refused.stderr
     r = kiln(project, "build", "models/build.py", "env", env={"KILN_EXECUTOR": "local"})
     assert r.returncode == 0, r.stderr
 

@@ -52,6 +52,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # kept-alive connections, as the client expects
+    timeout = 60  # a connection that sends nothing does not hold its thread for ever
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib's name
         """Requests are not kiln's output."""
