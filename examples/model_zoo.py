@@ -183,16 +183,7 @@ def print_table(output_dir: Path) -> None:
     columns = stages(targets)
     counts = {s: sum(1 for st, _, _ in rows.values() if st.get(s) == "built") for s in columns}
     cells = {ep: [r[1].get(s, "") for s in columns] for ep, r in rows.items()}
-    if sys.stdout.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table("model", *columns, title="model zoo")
-        for ep, row in cells.items():
-            table.add_row(ep, *row)
-        table.add_row("[bold]ok", *(f"[bold]{counts[s]}/{len(rows)}" for s in columns))
-        Console().print(table)
-    else:
+    if not sys.stdout.isatty() or not _print_rich_table(cells, columns, counts, len(rows)):
         print("\t".join(["model", *columns]))
         for ep, row in cells.items():
             print("\t".join([ep, *row]))
@@ -200,6 +191,62 @@ def print_table(output_dir: Path) -> None:
     disagree = _disagreements(manifest)
     if disagree:
         print(f"IREE and onnxruntime disagree on {len(disagree)} module(s):", *disagree, sep="\n")
+
+
+# Marks shortened on a terminal, where every column counts.
+_SHORT = {"FAILED": "FAIL", "skipped": "skip"}
+
+
+def _print_rich_table(
+    cells: dict[str, list[str]], columns: list[str], counts: dict[str, int], total: int
+) -> bool:
+    """The table on a terminal: a section per category, each model by its test's
+    name (the category and ``test_`` prefix are the section's), one column per
+    stage with its targets' cells side by side (``ok/FAIL``), every cell whole:
+    a terminal too narrow for it all cuts model names, never a result. False (and
+    nothing printed) when even that does not fit."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    stages = list(dict.fromkeys(c.partition(" ")[0] for c in columns))
+    targets = list(dict.fromkeys(c.partition(" ")[2] for c in columns if " " in c))
+    where = {c: i for i, c in enumerate(columns)}
+
+    def joined(values: list[str], stage: str) -> str:
+        picked = [values[where[f"{stage} {t}"]] for t in targets if f"{stage} {t}" in where]
+        return "/".join(picked) if picked else values[where[stage]]
+
+    rows = {
+        ep: [joined([_SHORT.get(v, v) for v in row], st) for st in stages]
+        for ep, row in cells.items()
+    }
+    oks = [joined([f"{counts[c]}" for c in columns], st) for st in stages]
+    table = Table(box=box.SIMPLE_HEAD, title="model zoo", title_justify="left")
+    table.add_column("model", no_wrap=True, overflow="ellipsis", min_width=8)
+    needed = 8 + 2 + 8  # the model column at its narrowest, its padding, the edges
+    for i, stage in enumerate(stages):
+        header = f"{stage}\n{'/'.join(targets)}" if stage != "import" else stage
+        widest = max(len(x) for x in [*header.split("\n"), oks[i], *(r[i] for r in rows.values())])
+        table.add_column(header, no_wrap=True, min_width=widest)
+        needed += widest + 2
+    category = None
+    for ep, row in rows.items():
+        group, _, test = ep.partition("__")
+        if group != category:
+            if category is not None:
+                table.add_section()
+            table.add_row(f"[bold]{group}", *[""] * len(stages))
+            category = group
+        table.add_row("  " + (test.removeprefix("test_") or ep), *row)
+    table.add_section()
+    table.add_row(f"[bold]ok (of {total})", *(f"[bold]{x}" for x in oks))
+    console = Console()
+    if needed > console.width:  # rich would cut or drop columns
+        return False
+    table.columns[0].max_width = 8 + console.width - needed  # rich cuts this one only
+    console.print(table)
+    return True
 
 
 def _summary(rows: dict[str, Row], counts: dict[str, int], targets: list[str]) -> str:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import needs
@@ -96,3 +101,47 @@ def test_the_readmes_two_models_through_every_stage(tmp_path: Path):
     )
     assert strict.returncode == 1
     assert strict.stdout.splitlines()[-1].endswith("exit 1: --strict, and a stage failed")
+
+    # On a terminal: a table that fits its width, every result whole (a narrow one
+    # cuts model names, never a latency or a mark); one too narrow gets the plain rows.
+    for columns in (100, 80):
+        shown = _table_on_tty(tmp_path / "out", columns)
+        lines = shown.splitlines()
+        table = lines[: next(i for i, line in enumerate(lines) if "ok (of 2)" in line) + 1]
+        assert max(len(line.rstrip()) for line in table) <= columns, shown
+        ok_row = next(line for line in lines if "AvgPool1d" in line).split()
+        assert ok_row[1:5] == ["ok", "ok/ok", "ok/ok", "ok/ok"], shown
+        assert re.fullmatch(r"[\d.]+(us|ms|s)/[\d.]+(us|ms|s)", ok_row[5]), shown
+        bad_row = next(line for line in lines if "sequence_mo" in line).split()
+        assert bad_row[3:5] == ["FAIL/FAIL", "FAIL/FAIL"], shown
+    narrow = _table_on_tty(tmp_path / "out", 50)
+    assert narrow.splitlines()[0].startswith("model\timport\tcompile cpu"), narrow
+
+
+def _table_on_tty(out: Path, columns: int) -> str:
+    """What the zoo's table prints on a terminal ``columns`` wide (escapes removed)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    code = "import sys, pathlib, model_zoo; model_zoo.print_table(pathlib.Path(sys.argv[1]))"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(out)],
+        cwd=ROOT / "examples",
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env={**env, "TERM": "xterm-256color"},
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child's side is closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
