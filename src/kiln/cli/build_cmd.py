@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from kiln.cli.executor_options import build_devices, open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
 from kiln.cli.requested import check_compile_targets, output_paths, resolve_targets
+from kiln.cli.stale import settle_stale
 from kiln.errors import UsageError
 from kiln.graph import BuildAction, BuildDependency, BuildFile
 from kiln.output_dir.ownership import check_takeover
@@ -168,9 +169,15 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
 
             statuses = write_manifest(executor, result)
             skipped, over_budget = skipped_checks(executor, result, statuses)
+            if not inv.broken:
+                settle_stale(executor, bool(getattr(inv.ns, "prune", False)), _say(executor))
     skipped += [f"{a.desc}: skipped: {why}" for a, why in result.absent.items()]
     _report(inv, result, options, skipped, over_budget)
     return result
+
+
+def _say(executor: Any) -> Callable[[str], None]:
+    return lambda text: executor.reporter.message(text)
 
 
 def _report(

@@ -21,3 +21,5 @@ class Invocation:
     # the module's winning where both have a name.
     args: argparse.Namespace = field(default_factory=argparse.Namespace)
     module_file: str | None = None  # the build module's file, when it has one
+    # The entrypoints whose analysis failed (their nodes are not in the graph).
+    broken: frozenset[str] = frozenset()

@@ -278,6 +278,12 @@ def add_common_options(p: argparse.ArgumentParser, command: str) -> None:
         )
         p.add_argument("--explain", action="store_true", help="say why each action runs")
         p.add_argument(
+            "--prune",
+            action="store_true",
+            help="remove the files that earlier builds made and the build module no longer "
+            "declares (a renamed or removed action's), when unchanged since kiln wrote them",
+        )
+        p.add_argument(
             "--strict",
             action="store_true",
             help="stop with an error, instead of a warning, at an action that an "

@@ -91,7 +91,9 @@ def _open(
         _warn_unreturned(executor, declared, ns.targets, bool(ns.strict), reporter)
     stack.callback(executor.close)
     stack.enter_context(_graph_frozen())
-    yield Invocation(command, ns, executor, out, err, args, module_file=module_file)
+    yield Invocation(
+        command, ns, executor, out, err, args, module_file=module_file, broken=frozenset(broken)
+    )
 
 
 def _resolve_paths(ns: object, start_dir: str) -> None:

@@ -216,6 +216,19 @@ class StateStore:
                     found.add(rel)
         return found
 
+    def undeclared_outputs(self, declared: set[str]) -> dict[str, str]:
+        """The outputs earlier builds recorded that no node of the graph now declares
+        (``declared``: paths relative to the output directory), each with the digest
+        it was recorded with: an action renamed or removed left them."""
+        found: dict[str, str] = {}
+        for record in self.records().values():
+            outputs = record.outputs if isinstance(record.outputs, dict) else {}
+            for key, digest in outputs.items():
+                rel = output_rel_path(str(key))
+                if rel is not None and rel not in declared and isinstance(digest, str):
+                    found[rel] = digest
+        return found
+
     def nonreproducible(self) -> frozenset[str]:
         """The keys whose results a check found not reproduced (read once per call)."""
         try:
