@@ -119,7 +119,7 @@ def test_an_unknown_shell_is_a_usage_error() -> None:
     assert r.returncode == 2 and "invalid choice: 'fish'" in r.stderr
 
 
-HOSTILE = '''
+HOSTILE = """
 from kiln import *
 
 def _named(name):
@@ -134,7 +134,7 @@ c = _named("x;touch pwned-c")
 d = _named("*")
 e = _named("~root")
 g = _named("$HOME")
-'''
+"""
 
 
 def test_entrypoint_names_are_never_run_or_expanded_by_the_shell(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_zsh_never_runs_an_entrypoint_name(tmp_path: Path) -> None:
     code = (
         f"autoload -U compinit && compinit -u -D\nsource {shlex.quote(str(script))}\n"
         f"{KILN_FUNCTION}"
-        "emulate sh -c 'COMP_WORDS=(kiln build build.py \"\"); COMP_CWORD=3; _kiln; "
+        'emulate sh -c \'COMP_WORDS=(kiln build build.py ""); COMP_CWORD=3; _kiln; '
         'printf "%s\\n" "${COMPREPLY[@]}"\'\n'
     )
     r = subprocess.run(
