@@ -117,3 +117,54 @@ def test_an_unknown_shell_is_a_usage_error() -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "invalid choice: 'fish'" in r.stderr
+
+
+HOSTILE = """
+from kiln import *
+
+def _named(name):
+    def f():
+        return None
+    f.__name__ = name
+    return entrypoint(f)
+
+a = _named("$(touch pwned-a)")
+b = _named("`touch pwned-b`")
+c = _named("x;touch pwned-c")
+d = _named("*")
+e = _named("~root")
+g = _named("$HOME")
+"""
+
+
+def test_entrypoint_names_are_never_run_or_expanded_by_the_shell(tmp_path: Path) -> None:
+    # bash's compgen -W expands its word list: $(...) in a name ran at completion time.
+    (tmp_path / "build.py").write_text(HOSTILE)
+    (tmp_path / "notes.txt").write_text("")
+    got = _bash(tmp_path, "kiln", "build", "build.py", "")
+    assert not list(tmp_path.glob("pwned-*"))
+    assert got == sorted(
+        ["$(touch pwned-a)", "`touch pwned-b`", "x;touch pwned-c", "*", "~root", "$HOME"]
+    )
+    assert _bash(tmp_path, "kiln", "build", "build.py", "$(") == ["$(touch pwned-a)"]
+    assert _bash(tmp_path, "kiln", "build", "build.py", "*") == ["*"]
+    assert not list(tmp_path.glob("pwned-*"))
+
+
+def test_zsh_never_runs_an_entrypoint_name(tmp_path: Path) -> None:
+    zsh = program("zsh")
+    (tmp_path / "build.py").write_text(HOSTILE)
+    script = tmp_path / "kiln.zsh"
+    script.write_text(_script("zsh"))
+    code = (
+        f"autoload -U compinit && compinit -u -D\nsource {shlex.quote(str(script))}\n"
+        f"{KILN_FUNCTION}"
+        'emulate sh -c \'COMP_WORDS=(kiln build build.py ""); COMP_CWORD=3; _kiln; '
+        'printf "%s\\n" "${COMPREPLY[@]}"\'\n'
+    )
+    r = subprocess.run(
+        [zsh, "-f", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert not list(tmp_path.glob("pwned-*"))
+    assert "$(touch pwned-a)" in r.stdout.splitlines()

@@ -182,3 +182,75 @@ def test_the_server_stops_with_the_build(tmp_path: Path) -> None:
         http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=5).connect()
     local.close()
     assert json.dumps(url)  # the URL is plain text
+
+
+def _raw(url: str, request: bytes, timeout: float = 5) -> bytes:
+    """Send ``request`` as written on a socket; the answer's first bytes."""
+    import socket
+
+    parts = urllib.parse.urlsplit(url)
+    with socket.create_connection((parts.hostname or "", parts.port or 0), timeout) as s:
+        s.sendall(request)
+        return s.recv(200)
+
+
+@pytest.mark.parametrize("length", ["5_0", "+5", " 5x", "5, 5"])
+def test_a_content_length_not_spelled_as_digits_is_refused(
+    served: tuple[Any, str], length: str
+) -> None:
+    # int() reads '5_0' as 50: the server then waited for bytes that never came.
+    local, url = served
+    prefix = urllib.parse.urlsplit(url).path
+    data = b"hello"
+    digest = hashlib.sha256(data).hexdigest()
+    head = f"PUT {prefix}/cas/{digest} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+    assert _raw(url, head.encode() + data).startswith(b"HTTP/1.1 411")
+    assert not local.has_blob(digest)
+
+
+def test_two_content_lengths_are_refused(served: tuple[Any, str]) -> None:
+    local, url = served
+    prefix = urllib.parse.urlsplit(url).path
+    data = b"hello"
+    digest = hashlib.sha256(data).hexdigest()
+    head = f"PUT {prefix}/cas/{digest} HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\n"
+    assert _raw(url, head.encode() + data).startswith(b"HTTP/1.1 411")
+    assert not local.has_blob(digest)
+
+
+def test_a_client_that_leaves_mid_download_prints_nothing(tmp_path: Path) -> None:
+    # A worker stopped while it read a blob: the build's terminal gets no traceback.
+    import subprocess
+    import sys
+
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import hashlib, io, os, socket, sys, time, urllib.parse\n"
+        "from kiln.cache import LocalCache\n"
+        "from kiln.cache.cas_server import serving\n"
+        "local = LocalCache(sys.argv[1])\n"
+        "data = os.urandom(16 << 20)\n"
+        "d = hashlib.sha256(data).hexdigest()\n"
+        "assert local.put_stream(d, io.BytesIO(data).read)\n"
+        "with serving(local, max_blob=32 << 20) as url:\n"
+        "    p = urllib.parse.urlsplit(url)\n"
+        "    for _ in range(3):\n"
+        "        s = socket.create_connection((p.hostname, p.port))\n"
+        "        s.sendall(f'GET {p.path}/cas/{d} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'.encode())\n"
+        "        s.recv(100)\n"
+        "        s.close()\n"
+        "    time.sleep(1)\n"
+        "local.close()\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "ok\n"
+    assert out.stderr == ""

@@ -142,3 +142,12 @@ def test_a_stand_in_never_takes_a_real_devices_place() -> None:
     only_fake = DeviceSet.of_ids("on the cluster", [fake], require=True)
     assert only_fake.resolve("cuda:sm_90") == fake
     assert only_fake.key_part("cuda:sm_80")["absent"] == "fail"
+
+
+@pytest.mark.parametrize("model", ["X\nY  stand-in (KILN_DEVICES)", "a\rb", "\x1b]0;t\x07"])
+def test_a_stand_in_model_with_a_control_character_is_refused(kiln: Any, model: str) -> None:
+    # A newline in the model printed as it was: a line of its own in 'kiln devices'.
+    r = kiln("devices", env={"KILN_DEVICES": f"cuda:sm_90={model}"})
+    assert r.returncode == 2, r.stdout
+    assert "a model name is printable text" in r.stderr
+    assert "\n" not in r.stderr.rstrip("\n") and "\x1b" not in r.stderr

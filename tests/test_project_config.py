@@ -107,6 +107,7 @@ def test_a_variable_of_the_environment_wins_over_the_file(project: Path) -> None
         ('console = "fancy"\n', "'fancy' is not one of"),
         ("output-dir = \n", "cannot read it as TOML"),
         ("[tool.kiln.x]\n", "'x', which is not an option"),
+        ("help = true\n", "sets 'help', which is not an option of kiln's; a key"),
     ],
 )
 def test_a_bad_key_or_value_is_a_usage_error_naming_the_file(
@@ -138,3 +139,37 @@ def test_a_fifo_named_pyproject_is_not_read(project: Path) -> None:
     os.mkfifo(project / "models/pyproject.toml")
     r = kiln(project, "build", "models/build.py", "env")  # would block reading a FIFO
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    "config, args",
+    [
+        ('profile = "pyproject.toml"\n', ()),
+        ('events = "pyproject.toml"\n', ()),
+        ("", ("--profile", "../pyproject.toml")),
+        ("", ("--events", "../pyproject.toml")),
+        ("", ("--events", "link.toml")),  # a hard link to it
+    ],
+)
+def test_the_pyproject_kiln_read_is_never_written_over(
+    project: Path, config: str, args: tuple[str, ...]
+) -> None:
+    # kiln read its settings from it: --profile or --events there replaced it with a trace.
+    configure(project, config)
+    before = (project / "pyproject.toml").read_bytes()
+    os.link(project / "pyproject.toml", project / "work/link.toml")
+    r = kiln(project / "work", "build", *args, "../models/build.py", "env")
+    assert r.returncode == 2, r.stderr
+    assert "kiln never writes over what the build reads" in r.stderr, r.stderr
+    assert str(project / "pyproject.toml") in r.stderr
+    assert (project / "pyproject.toml").read_bytes() == before
+
+
+def test_a_report_is_never_written_over_the_pyproject_kiln_read(project: Path) -> None:
+    configure(project, 'output-dir = "out"\n')
+    assert kiln(project, "build", "models/build.py", "env").returncode == 0
+    before = (project / "pyproject.toml").read_bytes()
+    r = kiln(project / "work", "report", "-o", "../pyproject.toml")
+    assert r.returncode == 2, r.stderr
+    assert "kiln never writes over what the build reads" in r.stderr, r.stderr
+    assert (project / "pyproject.toml").read_bytes() == before

@@ -280,6 +280,8 @@ def stand_ins(text: str | None) -> list[Device]:
             kind, arch = parse_need(need)
         except BadNeed as e:
             raise BadNeed(f"{STAND_IN_VAR}={text!r}: {e}") from None
+        if not model.isprintable():  # a newline in it forged a line of the listing
+            raise BadNeed(f"{STAND_IN_VAR}={text!r}: a model name is printable text")
         driver = kind if kind in GPU_DRIVERS else "local-task"
         out.append(Device(kind, arch, model or "stand-in", driver, stand_in=True))
     return out

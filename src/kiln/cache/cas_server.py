@@ -27,6 +27,7 @@ import os
 import re
 import secrets
 import shutil
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +37,15 @@ from kiln.cache.local import LocalCache
 _BLOB = re.compile(r"^cas/([0-9a-f]{64})$")
 _ENTRY = re.compile(r"^ac/[0-9A-Za-z_.-]{1,200}$")
 _CHUNK = 1 << 20
+_LENGTH = re.compile(r"[0-9]{1,20}")  # RFC 9110's 1*DIGIT: no sign, space or underscore
+
+
+def _length(values: list[str] | None) -> int | None:
+    """The one ``Content-Length`` as RFC 9110 spells it; None when it is missing,
+    given twice, or anything else that ``int`` would read (``+5``, `` 5``, ``5_0``)."""
+    if not values or len(values) != 1 or not _LENGTH.fullmatch(values[0]):
+        return None
+    return int(values[0])
 
 
 class _Server(ThreadingHTTPServer):
@@ -47,6 +57,13 @@ class _Server(ThreadingHTTPServer):
         self.local = local
         self.max_blob = max_blob
         self.prefix = "/" + secrets.token_hex(32) + "/"
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away mid-answer (a worker stopped, a timeout) is not
+        reported: the stdlib's traceback would land in the build's terminal. Any
+        other error is."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -90,15 +107,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_PUT(self) -> None:  # noqa: N802
         name = self._name() or ""
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
+        length = _length(self.headers.get_all("Content-Length"))
+        if length is None:
             self.close_connection = True
             self._answer(411)
             return
         m = _BLOB.match(name)
         limit = self.server.max_blob if m is not None else 64 << 10
-        if length < 0 or length > limit or (m is None and _ENTRY.match(name) is None):
+        if length > limit or (m is None and _ENTRY.match(name) is None):
             self.close_connection = True  # its body is not read
             self._answer(413 if length > limit else 404)
             return

@@ -26,8 +26,9 @@ from kiln.trace import EventLog, TraceFile
 def check_event_files(inv: Invocation) -> None:
     """``--events`` and ``--profile`` name each a regular file or a new one, none of
     kiln's own (in ``.kiln/`` or the cache, the manifest, the build's files), none
-    the build reads (the module, its sources), not both the same one
-    (``check_destinations``; before the lock, so that a refused build writes nothing)."""
+    the build reads (the module, its sources, the pyproject.toml of its settings),
+    not both the same one (``check_destinations``; before the lock, so that a refused
+    build writes nothing)."""
     executor = inv.executor
     cache = executor.cache.local.root if executor.cache is not None else None
     named = [
@@ -47,6 +48,8 @@ def check_event_files(inv: Invocation) -> None:
 
     def inputs() -> list[str | Path]:
         sources: list[str | Path] = [inv.module_file] if inv.module_file else []
+        if getattr(inv.ns, "project_file", None) is not None:
+            sources.append(inv.ns.project_file)
         for node in executor.all.values():
             if isinstance(node, BuildFile) and node.source is not None:
                 sources.append(node.source)

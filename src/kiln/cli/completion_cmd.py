@@ -6,7 +6,9 @@
 It completes the commands, each command's options (and the values of those with
 a fixed set of choices), file names after an option that takes a path, the build
 module (``.py`` files), and then the module's entrypoints, which it asks ``kiln
-list MODULE --bare`` for (so completing a target runs the module, as a build does).
+list MODULE --bare`` for (so completing a target runs the module, as a build does);
+a name is offered as its line says, never expanded by the shell (``$(...)`` in a
+name runs nothing).
 The options are read from kiln's own parsers when the script is made: remake it
 after upgrading kiln.
 """
@@ -123,7 +125,12 @@ _kiln() {
         fi
     done
     if [[ -n $module && $cmd != cache* && $cmd != clean && $cmd != report ]]; then
-        COMPREPLY=($(compgen -W "$(kiln list "$module" --bare 2>/dev/null)" -- "$cur"))
+        # Not compgen -W: it expands its words ($(...), `...`, $VAR, ~, globs) and a
+        # name is the module's text. Each line is compared as it is, never expanded.
+        local name
+        while IFS= read -r name; do
+            [[ -n $name && $name == "$cur"* ]] && COMPREPLY+=("$name")
+        done < <(kiln list "$module" --bare 2>/dev/null)
     else
         COMPREPLY=($(compgen -f -X '!*.py' -- "$cur") $(compgen -d -- "$cur"))
     fi

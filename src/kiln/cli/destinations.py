@@ -18,7 +18,8 @@ UsageError (exit 2) naming the file and asking for another:
   (``build``), or an output the directory's state records as built;
 - an input of the build: the build module's file, a source file it declares, any
   file in a source directory it declares (compared by resolved path, and by
-  identity, so that a hard link to one is refused too);
+  identity, so that a hard link to one is refused too), and the ``pyproject.toml``
+  whose ``[tool.kiln]`` gave the command its settings;
 - the file another of the command's options names (``--events X --profile X``).
 
 Anywhere else in an output directory stays allowed: ``kiln report`` writes its

@@ -118,7 +118,8 @@ class ProjectConfig:
             if action is None:
                 if key in known and key not in _NEVER:
                     continue
-                close = difflib.get_close_matches(key, [*options, *known], n=1)
+                names = [n for n in (*options, *known) if n not in _NEVER]
+                close = difflib.get_close_matches(key, names, n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
                 raise UsageError(
                     f"{self.path}: [tool.kiln] sets '{key}', which is not an option of "
@@ -186,13 +187,16 @@ def parse(
 ) -> argparse.Namespace:
     """``parser.parse_args(argv)`` with the defaults of the ``[tool.kiln]`` found from
     ``start`` (its subcommands' parsers too); a key that no command of kiln's knows
-    is an error."""
+    is an error. ``project_file`` is the file read, or None."""
     config = ProjectConfig.find(start)
     if config is not None:
         known = _long_options(_every_parser())
         for p in _with_subparsers(parser):
             config.install(p, known)
-    return settle(parser.parse_args(argv))
+    ns = settle(parser.parse_args(argv))
+    # What kiln read its settings from: an input, never a file to write (--profile).
+    ns.project_file = config.path if config is not None else None
+    return ns
 
 
 def _with_subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

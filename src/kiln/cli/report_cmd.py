@@ -44,7 +44,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
         [("-o", target)],
         ns.output_dir,
         cache_dir=default_cache_dir(),
-        inputs=lambda: [ns.module] if ns.module else [],
+        inputs=lambda: [p for p in (ns.module, ns.project_file) if p],
         warn=_printer(err),
     )
     page = render(report, ns.output_dir.absolute())
