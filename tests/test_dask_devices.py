@@ -7,6 +7,7 @@ the same device when its worker dies."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -194,3 +195,40 @@ def top():
             finally:
                 cluster.close()
     assert len(seen) == 4
+
+
+def test_a_build_on_a_cluster_identifies_none_of_this_machines_devices(
+    tmp_path: Path,
+    write_module: Callable[..., Path],
+    kiln: Callable[..., Any],
+    devices_cluster: DaskCluster,
+    nginx_cache: NginxCache,
+) -> None:
+    """The cluster's devices are where its checks run: kiln does not enumerate this
+    machine's (iree.runtime's enumeration, a child process, takes seconds), neither
+    for the keys when the plan is checked nor later. A stand-in ``iree.runtime`` on
+    kiln's path notes each enumeration; the local build shows that it is the one used."""
+    fake, marker = tmp_path / "fake", tmp_path / "enumerated"
+    (fake / "iree").mkdir(parents=True)
+    (fake / "iree" / "runtime.py").write_text(
+        f"open({str(marker)!r}, 'a').write('x')\ndef query_available_drivers():\n    return []\n"
+    )
+    write_module(
+        WHERE
+        + """
+@entrypoint
+def top():
+    return [where("cuda.txt", "cuda:sm_90"), where("mi.txt", "hip:gfx90a")]
+"""
+    )
+    path = os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH")) if p)
+    env = {"PYTHONPATH": path}
+    r = kiln(*remote_args(devices_cluster, nginx_cache, "out"), env=env)
+    assert r.returncode == 0, r.stderr + devices_cluster.logs()
+    assert _worker(devices_cluster, tmp_path / "out", "cuda.txt") in ("w0", "w1")
+    assert f"no hip:gfx90a device on the cluster at {devices_cluster.address}" in r.stderr
+    assert not marker.exists()
+    local = kiln("build", "build.py", "--output-dir", "local", env=env)
+    assert local.returncode == 0, local.stderr
+    assert "no cuda:sm_90 device here" in local.stderr
+    assert marker.exists()

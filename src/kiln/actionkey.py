@@ -183,6 +183,14 @@ class KeyMaker:
         except BadNeed as e:
             raise BuildDefinitionError(f"{_describe(action)}: needs: {e}") from None
 
+    def use_devices(self, devices: DeviceSet) -> None:
+        """Key every keyed action's device part again, for ``devices`` (the build's,
+        once it has chosen them): no other part of a key depends on them."""
+        self.devices = devices
+        for action, params in self.params_of.items():
+            if params is not None and action.needs is not None:
+                params[DEVICE_PARAM] = self.device_part(action)
+
     def class_digest(self, kind: type) -> str:
         """The digest of the code of ``kind`` and its bases (see the module docstring)."""
         skip = _NOT_CODE.union(getattr(kind, "key_exclude", ()))

@@ -315,11 +315,18 @@ class DeviceSet:
     (the smallest id that satisfies it, among the ids ``ids_of(kind)`` gave when
     first asked): a check's key and its placement name the same device.
     ``require``: a check whose device is absent fails instead of being skipped.
+    An ``undecided`` set (``UNDECIDED``) answers no ``resolve`` (it raises).
     """
 
-    def __init__(self, where: str, ids_of: Callable[[str], Iterable[str]], require: bool = False):
+    def __init__(
+        self,
+        where: str,
+        ids_of: Callable[[str], Iterable[str]] | None,
+        require: bool = False,
+    ):
         self.where = where
         self.require = require
+        self.decided = ids_of is not None
         self._ids_of = ids_of
         self._lock = threading.Lock()
         self._memo: dict[str, str | None] = {}
@@ -338,6 +345,8 @@ class DeviceSet:
         with self._lock:
             if need not in self._memo:
                 kind, _ = parse_need(need)
+                if self._ids_of is None:
+                    raise RuntimeError(f"which device {need!r} names is not decided yet")
                 matching = sorted(i for i in self._ids_of(kind) if id_satisfies(i, need))
                 self._memo[need] = matching[0] if matching else None
             return self._memo[need]
@@ -348,12 +357,20 @@ class DeviceSet:
     def key_part(self, need: str) -> dict[str, Any]:
         """What the key of an action that needs ``need`` holds: the device's id, or
         that there is none and what happens then (skipped, or failed)."""
+        if not self.decided:  # the need is checked; the build keys it again (KeyMaker)
+            parse_need(need)
+            return {"needs": need, "device": "(undecided)"}
         device = self.resolve(need)
         part: dict[str, Any] = {"needs": need, "device": device}
         if device is None:
             part["absent"] = "fail" if self.require else "skip"
         return part
 
+
+# The devices of a plan checked before its build has chosen where its checks run
+# (``kiln build`` connects to its cluster after checking the plan): keying with it
+# enumerates no device, and no key made with it is used (``Executor._keys_for``).
+UNDECIDED = DeviceSet("(not decided yet)", None)
 
 _LOCAL: DeviceSet | None = None
 

@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from kiln.actionkey import KeyMaker
 from kiln.args import ClArg
+from kiln.devices import UNDECIDED, DeviceSet
 from kiln.entrypoints import Entrypoint
 from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
 from kiln.events import EventReader
@@ -225,7 +226,10 @@ class Executor:
                     outside.setdefault(action, []).append(f)
         if outside:
             self._check_outside(outside)
-        self._keys_for(plan)  # with --strict-keys, an action kiln cannot key stops here
+        # With --strict-keys, an action kiln cannot key stops here. The build's
+        # devices may not be chosen yet (a cluster is connected later): the keys'
+        # device parts are made when it runs.
+        self._keys_for(plan, UNDECIDED)
         return plan
 
     def _check_outside(self, outside: dict[BuildAction, list[BuildFile]]) -> None:
@@ -251,11 +255,14 @@ class Executor:
             "the file is missing or changed"
         )
 
-    def _keys_for(self, plan: Plan) -> KeyMaker:
-        """The keyed parameters of every action of ``plan``, made once per plan."""
-        devices = self.run_context.devices
+    def _keys_for(self, plan: Plan, devices: DeviceSet | None = None) -> KeyMaker:
+        """The keyed parameters of every action of ``plan``, made once per plan; the
+        device parts for ``devices`` (the build's: ``run_context.devices``)."""
+        devices = devices if devices is not None else self.run_context.devices
         known = self._keyed
-        if known is not None and known[0] is plan and known[1].devices is devices:
+        if known is not None and known[0] is plan:
+            if known[1].devices is not devices:
+                known[1].use_devices(devices)
             return known[1]
         keys = KeyMaker(self.run_context.environment, strict=self.strict_keys, devices=devices)
         keys.all(plan.actions)

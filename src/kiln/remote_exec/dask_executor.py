@@ -33,6 +33,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,6 +55,7 @@ from kiln.sandbox import sandbox_command, sandbox_paths, sandbox_thunk
 
 RETRIES = 2
 _CONNECT_TIMEOUT_S = 10.0
+_LIVE_DEVICES_S = 1.0  # how old an answer to "which devices do live workers have" may be
 # The LocalCluster kiln starts for ``dask-local``: Dask's per-process monitors
 # (a statistical profiler sampling every 10 ms, an event-loop tick every 20 ms, a
 # memory poll every 100 ms) cost each worker process about 3% of a core while
@@ -96,6 +98,8 @@ class DaskExecutor:
         self.build = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._futures: set[Any] = set()
+        self._live_lock = threading.Lock()
+        self._live: tuple[float, set[str]] | None = None  # when asked, what
         self._cluster: Any = None
         if spec.kind == "dask-local":
             import dask
@@ -194,10 +198,21 @@ class DaskExecutor:
         wanted = [r for r, _ in slot.resources if is_device(r)]
         if not wanted:
             return None
-        workers = self.client.scheduler_info().get("workers", {}).values()
-        if any(wanted[0] in w.get("resources", {}) for w in workers):
+        if wanted[0] in self._live_devices():
             return None
         return f"no Dask worker with device {wanted[0][len(RESOURCE_PREFIX) :]} remains"
+
+    def _live_devices(self) -> set[str]:
+        """The device resources the live workers advertise, asked of the scheduler
+        at most once every ``_LIVE_DEVICES_S`` for all the threads that wait (each
+        answer is a round trip carrying every worker's state)."""
+        with self._live_lock:
+            now = time.monotonic()
+            if self._live is None or now - self._live[0] >= _LIVE_DEVICES_S:
+                workers = self.client.scheduler_info().get("workers", {}).values()
+                found = {r for w in workers for r in w.get("resources", {}) if is_device(r)}
+                self._live = (now, found)
+            return self._live[1]
 
     def _submitted(self, future: Any) -> None:
         with self._lock:
