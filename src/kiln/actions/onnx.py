@@ -7,11 +7,13 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kiln.actions._compiler import compiler_version
 from kiln.actions._devices import MACHINE_POOL
 from kiln.actions._onnx_import import import_onnx
 from kiln.actions._onnx_params import import_onnx_params
 from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.actions.iree import CompileSourceMeta
+from kiln.codekey import distribution_version
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 
 
@@ -25,6 +27,9 @@ class ImportOnnxAction(BuildAction):
     # line); an import cached before is not.
     VERSION = 2
     pool = MACHINE_POOL
+    # Whose versions the key holds (the importer is iree-base-compiler's, the opset
+    # upgrade onnx's): a Dask worker must have the same.
+    keyed_tools = ("iree-base-compiler", "onnx")
 
     def __init__(
         self,
@@ -50,6 +55,15 @@ class ImportOnnxAction(BuildAction):
             archive.deps.add(self)
             ParamsMeta.get(output_file).archives.append((params.scope, archive))
         CompileSourceMeta.get(output_file).input_type = "onnx"
+
+    def params(self) -> dict[str, Any] | None:
+        """Its attributes, and the versions of the importer (iree-base-compiler's)
+        and of onnx (its opset converter): another may write another program."""
+        out = super().params()
+        if out is not None:
+            out["importer_version"] = compiler_version()
+            out["onnx_version"] = distribution_version("onnx") or ""
+        return out
 
     def _remotable_thunk(self) -> Callable[[], None]:
         return self.sandbox_thunk(lambda f: f.action_path)
