@@ -24,15 +24,14 @@ _SHOWN = 5
 def settle_stale(executor: Any, prune: bool, say: Callable[[str], None]) -> None:
     """Name (or, with ``prune``, remove) the outputs earlier builds left that no
     node of ``executor``'s graph declares now."""
-    declared = {
-        executor.relative_path(node)
-        for node in executor.all.values()
-        if isinstance(node, BuildFile) and node.source is None
-    }
+    outputs = [n for n in executor.all.values() if isinstance(n, BuildFile) and n.source is None]
+    declared = {executor.relative_path(f) for f in outputs}
     root = str(executor.output_dir)
     left = {
         rel: digest
-        for rel, digest in executor.store().undeclared_outputs(declared).items()
+        for rel, digest in executor.store()
+        .undeclared_outputs(declared, {f.key for f in outputs})
+        .items()
         if os.path.lexists(os.path.join(root, rel))
     }
     if not left:

@@ -216,12 +216,16 @@ class StateStore:
                     found.add(rel)
         return found
 
-    def undeclared_outputs(self, declared: set[str]) -> dict[str, str]:
+    def undeclared_outputs(self, declared: set[str], keys: set[str]) -> dict[str, str]:
         """The outputs earlier builds recorded that no node of the graph now declares
-        (``declared``: paths relative to the output directory), each with the digest
-        it was recorded with: an action renamed or removed left them."""
+        (``declared``: paths relative to the output directory; ``keys``: the graph
+        keys of its outputs), each with the digest it was recorded with: an action
+        renamed or removed left them. A record whose id names declared outputs only
+        (an action's id is its outputs' keys) is not decoded: a no-op build asks."""
         found: dict[str, str] = {}
-        for record in self.records().values():
+        for action_id, record in self.records().items():
+            if all(part in keys for part in action_id.split("|")):
+                continue
             outputs = record.outputs if isinstance(record.outputs, dict) else {}
             for key, digest in outputs.items():
                 rel = output_rel_path(str(key))
