@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from kiln.cli.destinations import check_destinations
 from kiln.cli.executor_options import build_devices, open_remote
 from kiln.cli.invocation import Invocation
 from kiln.cli.options import DEFAULT_OUTPUT_DIR
-from kiln.cli.requested import check_compile_targets, output_paths, resolve_targets
+from kiln.cli.requested import (
+    check_compile_targets,
+    graph_outputs,
+    output_paths,
+    resolve_targets,
+)
 from kiln.cli.stale import settle_stale
 from kiln.errors import UsageError
-from kiln.graph import BuildAction, BuildDependency, BuildFile
+from kiln.graph import BuildDependency, BuildFile
 from kiln.output_dir.ownership import check_takeover
 from kiln.reporting import format_root_causes, format_success, format_summary
 from kiln.result import BuildResult, SchedulerOptions
@@ -40,11 +44,7 @@ def check_event_files(inv: Invocation) -> None:
         return
 
     def declared() -> list[str]:
-        return [
-            executor.relative_path(node)
-            for node in executor.all.values()
-            if isinstance(node, BuildFile) and node.source is None
-        ]
+        return [executor.relative_path(f) for f in graph_outputs(executor)]
 
     def inputs() -> list[str | Path]:
         sources: list[str | Path] = [inv.module_file] if inv.module_file else []
@@ -129,17 +129,6 @@ def run(inv: Invocation) -> int:
     return 0 if result.ok else 1
 
 
-def _writes(executor: Any) -> list[str]:
-    """Where the graph's actions write, relative to the output directory."""
-    return [
-        executor.relative_path(node)
-        for node in executor.all.values()
-        if isinstance(node, BuildFile)
-        and node.source is None
-        and any(isinstance(d, BuildAction) for d in node.deps)
-    ]
-
-
 def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
     """Build ``targets`` as ``inv`` asks, write the manifest, say on stderr how it
     went; the result (the command line prints the outputs' paths from it)."""
@@ -152,7 +141,10 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
     check_compile_targets(executor, plan.actions)
     check_event_files(inv)
     if not options.dry_run:
-        check_takeover(executor.output_dir, _writes(executor))
+        check_takeover(
+            executor.output_dir,
+            lambda: [executor.relative_path(f) for f in graph_outputs(executor, produced=True)],
+        )
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
     remote = open_remote(inv.ns, executor.cache, executor.reporter.message)
@@ -173,14 +165,12 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
             statuses = write_manifest(executor, result)
             skipped, over_budget = skipped_checks(executor, result, statuses)
             if not inv.broken:
-                settle_stale(executor, bool(getattr(inv.ns, "prune", False)), _say(executor))
+                settle_stale(
+                    executor, bool(getattr(inv.ns, "prune", False)), executor.reporter.message
+                )
     skipped += [f"{a.desc}: skipped: {why}" for a, why in result.absent.items()]
     _report(inv, result, options, skipped, over_budget)
     return result
-
-
-def _say(executor: Any) -> Callable[[str], None]:
-    return lambda text: executor.reporter.message(text)
 
 
 def _report(

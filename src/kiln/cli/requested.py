@@ -76,3 +76,15 @@ def _shown(f: BuildFile, output_dir: Path | None) -> str:
     if output_dir is None or f.source is not None:
         return str(f.fs_path)
     return os.path.join(output_dir, f.layout.relative_path(f))
+
+
+def graph_outputs(executor: Executor, produced: bool = False) -> list[BuildFile]:
+    """The files of ``executor``'s graph that lie in the output directory (with
+    ``produced``: only those an action writes, not a file placed there by hand)."""
+    return [
+        node
+        for node in executor.all.values()
+        if isinstance(node, BuildFile)
+        and node.source is None
+        and (not produced or any(isinstance(d, BuildAction) for d in node.deps))
+    ]

@@ -14,8 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from kiln.cli.requested import graph_outputs
 from kiln.errors import NotRegularFile
-from kiln.graph import BuildFile
 from kiln.output_dir.writing import remove_quietly
 
 _SHOWN = 5
@@ -24,7 +24,7 @@ _SHOWN = 5
 def settle_stale(executor: Any, prune: bool, say: Callable[[str], None]) -> None:
     """Name (or, with ``prune``, remove) the outputs earlier builds left that no
     node of ``executor``'s graph declares now."""
-    outputs = [n for n in executor.all.values() if isinstance(n, BuildFile) and n.source is None]
+    outputs = graph_outputs(executor)
     declared = {executor.relative_path(f) for f in outputs}
     root = str(executor.output_dir)
     left = {

@@ -11,7 +11,7 @@ import re
 import sqlite3
 import stat
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from kiln.errors import NotRegularFile, StateError, UsageError
@@ -170,15 +170,16 @@ def is_corrupt_copy(name: str) -> bool:
     return _CORRUPT_COPY.fullmatch(name) is not None
 
 
-def check_takeover(root: Path, writes: Collection[str]) -> None:
+def check_takeover(root: Path, writes: Callable[[], Collection[str]]) -> None:
     """Refuse to take over a filled directory (``prefilled``) that holds a file the
-    build would write (``writes``: paths relative to ``root``): such a directory was
+    build would write (``writes()``: paths relative to ``root``, asked only for such a
+    directory: not on every build): such a directory was
     built by another tool (iree.build writes no marker when it fetches nothing), not
     filled with inputs by hand, and every action writing there would fail on a file
     that is not kiln's. Reads only; nothing for a directory of another state."""
     if output_dir_state(root) != "prefilled":
         return
-    taken = sorted(set(list_user_files(root)) & set(writes))
+    taken = sorted(set(list_user_files(root)) & set(writes()))
     if taken:
         more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
         raise UsageError(
