@@ -254,3 +254,12 @@ def test_a_client_that_leaves_mid_download_prints_nothing(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     assert out.stdout == "ok\n"
     assert out.stderr == ""
+
+
+def test_a_path_that_is_not_ascii_is_404_not_a_traceback(served: tuple[Any, str]) -> None:
+    # compare_digest takes ASCII text only: a byte above 0x7f in the request line
+    # raised TypeError, which the server printed into the build's terminal.
+    _, url = served
+    prefix = urllib.parse.urlsplit(url).path
+    answer = _raw(url, f"GET {prefix}\xff/cas/x HTTP/1.1\r\nHost: x\r\n\r\n".encode("latin-1"))
+    assert answer.startswith(b"HTTP/1.1 404"), answer

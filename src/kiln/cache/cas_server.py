@@ -78,7 +78,11 @@ class _Handler(BaseHTTPRequestHandler):
         """The path under the build's prefix; None for any other path."""
         prefix = self.server.prefix
         head = self.path[: len(prefix)]
-        if len(self.path) <= len(prefix) or not hmac.compare_digest(head, prefix):
+        if (
+            len(self.path) <= len(prefix)
+            or not self.path.isascii()  # compare_digest takes ASCII text only
+            or not hmac.compare_digest(head, prefix)
+        ):
             return None
         return self.path[len(prefix) :]
 
