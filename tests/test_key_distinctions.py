@@ -437,3 +437,15 @@ def test_check_reproducible_runs_an_in_process_action_again_in_another_time_zone
     assert "1 not reproducible" in r.stderr, r.stderr
     # The build's outputs are as built.
     assert "1970-01-01 00:00 UTC" in (tmp_path / OUT / "thread.txt").read_text()
+
+
+def test_only_the_locale_categories_of_the_environment_are_keyed() -> None:
+    # A terminal's LC_TERMINAL (forwarded by ssh) sets no locale: keying it made a
+    # build from one terminal rebuild every in-process action in another, or in CI.
+    from kiln.action_env import local_conventions
+
+    base = {"LANG": "C.UTF-8", "LC_TIME": "C", "PATH": "/bin"}
+    keyed = local_conventions(base)
+    assert keyed["LC_TIME"] == "C" and keyed["LANG"] == "C.UTF-8"
+    with_terminal = {**base, "LC_TERMINAL": "iTerm2", "LC_TERMINAL_VERSION": "3.5"}
+    assert local_conventions(with_terminal) == keyed

@@ -20,7 +20,7 @@ In-process actions (``_invoke`` on a thread of kiln, ``ActionConcurrency.NONE``
 or ``THREAD``) run inside kiln and read kiln's own ``os.environ``. Of it, what
 changes how a program formats or reads times, dates and text is keyed for every
 in-process action that runs the user's code (``local_conventions``: ``TZ``,
-``LANG``, ``LANGUAGE``, every ``LC_*``, ``SOURCE_DATE_EPOCH``, and what Python
+``LANG``, ``LANGUAGE``, every locale category's ``LC_*``, ``SOURCE_DATE_EPOCH``, and what Python
 made of them: ``time.tzname`` and the zone's offsets, the C locale of each
 category, the preferred encoding), as kiln's process has them when the build is
 planned; ``kiln explain`` names the one that changed (``describe_change``).
@@ -122,7 +122,7 @@ class ActionEnvironment:
         return {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
 
 
-# The variables, besides every LC_*, that decide how in-process code reads and
+# The variables, besides the locale categories' LC_*, that decide how in-process code reads and
 # writes times, dates and text.
 _CONVENTION_VARIABLES = frozenset({"TZ", "LANG", "LANGUAGE", "SOURCE_DATE_EPOCH"})
 # Zones for a second run, each with its ``time.timezone``: POSIX rules, which need
@@ -130,8 +130,30 @@ _CONVENTION_VARIABLES = frozenset({"TZ", "LANG", "LANGUAGE", "SOURCE_DATE_EPOCH"
 _OTHER_ZONES = (("<+0545>-5:45", -20700), ("<-0330>3:30", 12600))
 
 
+# The locale's categories (POSIX's and glibc's): other LC_ names (a terminal's
+# LC_TERMINAL, forwarded by ssh) set nothing, and would key a build by its terminal.
+_LOCALE_CATEGORIES = frozenset(
+    "LC_" + name
+    for name in [
+        "ALL",
+        "CTYPE",
+        "COLLATE",
+        "MONETARY",
+        "NUMERIC",
+        "TIME",
+        "MESSAGES",
+        "PAPER",
+        "NAME",
+        "ADDRESS",
+        "TELEPHONE",
+        "MEASUREMENT",
+        "IDENTIFICATION",
+    ]
+)
+
+
 def _is_convention(name: str) -> bool:
-    return name in _CONVENTION_VARIABLES or name.startswith("LC_")
+    return name in _CONVENTION_VARIABLES or name in _LOCALE_CATEGORIES
 
 
 def local_conventions(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
