@@ -120,9 +120,6 @@ class RemoteCache:
         found = self._call(lambda: self._get(name, None, MAX_ENTRY_SIZE))
         return found if isinstance(found, bytes) else None
 
-    def has_entry(self, key: str) -> bool:
-        return bool(self._call(lambda: self._head(f"ac/{key_name(key)}")))
-
     def has_blob(self, digest: str) -> bool:
         if self.known(digest):
             return True
