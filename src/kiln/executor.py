@@ -34,6 +34,7 @@ from kiln.graph import (
     join_namespace,
 )
 from kiln.graph.registry import Checkpoint, GraphRegistry
+from kiln.incremental import action_id
 from kiln.layout import OutputLayout
 from kiln.lock import OutputLock
 from kiln.output_dir.ownership import claim_output_dir, output_dir_state
@@ -365,10 +366,16 @@ class Executor:
         reproduced = [a for a in checked if a not in why and a in result.keys]
         store.clear_nonreproducible([result.keys[a] for a in reproduced])
 
+        records = store.records()
+
         def outputs(action: BuildAction) -> Produced | None:
-            """What ``action`` has here, as a build records it (None: not all there)."""
+            """What ``action`` has here, as a build records it (None: not all there,
+            or its record holds run-time dependencies, which no cache may take)."""
             files = plan.outputs[action]
             if not all(f in result.digests for f in files):
+                return None
+            record = records.get(action_id(action, files))
+            if record is None or record.run_deps():
                 return None
             try:
                 return {f: (stat_key(os.lstat(f.fs_str)), result.digests[f]) for f in files}
