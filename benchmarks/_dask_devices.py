@@ -1,6 +1,6 @@
 """The measurements of ``_devices_row.py`` (issue 39), on clusters of ``dask
 scheduler`` and two ``dask worker`` processes on 127.0.0.1 that publish their
-devices as they start (``--preload kiln.remote_exec.worker_devices``), with kiln's
+devices as they start (``--preload kiln.execution.cluster.worker_devices``), with kiln's
 recommended Dask settings (``dask_exec.cluster_env``) and a real nginx remote
 cache (a fresh prefix and local cache per kiln run, so nothing is served from it).
 
@@ -100,7 +100,7 @@ def cluster(root: Path, devices: dict[int, str]) -> Iterator[str]:
                 "--local-directory",
                 str(root / f"w{i}"),
                 "--preload",
-                "kiln.remote_exec.worker_devices",
+                "kiln.execution.cluster.worker_devices",
             ]
             procs.append(_spawn(argv, worker_env, root / f"w{i}.log"))
         _wait_workers(address, 2)

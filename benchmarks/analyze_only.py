@@ -26,10 +26,10 @@ def _peak_rss_mib() -> float:
 
 def main(module_path: str, traced: bool = False) -> dict[str, float]:
     t0 = time.perf_counter()
-    from kiln.args import argument_namespace_context
     from kiln.cli.loader import collect_entrypoints, load_build_module
     from kiln.cli.requested import resolve_targets
     from kiln.executor import Executor
+    from kiln.graph.args import argument_namespace_context
 
     t1 = time.perf_counter()
     module = load_build_module(module_path)

@@ -38,8 +38,8 @@ from _env import ensure_venv
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from kiln.engine.scheduler import SchedulerOptions  # noqa: E402
 from kiln.executor import BuildAction, BuildContext, BuildFile, Executor  # noqa: E402
-from kiln.scheduler import SchedulerOptions  # noqa: E402
 
 JOBS = 4
 

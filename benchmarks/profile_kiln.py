@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
             _importtime("import kiln.cli.main", args.top),
             "",
             _importtime(
-                "import kiln.cli.main, kiln.cli.session, kiln.cli.build_cmd, kiln.manifest",
+                "import kiln.cli.main, kiln.cli.session, kiln.cli.build_cmd, kiln.observe.manifest",
                 args.top,
             ),
             "",

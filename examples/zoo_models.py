@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.errors import ToolError, UsageError
+from kiln.base.errors import ToolError, UsageError
 
 ZOO_CATEGORIES = ("pytorch-converted", "pytorch-operator", "simple")
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")

@@ -405,8 +405,8 @@ def test_the_live_display_counts_what_the_cache_served(
 ) -> None:
     from rich.console import Console
 
-    from kiln.events import CACHED, BuildEvent
-    from kiln.reporting_rich import RichReporter
+    from kiln.base.events import CACHED, BuildEvent
+    from kiln.observe.live import RichReporter
 
     project(["m1", "m2"])
     build(kiln, "o1")

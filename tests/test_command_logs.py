@@ -133,12 +133,12 @@ def test_a_build_that_wrote_outputs_syncs_them_once_and_a_noop_does_not(
     """Durability is settled once per build: one ``syncfs`` of the output directory's
     filesystem before a build that wrote anything says it is done; none per output,
     none in a no-op."""
-    import kiln.scheduler
+    import kiln.engine.scheduler
 
     calls: list[str] = []
-    real = kiln.scheduler.sync_filesystem
+    real = kiln.engine.scheduler.sync_filesystem
     monkeypatch.setattr(
-        kiln.scheduler, "sync_filesystem", lambda path: (calls.append(str(path)), real(path))
+        kiln.engine.scheduler, "sync_filesystem", lambda path: (calls.append(str(path)), real(path))
     )
     fsyncs: list[int] = []
     real_fsync = os.fsync
@@ -184,9 +184,9 @@ def test_two_builds_in_one_process_remove_the_first_ones_log(tmp_path: Path) -> 
 
 
 def test_a_sync_that_fails_is_said(write_module, kiln_in_process, monkeypatch) -> None:
-    import kiln.scheduler
+    import kiln.engine.scheduler
 
-    monkeypatch.setattr(kiln.scheduler, "sync_filesystem", lambda path: "Input/output error")
+    monkeypatch.setattr(kiln.engine.scheduler, "sync_filesystem", lambda path: "Input/output error")
     write_module(MODULE)
     r = kiln_in_process("build", "build.py", "--no-cache")
     assert "warning: the outputs may not all be on disk" in r.stderr, r.stderr

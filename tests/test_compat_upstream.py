@@ -1,5 +1,5 @@
 """What tests and scripts written for iree.build rely on, in kiln's own words:
-``kiln.test_actions``, ``load_build_module`` and ``iree_build_main`` with its
+``kiln.actions.thunks``, ``load_build_module`` and ``iree_build_main`` with its
 streams, the command line without a command word, listing a graph that has no
 compile target, the hidden testing flags, and the console texts they look for
 (``ERROR: Building``, ``Root causes:``, ``Waiting for long running actions:``,
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from kiln import *
 from kiln.executor import BuildContext
-from kiln.test_actions import ExecuteOutOfProcessThunkAction
+from kiln.actions.thunks import ExecuteOutOfProcessThunkAction
 
 
 def record_pid(path: Path, parent: str) -> None:
@@ -101,7 +101,7 @@ def worker_pid(out_dir: Path) -> int:
     return int(child)
 
 
-# -- kiln.test_actions ------------------------------------------------------------
+# -- kiln.actions.thunks ------------------------------------------------------------
 
 
 def test_thunk_runs_in_a_worker_process_from_a_module_loaded_by_path(process_module, tmp_path):
@@ -201,7 +201,7 @@ def test_iree_build_main_takes_a_module_name(tmp_path, process_module):
 
 def test_load_build_module_of_a_missing_file_is_a_usage_error(tmp_path):
     from kiln import load_build_module
-    from kiln.errors import UsageError
+    from kiln.base.errors import UsageError
 
     with pytest.raises(UsageError, match="nope.py does not exist"):
         load_build_module(tmp_path / "nope.py")

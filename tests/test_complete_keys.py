@@ -156,7 +156,7 @@ def test_editing_a_helper_reruns_exactly_the_actions_whose_code_reaches_it(
 def test_installed_code_counts_by_its_distribution_and_version() -> None:
     import numpy
 
-    from kiln.codekey import CodeDigests, package_version
+    from kiln.planning.code_key import CodeDigests, package_version
 
     digests = CodeDigests()
     assert f"numpy=={numpy.__version__}" in digests.of_value(numpy.asarray)

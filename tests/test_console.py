@@ -188,8 +188,8 @@ def test_heartbeat_takes_seconds_or_zero(write_module, kiln) -> None:
 def test_a_late_heartbeat_prints_one_line_not_one_per_missed_beat() -> None:
     """The heartbeat's thread can be late (here: its stream blocks for ten beats);
     it then prints one line, and the next a whole interval later."""
-    from kiln import events as ev
-    from kiln.reporting import Heartbeat
+    from kiln.base import events as ev
+    from kiln.observe.summary import Heartbeat
 
     interval = 0.05
     written: list[float] = []
@@ -213,7 +213,7 @@ def test_a_late_heartbeat_prints_one_line_not_one_per_missed_beat() -> None:
 
 
 def test_elapsed_reads_at_a_glance() -> None:
-    from kiln.reporting import elapsed
+    from kiln.observe.summary import elapsed
 
     assert [elapsed(s) for s in (0.4, 42, 303, 7620)] == ["0s", "42s", "5m03s", "2h07m"]
 

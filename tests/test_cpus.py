@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.cpus import usable_cpus
+from kiln.base.cpus import usable_cpus
 
 
 def _proc(tmp_path: Path, cgroup: str) -> Path:

@@ -519,10 +519,10 @@ def test_an_action_run_on_a_worker_keeps_its_key_in_the_next_build(
     the action: the same executor builds again and finds everything up to date."""
     from kiln.cache import BuildCache, LocalCache
     from kiln.cache.remote import RemoteCache
+    from kiln.execution.cluster.dask_executor import DaskExecutor
+    from kiln.execution.cluster.offload import ClusterOffload
+    from kiln.execution.cluster.spec import parse_executor
     from kiln.executor import BuildContext, Executor, SchedulerOptions
-    from kiln.remote_exec.dask_executor import DaskExecutor
-    from kiln.remote_exec.offload import ClusterOffload
-    from kiln.remote_exec.spec import parse_executor
 
     executor = Executor(tmp_path / "out")
     executor.cache = BuildCache(

@@ -40,7 +40,7 @@ def silent_kiln(root: Path) -> Path:
     """A copy of the kiln under test as a kiln older than the version check acts on a
     worker: it runs every task and sends no versions back."""
     copy = other_kiln(root, kiln_package.__version__)
-    task = copy / "kiln" / "remote_exec" / "task.py"
+    task = copy / "kiln" / "execution" / "cluster" / "task.py"
     text = task.read_text()
     check, report = "if mine != task.versions:", "return dataclasses.replace(result, versions=mine)"
     assert text.count(check) == 1 and text.count(report) == 1  # what an older kiln lacks
@@ -191,7 +191,7 @@ def test_a_worker_with_another_compiler_version_is_refused_for_compiles_alone(
     make_cluster: Callable[..., DaskCluster],
     nginx_cache: NginxCache,
 ) -> None:
-    from kiln.codekey import distribution_version
+    from kiln.planning.code_key import distribution_version
 
     here = distribution_version("iree-base-compiler")
     if here is None:

@@ -1,4 +1,4 @@
-"""Devices (``kiln.devices``) through the CLI: ``kiln devices``, an action that
+"""Devices (``kiln.devices.identity``) through the CLI: ``kiln devices``, an action that
 ``needs`` a device, skipped where the device is absent (failed with
 ``--require-devices``), keyed by the device's identity, recorded in the manifest;
 stand-in devices (``KILN_DEVICES``)."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kiln.devices import BadNeed, DeviceSet, need_for_flags, parse_need
+from kiln.devices.identity import BadNeed, DeviceSet, need_for_flags, parse_need
 
 BUILD = """
 @entrypoint

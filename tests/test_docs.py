@@ -133,7 +133,8 @@ CHECKS: dict[str, str | Syntax | Covered] = {
     "kiln build build.py --executor dask://SCHEDULER:8786 --remote-cache http://CACHE:8080 -j 64": (
         RUN
     ),
-    "dask worker tcp://SCHEDULER:8786 --nthreads 1 --preload kiln.remote_exec.worker_devices": RUN,
+    "dask worker tcp://SCHEDULER:8786 --nthreads 1 "
+    "--preload kiln.execution.cluster.worker_devices": RUN,
     "kiln devices --executor dask://SCHEDULER:8786": RUN,
     "kiln build build.py --target cuda:sm_89 --executor dask://SCHEDULER:8786 --remote-cache "
     "http://CACHE:8080": RUN,

@@ -13,7 +13,7 @@ import pytest
 from httpserver import HTTPTestServer
 
 from kiln.actions._download import download
-from kiln.errors import ActionFailed, ToolError
+from kiln.base.errors import ActionFailed, ToolError
 from kiln.output_dir.writing import is_temporary
 
 BODY = os.urandom(3 * (1 << 20) + 123)  # several chunks, not a multiple of the chunk size

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from test_scheduler import Node, declare
 
-from kiln import events as ev
-from kiln.build_events import BuildEmitter
+from kiln.base import events as ev
+from kiln.engine.build_events import BuildEmitter
+from kiln.engine.incremental import UpToDateChecker
 from kiln.executor import BuildAction, BuildContext, Executor, ProgressReporter
-from kiln.incremental import UpToDateChecker
-from kiln.trace import EventLog
+from kiln.observe.event_log import EventLog
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "events.md"
 

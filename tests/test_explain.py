@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from chain import chain_project, ran
 
+from kiln.engine.scheduler import SchedulerOptions
 from kiln.executor import BuildAction, BuildContext, BuildFile, Executor
-from kiln.scheduler import SchedulerOptions
 
 pytestmark = pytest.mark.in_process
 

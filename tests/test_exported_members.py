@@ -180,10 +180,10 @@ def test_executor_aliases_mean_what_iree_build_means() -> None:
 
 
 def test_test_actions_exports() -> None:
-    import kiln.test_actions
+    import kiln.actions.thunks
 
-    assert kiln.test_actions.__all__ == ["ExecuteOutOfProcessThunkAction"]
-    assert issubclass(kiln.test_actions.ExecuteOutOfProcessThunkAction, kiln.executor.BuildAction)
+    assert kiln.actions.thunks.__all__ == ["ExecuteOutOfProcessThunkAction"]
+    assert issubclass(kiln.actions.thunks.ExecuteOutOfProcessThunkAction, kiln.executor.BuildAction)
 
 
 def test_executor_class_relations() -> None:
@@ -245,13 +245,13 @@ EXIT_CODES = {
 
 
 def test_every_public_error_is_exported_from_kiln_and_lives_in_errors() -> None:
-    import kiln.errors
+    import kiln.base.errors
 
     for name in ERRORS:
         cls = getattr(kiln, name)
-        assert cls is getattr(kiln.errors, name)
-        assert cls.__module__ == "kiln.errors", name
-        assert name in kiln.errors.__doc__, f"{name} is not drawn in the errors tree"
+        assert cls is getattr(kiln.base.errors, name)
+        assert cls.__module__ == "kiln.base.errors", name
+        assert name in kiln.base.errors.__doc__, f"{name} is not drawn in the errors tree"
 
 
 def test_each_error_carries_its_exit_code() -> None:
@@ -263,7 +263,7 @@ def test_each_error_carries_its_exit_code() -> None:
 
 def test_no_exception_class_is_defined_outside_errors() -> None:
     # Private control-flow signals (a cache miss, a retryable download) stay where
-    # they are used; every exception kiln shows a user lives in kiln.errors.
+    # they are used; every exception kiln shows a user lives in kiln.base.errors.
     import pathlib
     import re
 
@@ -287,7 +287,7 @@ def _star(module: str, shim: bool = False) -> dict[str, str]:
     iree.build shim is active."""
     body = f"from {module} import *"
     if shim:
-        body = f"from kiln.iree_shim import activated\nwith activated(True):\n    {body}"
+        body = f"from kiln.base.iree_shim import activated\nwith activated(True):\n    {body}"
     code = (
         f"{body}\n"
         "print('\\n'.join(sorted(f'{k} {type(v).__name__}' for k, v in dict(globals()).items()"

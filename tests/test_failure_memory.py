@@ -41,9 +41,9 @@ from kiln import (
     ToolMissing,
     WorkerCrashed,
 )
+from kiln.engine.failures import Verdict, judge, retry_reason
+from kiln.engine.incremental import Decision
 from kiln.executor import BuildAction, BuildContext, Executor
-from kiln.incremental import Decision
-from kiln.scheduling.failures import Verdict, judge, retry_reason
 
 # A command that counts its runs (``counter``, beside the build module) and fails
 # as $FAIL says (default: exit 3, having printed why), and one that needs it.
@@ -462,7 +462,7 @@ def test_the_api_result_says_it_and_an_action_may_opt_out(
 
 
 def _options(**options: Any) -> Any:
-    from kiln.result import SchedulerOptions
+    from kiln.engine.result import SchedulerOptions
 
     return SchedulerOptions(jobs=1, **options)
 
@@ -595,7 +595,7 @@ def _action(tmp_path: Path, cls: type[_Failing]) -> _Failing:
 
 
 def test_the_line_of_an_error_that_names_it() -> None:
-    from kiln.reporting import error_line
+    from kiln.observe.summary import error_line
 
     assert error_line("outputs do not match:\n  against shipped: 1 != 3\nmore") == (
         "outputs do not match: against shipped: 1 != 3"
@@ -680,7 +680,7 @@ def test_a_failure_on_a_full_disk_is_retried_though_its_words_were_lost(
 def test_any_failure_while_the_disk_is_nearly_full_is_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kiln.scheduling.failures as failures
+    import kiln.engine.failures as failures
 
     error = ValueError("deterministic")
     (tmp_path / "out").mkdir()
@@ -1012,7 +1012,7 @@ def test_a_log_that_is_not_a_regular_file_is_not_read_and_rules_nothing_out(
 def test_only_a_bounded_tail_of_a_log_is_read(tmp_path: Path) -> None:
     """A log of a gigabyte (sparse) is judged by its tail at once: the words at its end
     count; what lies before the tail is not read."""
-    from kiln.scheduling.failure_signs import LOG_TAIL_BYTES, sign_in
+    from kiln.engine.failure_signs import LOG_TAIL_BYTES, sign_in
 
     huge = tmp_path / "huge.log"
     with open(huge, "wb") as f:

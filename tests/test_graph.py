@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from kiln import entrypoint
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
+from kiln.engine.scheduler import SchedulerOptions
 from kiln.executor import (
     ActionConcurrency,
     BuildAction,
@@ -27,7 +28,6 @@ from kiln.executor import (
     Executor,
     FileNamespace,
 )
-from kiln.scheduler import SchedulerOptions
 
 pytestmark = pytest.mark.in_process
 

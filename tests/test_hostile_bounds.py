@@ -489,7 +489,7 @@ def test_failing_download_and_command_lines_are_redacted(
 def test_thread_workers_start_only_the_threads_kept_busy() -> None:
     import threading
 
-    from kiln.threads import ThreadWorkers
+    from kiln.execution.threads import ThreadWorkers
 
     workers = ThreadWorkers(100_000)
     release = threading.Event()
@@ -538,7 +538,7 @@ def test_manifest_that_cannot_be_written_is_a_message(write_module, tmp_path: Pa
     """A 100 KB manifest under a 64 KiB file size limit (the state stays smaller):
     writing it fails with EFBIG; the old manifest stays whole."""
     write_module("""
-        from kiln.manifest import ManifestMeta
+        from kiln.graph.manifest_meta import ManifestMeta
 
         @entrypoint
         def a():

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kiln.errors import ConfinementError
+from kiln.base.errors import ConfinementError
 from kiln.executor import BuildContext, Executor
 
 pytestmark = pytest.mark.in_process

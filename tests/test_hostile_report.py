@@ -33,7 +33,7 @@ HOSTILE = [
 ]
 
 MODULE = """
-from kiln.errors import ActionFailed
+from kiln.base.errors import ActionFailed
 
 DESCS = {descs!r}
 
@@ -402,7 +402,7 @@ def test_a_program_a_worker_leaves_writing_does_not_hold_the_action(
 # action's error and its traceback (-v), an error at the module's import.
 FAILURES_MODULE = r"""
 import sys
-from kiln.errors import ActionFailed
+from kiln.base.errors import ActionFailed
 
 BAD = "\x1b[2J \x1b]0;pwned\x07 \x9b31m \x08\x7f\x85"
 SAYS = (f"import sys; print({'L1 ' + BAD!r}); "

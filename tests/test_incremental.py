@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from chain import chain_project, ran
 
-import kiln.scheduling.action_outputs
+import kiln.engine.action_outputs
 import kiln.state
 from kiln import run_command, source_file
-from kiln.errors import ActionFailed
+from kiln.base.errors import ActionFailed
+from kiln.engine.scheduler import BuildResult, SchedulerOptions
 from kiln.executor import (
     BuildAction,
     BuildContext,
@@ -31,8 +32,7 @@ from kiln.executor import (
     Executor,
     ProgressReporter,
 )
-from kiln.reporting import format_summary
-from kiln.scheduler import BuildResult, SchedulerOptions
+from kiln.observe.summary import format_summary
 from kiln.state import ActionRecord
 
 OPS: dict[str, Callable[[str], str]] = {
@@ -199,14 +199,14 @@ def test_noop_build_reads_no_file_contents(p: Project, monkeypatch: pytest.Monke
         hashed.append(Path(path).name)
         return real(path, follow)
 
-    real_output = kiln.scheduling.action_outputs.hash_output
+    real_output = kiln.engine.action_outputs.hash_output
 
     def counting_output(path: str, keep: int) -> tuple[os.stat_result, str, bytes | None]:
         hashed.append(Path(path).name)
         return real_output(path, keep)
 
     monkeypatch.setattr(kiln.state.file_digests, "hash_file", counting)
-    monkeypatch.setattr(kiln.scheduling.action_outputs, "hash_output", counting_output)
+    monkeypatch.setattr(kiln.engine.action_outputs, "hash_output", counting_output)
 
     assert p.build(two_chains).ran == []
     assert hashed == []
@@ -682,7 +682,7 @@ def test_cli_corrupt_state_is_moved_aside_and_everything_rebuilds(
 
 COUNTING_KILN = """\
 import sys
-import kiln.scheduling.action_outputs, kiln.state.file_digests
+import kiln.engine.action_outputs, kiln.state.file_digests
 
 real = kiln.state.hash_file
 
@@ -691,7 +691,7 @@ def counting(path, follow=True):
         log.write(str(path) + "\\n")
     return real(path, follow)
 
-real_output = kiln.scheduling.action_outputs.hash_output
+real_output = kiln.engine.action_outputs.hash_output
 
 def counting_output(path, keep):
     with open("hashed.log", "a") as log:
@@ -699,7 +699,7 @@ def counting_output(path, keep):
     return real_output(path, keep)
 
 kiln.state.file_digests.hash_file = counting
-kiln.scheduling.action_outputs.hash_output = counting_output
+kiln.engine.action_outputs.hash_output = counting_output
 from kiln.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -1,4 +1,4 @@
-"""Tests of the IREE and ONNX helpers (``kiln.compile_targets``, ``kiln.actions._compiler``,
+"""Tests of the IREE and ONNX helpers (``kiln.base.compile_targets``, ``kiln.actions._compiler``,
 ``_onnx_import``, ``_runtime``) and of the examples' model zoo list, with the real
 IREE compiler, runtime and onnx."""
 
@@ -22,8 +22,8 @@ from kiln.actions._compiler import compile_module, compiler_version  # noqa: E40
 from kiln.actions._onnx_import import import_onnx  # noqa: E402
 from kiln.actions._runtime import verify_module  # noqa: E402
 from kiln.actions._tensors import load_tensor  # noqa: E402
-from kiln.compile_targets import target_driver, target_flags, target_name  # noqa: E402
-from kiln.errors import ToolError, UsageError  # noqa: E402
+from kiln.base.compile_targets import target_driver, target_flags, target_name  # noqa: E402
+from kiln.base.errors import ToolError, UsageError  # noqa: E402
 
 PLAIN_MLIR = """
 func.func @add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
@@ -389,7 +389,7 @@ def test_external_data_that_is_a_fifo_fails_naming_it_instead_of_hanging(
     import os
 
     from kiln.actions._onnx_params import import_onnx_params
-    from kiln.errors import NotRegularFile
+    from kiln.base.errors import NotRegularFile
 
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"])],

@@ -442,7 +442,7 @@ def test_check_reproducible_runs_an_in_process_action_again_in_another_time_zone
 def test_only_the_locale_categories_of_the_environment_are_keyed() -> None:
     # A terminal's LC_TERMINAL (forwarded by ssh) sets no locale: keying it made a
     # build from one terminal rebuild every in-process action in another, or in CI.
-    from kiln.action_env import local_conventions
+    from kiln.base.action_env import local_conventions
 
     base = {"LANG": "C.UTF-8", "LC_TIME": "C", "PATH": "/bin"}
     keyed = local_conventions(base)

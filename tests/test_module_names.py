@@ -1,6 +1,6 @@
 """A build module may have any file name that is a module name (``random.py``,
 ``json.py``, ``typing.py``, ``kiln.py``, a dependency's ``cloudpickle.py``...): it is
-loaded under a private name (``kiln.modnames``), and no import of its file name,
+loaded under a private name (``kiln.base.modnames``), and no import of its file name,
 kiln's, the standard library's or a library's, in kiln's process or in a worker,
 ever runs it again. Its sibling modules still import. Real subprocess builds,
 started from another directory (``python -m kiln`` puts its own working directory

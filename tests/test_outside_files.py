@@ -351,7 +351,7 @@ def test_kilns_own_actions_never_write_outside(
 
 def test_iree_builds_file_namespace_is_taken_by_value() -> None:
     from kiln.graph import as_namespace
-    from kiln.layout import FileNamespace
+    from kiln.output_dir.layout import FileNamespace
 
     class Theirs(enum.Enum):  # as IREE's iree.build.executor.FileNamespace
         GEN = "gen"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from kiln.engine.scheduler import SchedulerOptions
 from kiln.executor import BuildAction, BuildContext, BuildFile, Executor
-from kiln.scheduler import SchedulerOptions
 
 
 class Timed(BuildAction):

@@ -1,5 +1,5 @@
 """``run_command`` without a thread per command: commands started with
-``posix_spawn`` and reaped by one reaper thread (``kiln.process.commands``).
+``posix_spawn`` and reaped by one reaper thread (``kiln.execution.process.commands``).
 
 Through the real CLI: many commands at once, a failure's tail, a timeout, a
 signal in the middle of many running commands, a command that cannot start,
@@ -232,7 +232,7 @@ def test_commands_are_started_by_the_worker_threads_within_jobs(
     """Every command is started by a worker thread, which hands it to the reaper and
     returns (the scheduler's thread starting them was 1.7x slower on 10,000 trivial
     commands), with or without the cache; no more than -j of them run at once."""
-    from kiln.threads import ThreadWorkers
+    from kiln.execution.threads import ThreadWorkers
 
     handed: list[object] = []
     submit = ThreadWorkers.submit
@@ -290,7 +290,7 @@ def test_a_command_reads_nothing_from_kilns_stdin(write_module, tmp_path: Path) 
 
 SPAWN_READER = """
 import os, sys
-from kiln.process import posix_spawn
+from kiln.execution.process import posix_spawn
 
 if sys.argv[1] == "through-sh":
     posix_spawn._libc = lambda signals: None

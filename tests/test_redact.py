@@ -1,10 +1,10 @@
-"""Tests of kiln.redact: the one place URL secrets are masked."""
+"""Tests of kiln.base.redact: the one place URL secrets are masked."""
 
 from __future__ import annotations
 
 import pytest
 
-from kiln.redact import redact_url, redact_urls, url_digest
+from kiln.base.redact import redact_url, redact_urls, url_digest
 
 
 @pytest.mark.parametrize(

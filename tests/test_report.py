@@ -20,7 +20,7 @@ pytestmark = pytest.mark.in_process
 MODULE = """
 from pathlib import Path
 
-from kiln.errors import ActionFailed
+from kiln.base.errors import ActionFailed
 
 
 class LoggedFailure(BuildAction):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kiln.engine.result import BuildResult, SchedulerOptions
 from kiln.executor import (
     BuildAction,
     BuildContext,
@@ -23,8 +24,7 @@ from kiln.executor import (
     FileNamespace,
     ProgressReporter,
 )
-from kiln.layout import OutputLayout, namespace_dir, output_rel_path
-from kiln.result import BuildResult, SchedulerOptions
+from kiln.output_dir.layout import OutputLayout, namespace_dir, output_rel_path
 
 RUN_STATE = {"start_time", "invoke_time", "finish_time", "failure"}
 

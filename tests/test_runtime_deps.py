@@ -330,7 +330,7 @@ def test_a_rebuilt_extension_module_imported_at_run_time_reruns_its_actions(
 def test_a_rebuilt_extension_module_the_build_module_imports_reruns_its_actions(
     tmp_path: Path, kiln: Callable[..., Any]
 ) -> None:
-    """Named by the action's code (``kiln.codekey``): keyed by the extension's bytes,
+    """Named by the action's code (``kiln.planning.code_key``): keyed by the extension's bytes,
     and so never served from the cache with another build's extension."""
     _compile_extension(tmp_path, 1)
     (tmp_path / "static.py").write_text(STATIC_EXT)

@@ -92,7 +92,7 @@ def test_a_factory_outside_a_recorded_run_fails_naming_the_file(tmp_path: Path) 
             return net
 
         from kiln.actions._torch_worker import make_model
-        from kiln.errors import ToolError
+        from kiln.base.errors import ToolError
 
         make_model(make_net, [{checkpoint!r}])  # given: fine
         try:

@@ -317,11 +317,11 @@ def where():
 def test_a_user_action_is_found_sandboxable_by_its_type(
     tmp_path: Path, kiln: Callable[..., Any]
 ) -> None:
-    """``kiln.sandbox.RemotableThunk`` (and the earlier ``_sandbox_thunk``) is how an
+    """``kiln.planning.sandbox.RemotableThunk`` (and the earlier ``_sandbox_thunk``) is how an
     action says where its files are: found by its type, the second run of
     ``--check-reproducible`` is in a scratch directory (here: a different working
     directory, so the output differs); an action that says nothing runs in place."""
-    from kiln.sandbox import RemotableThunk, remotable
+    from kiln.planning.sandbox import RemotableThunk, remotable
 
     (tmp_path / "build.py").write_text(SANDBOXED)
     r = kiln("build", "build.py", "--check-reproducible")

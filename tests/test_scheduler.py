@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
+from kiln.engine.scheduler import BuildResult, SchedulerOptions
 from kiln.executor import (
     ActionConcurrency,
     BuildAction,
@@ -33,8 +34,7 @@ from kiln.executor import (
     Executor,
     ProgressReporter,
 )
-from kiln.plan import make_plan
-from kiln.scheduler import BuildResult, SchedulerOptions
+from kiln.planning.plan import make_plan
 
 HEADER = """\
 from kiln import cl_arg, entrypoint, run_command, source_file

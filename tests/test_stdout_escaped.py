@@ -1,6 +1,6 @@
 """What kiln prints on stdout (listings, built paths, help, graph text) comes from
 build modules and the file system: it reaches the terminal only escaped, as its
-stderr does (``kiln.terminal.printable``), in every command."""
+stderr does (``kiln.base.terminal.printable``), in every command."""
 
 from __future__ import annotations
 

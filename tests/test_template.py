@@ -1,5 +1,5 @@
-"""The worker template of PROCESS actions (``kiln.process.template``), through ``ProcessPool``:
-a fresh worker per thunk, libraries a thunk names imported once by the template,
+"""The worker template of PROCESS actions (``kiln.execution.process.template``), through
+``ProcessPool``: a fresh worker per thunk, libraries a thunk names imported once by the template,
 timeouts that kill the worker's process group, a template that dies replaced,
 and nothing left running after ``shutdown``."""
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from procs import assert_dead, dead, wait_for
 
-from kiln.errors import ActionTimeout, WorkerCrashed
-from kiln.process.pool import ProcessPool
-from kiln.process.template import template_modules
+from kiln.base.errors import ActionTimeout, WorkerCrashed
+from kiln.execution.process.pool import ProcessPool
+from kiln.execution.process.template import template_modules
 
 PROBE = "xml.dom.minidom"  # imported by neither kiln nor the template on its own
 

@@ -1,4 +1,4 @@
-"""Tiny thread actions run in-line on the scheduler's thread (``kiln.limits.TinyActions``);
+"""Tiny thread actions run in-line on the scheduler's thread (``kiln.engine.limits.TinyActions``);
 actions that wait or compute for long stay on the worker threads, ``-j`` at once."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from kiln.engine.limits import TinyActions
 from kiln.graph import BuildAction
-from kiln.limits import TinyActions
 
 MODULE = """
 import threading, time
@@ -183,7 +183,7 @@ def test_ctrl_c_during_a_lookup_on_the_schedulers_thread_stops_at_once(
 
     from kiln.cache import build_cache
     from kiln.cli.main import run_cli
-    from kiln.scheduling import interruption
+    from kiln.engine import interruption
 
     write_module(MODULE, header=False)
     monkeypatch.chdir(tmp_path)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kiln.actions import torch_export as te
-from kiln.codekey import package_version
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
+from kiln.planning.code_key import package_version
 
 FACTORY = "def make():\n    return None\n"
 

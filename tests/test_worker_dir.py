@@ -1,4 +1,4 @@
-"""Where a PROCESS action's worker runs (``kiln.sandbox.runs_in_output_dir``).
+"""Where a PROCESS action's worker runs (``kiln.planning.sandbox.runs_in_output_dir``).
 
 An action of iree.build's kind (a library's ``_remotable_thunk``, given absolute
 paths by ``get_fs_path()``) runs where iree.build's worker processes run: in the

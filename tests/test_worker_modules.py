@@ -1,5 +1,5 @@
 """A build module's functions, run in a PROCESS worker, find their module by name
-as they do in kiln's own process (``kiln.process.byvalue``): torch 2.13's dynamo
+as they do in kiln's own process (``kiln.execution.process.byvalue``): torch 2.13's dynamo
 imports the module of every function it traces, and a build module reaches the
 worker pickled by value, under a private name that imports nothing there. And the
 iree.build shim's look at a library's globals is silent."""
@@ -98,7 +98,7 @@ def test_kilns_look_at_a_librarys_globals_prints_no_warning(tmp_path: Path) -> N
     import types
     import warnings
 
-    from kiln.iree_shim import _holders
+    from kiln.base.iree_shim import _holders
 
     noisy = types.ModuleType("noisy")
     exec(NOISY, noisy.__dict__)

@@ -14,9 +14,7 @@ from typing import Any
 
 from kiln._version import __version__ as __version__
 from kiln.actions.process import run_command, source_file
-from kiln.args import cl_arg
-from kiln.entrypoints import entrypoint
-from kiln.errors import (
+from kiln.base.errors import (
     ActionFailed,
     ActionTimeout,
     BuildDefinitionError,
@@ -36,6 +34,8 @@ from kiln.errors import (
     VerificationFailed,
     WorkerCrashed,
 )
+from kiln.graph.args import cl_arg
+from kiln.graph.entrypoints import entrypoint
 
 __all__ = [
     "ActionConcurrency",
@@ -115,7 +115,7 @@ _LAZY = {
 # The modules ``from iree.build import *`` gives, by name: kiln's own, or its
 # compatible modules of iree.build's names (``kiln.iree_build``).
 _MODULES = {
-    "args": "kiln.args",
+    "args": "kiln.graph.args",
     "executor": "kiln.executor",
     **{
         name: f"kiln.iree_build.{name}"

@@ -13,13 +13,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from kiln.actionkey import KeyMaker
-from kiln.args import ClArg
-from kiln.devices import UNDECIDED, DeviceSet
-from kiln.entrypoints import Entrypoint
-from kiln.errors import BuildDefinitionError, DependenceException, NotRegularFile
-from kiln.events import EventReader
-from kiln.gc_pause import gc_paused
+from kiln.base.errors import BuildDefinitionError, DependenceException, NotRegularFile
+from kiln.base.events import EventReader
+from kiln.base.gc_pause import gc_paused
+from kiln.devices.identity import UNDECIDED, DeviceSet
+from kiln.engine.incremental import action_id
+from kiln.engine.result import BuildResult, SchedulerOptions
+from kiln.engine.scheduler import Scheduler
+from kiln.engine.unrequested import judge as judge_unrequested
+from kiln.execution.process.reaper import BuildReaper
+from kiln.execution.run_context import RunContext
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -33,25 +36,23 @@ from kiln.graph import (
     as_namespace,
     join_namespace,
 )
+from kiln.graph.args import ClArg
+from kiln.graph.entrypoints import Entrypoint
+from kiln.graph.progress import ProgressReporter
 from kiln.graph.registry import Checkpoint, GraphRegistry
-from kiln.incremental import action_id
-from kiln.layout import OutputLayout
-from kiln.lock import OutputLock
+from kiln.observe.event_log import LastBuild
+from kiln.observe.manifest import ManifestInputs
+from kiln.output_dir.layout import OutputLayout
+from kiln.output_dir.lock import OutputLock
 from kiln.output_dir.ownership import claim_output_dir, output_dir_state
 from kiln.output_dir.tree import OutputTree
-from kiln.plan import Plan, make_plan
-from kiln.process.reaper import BuildReaper
-from kiln.progress import ProgressReporter
-from kiln.result import BuildResult, SchedulerOptions
-from kiln.run_context import RunContext
-from kiln.scheduler import Scheduler
+from kiln.planning.action_key import KeyMaker
+from kiln.planning.plan import Plan, make_plan
 from kiln.state import Produced, StateStore, stat_key
-from kiln.trace import LastBuild
-from kiln.unrequested import judge as judge_unrequested
 
 if TYPE_CHECKING:
     from kiln.cache import BuildCache
-    from kiln.remote_exec.offload import ClusterOffload
+    from kiln.execution.cluster.offload import ClusterOffload
 
 __all__ = [
     "ActionConcurrency",
@@ -153,6 +154,16 @@ class Executor:
     @property
     def entrypoints(self) -> list[BuildEntrypoint]:
         return self.graph.entrypoints
+
+    def manifest_inputs(self) -> ManifestInputs:
+        """The values this graph's manifest is written from."""
+        return ManifestInputs(
+            output_dir=str(self.output_dir),
+            manifest_path=self.layout.manifest_path,
+            entrypoints=tuple(self.entrypoints),
+            nodes=tuple(self.all.values()),
+            digest=self.store().digest,
+        )
 
     def register(self, path: str, node: BuildContext | BuildFile) -> None:
         self.graph.register(path, node)
@@ -352,10 +363,10 @@ class Executor:
     def _check_reproducible(
         self, plan: Plan, result: BuildResult, scheduler: Scheduler, jobs: int
     ) -> None:
-        """``--check-reproducible``: run the build's actions again (``kiln.reproducible``);
+        """``--check-reproducible``: run the build's actions again (``kiln.engine.reproducible``);
         then withdraw from the caches what they did not reproduce, and put in what
         they did (``CacheStep.settle``)."""
-        from kiln.reproducible import check_build, checked_actions
+        from kiln.engine.reproducible import check_build, checked_actions
 
         self.reporter.message("kiln: checking that every action reproduces its outputs ...")
         store = self.store()

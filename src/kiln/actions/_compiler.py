@@ -9,11 +9,11 @@ import os
 import subprocess
 
 from kiln.actions._logs import open_log, read_tail, short_diagnostic, shown_path
-from kiln.codekey import distribution_version
-from kiln.errors import ToolError, ToolMissing
+from kiln.base.errors import ToolError, ToolMissing
+from kiln.base.redact import redact_urls
+from kiln.execution.process.template import template_modules
 from kiln.output_dir.writing import atomic_output
-from kiln.process.template import template_modules
-from kiln.redact import redact_urls
+from kiln.planning.code_key import distribution_version
 
 DIAGNOSTIC_TAIL_LINES = 40
 

@@ -1,6 +1,6 @@
 """Where compiled modules run: the runtime driver of a compile target, the
 runtime's tools and version, and the machine a benchmark measured (which device a
-check runs on, and its identity in keys, is ``kiln.devices``).
+check runs on, and its identity in keys, is ``kiln.devices.identity``).
 
 ``MACHINE_POOL`` is the resource pool of kiln's computing actions (import,
 compile, onnxruntime reference, verify, benchmark). A benchmark takes the pool
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.codekey import distribution_version
-from kiln.errors import ToolMissing
+from kiln.base.errors import ToolMissing
+from kiln.planning.code_key import distribution_version
 
 MACHINE_POOL = "machine"
 LOCAL_DRIVERS = ("local-task", "local-sync")

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import IO
 
 from kiln.actions._http import Watchdog, make_request, opener
-from kiln.errors import ToolError
+from kiln.base.errors import ToolError
+from kiln.base.redact import redact_url
 from kiln.output_dir.writing import atomic_write
-from kiln.redact import redact_url
 
 __all__ = ["download"]
 

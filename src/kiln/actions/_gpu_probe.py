@@ -15,8 +15,8 @@ import os
 import subprocess
 import tempfile
 
-from kiln.compile_targets import parse_target, target_flags
-from kiln.errors import ToolMissing, UsageError
+from kiln.base.compile_targets import parse_target, target_flags
+from kiln.base.errors import ToolMissing, UsageError
 from kiln.graph import BuildDependency, BuildMeta
 
 # Names to probe, newest first, for the suggestion after a rejected target.

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import ToolError, ToolMissing
-from kiln.layout import HOST_MEMO as _MEMO
+from kiln.base.errors import ToolError, ToolMissing
+from kiln.output_dir.layout import HOST_MEMO as _MEMO
 
 _CPU = "--iree-llvmcpu-target-cpu="
 _FEATURES = "--iree-llvmcpu-target-cpu-features="

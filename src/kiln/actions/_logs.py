@@ -3,7 +3,7 @@ kiln's memory, and a failure shows a tail of it bounded in bytes and lines.
 
 Logs live in ``OUTPUT_DIR/.kiln/logs/<output path>.log`` (``Executor.log_path``:
 one per action, named after its output, replaced each time the action runs);
-``kiln.command_logs`` writes them.
+``kiln.execution.command_logs`` writes them.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kiln.command_logs import open_log
-from kiln.terminal import printable
+from kiln.base.terminal import printable
+from kiln.execution.command_logs import open_log
 
 __all__ = ["open_log", "read_tail", "short_diagnostic"]
 
@@ -49,7 +49,7 @@ def read_tail(path: Path | str, max_bytes: int = TAIL_BYTES, max_lines: int = TA
 
 
 def _shown(text: str, max_bytes: int) -> tuple[str, int]:
-    """``text`` as the terminal shows it (``kiln.terminal.printable``: a control
+    """``text`` as the terminal shows it (``kiln.base.terminal.printable``: a control
     character takes four bytes), cut at the front to at most ``max_bytes`` of that,
     from the start of a line where one begins; and how many bytes of ``text`` went."""
     shown = printable(text)

@@ -17,7 +17,7 @@ from kiln.actions._runtime import Loads
 from kiln.actions.iree import CompileAction
 from kiln.actions.onnx import ImportOnnxAction
 from kiln.actions.torch_export import TorchExportAction, torch_exporter
-from kiln.devices import STAND_IN_VAR, is_stand_in, need_for_driver, need_for_flags
+from kiln.devices.identity import STAND_IN_VAR, is_stand_in, need_for_driver, need_for_flags
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 
 
@@ -71,7 +71,7 @@ class ModuleRunAction(BuildAction):
 
     def placed(self) -> tuple[str | None, str | None]:
         """(the id of the device it runs on, why it runs no module: its device is
-        absent, or a stand-in), as the build's devices say (``kiln.devices``)."""
+        absent, or a stand-in), as the build's devices say (``kiln.devices.identity``)."""
         assert self.needs is not None
         devices = self.run_context.devices
         device = devices.resolve(self.needs)
@@ -112,7 +112,7 @@ class ModuleRun:
     inputs: list[BuildFile]
     target: str  # the compile target's name, or "its own target"
     driver: str
-    needs: str  # the device it needs (``kiln.devices``), from the compile target
+    needs: str  # the device it needs (``kiln.devices.identity``), from the compile target
     archives: list[tuple[str, BuildFile]]  # the parameter archives it loads
     exporter: TorchExportAction | None  # with no ONNX model: the torch_export, if any
 

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from kiln.actions._logs import short_diagnostic, shown_path
-from kiln.errors import ToolError
+from kiln.base.errors import ToolError
+from kiln.execution.process.template import template_modules
 from kiln.output_dir.ownership import open_regular
 from kiln.output_dir.writing import atomic_write
-from kiln.process.template import template_modules
 
 
 def _uses_external(tensor: Any) -> bool:

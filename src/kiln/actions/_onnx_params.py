@@ -33,10 +33,10 @@ from kiln.actions._onnx_import import (
     upgrade,
     write_program,
 )
-from kiln.errors import ToolError
+from kiln.base.errors import ToolError
+from kiln.execution.process.template import template_modules
 from kiln.output_dir.ownership import open_regular
 from kiln.output_dir.writing import atomic_output
-from kiln.process.template import template_modules
 
 # ONNX element types whose external bytes are exactly what the archive holds.
 _RAW_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16, 17, 18, 19, 20})

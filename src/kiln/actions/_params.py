@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
 from kiln.graph import BuildContext, BuildFile, BuildMeta, FileNamespace
 
 DEFAULT_SCOPE = "model"

@@ -25,9 +25,9 @@ from kiln.actions._tensors import (
     load_tensor,
     save_bundle,
 )
-from kiln.codekey import distribution_version
-from kiln.errors import ToolError, ToolMissing
+from kiln.base.errors import ToolError, ToolMissing
 from kiln.output_dir.writing import atomic_output
+from kiln.planning.code_key import distribution_version
 
 if TYPE_CHECKING:
     import numpy as np

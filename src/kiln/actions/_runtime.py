@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.actions._logs import short_diagnostic
 from kiln.actions._tensors import compare_all, load_tensor
-from kiln.errors import ToolError
+from kiln.base.errors import ToolError
 from kiln.output_dir.writing import atomic_write
 
 if TYPE_CHECKING:

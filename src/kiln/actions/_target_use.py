@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from kiln.actions.iree import CompileAction, hal_device_target
-from kiln.args import current_args_namespace
-from kiln.compile_targets import target_name
-from kiln.errors import UsageError
+from kiln.base.compile_targets import target_name
+from kiln.base.errors import UsageError
 from kiln.graph import BuildAction
+from kiln.graph.args import current_args_namespace
 
 _SITES_SHOWN = 5
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.actions._exact import exact_errors
 from kiln.actions._logs import shown_path
-from kiln.digests import hash_file
-from kiln.errors import ToolError
+from kiln.base.errors import ToolError
+from kiln.output_dir.digests import hash_file
 
 if TYPE_CHECKING:
     import numpy as np

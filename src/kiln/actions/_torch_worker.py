@@ -10,7 +10,7 @@ those the build keyed (``check_weights``): a factory that gives other weights on
 every call (unseeded, or reading a file it was not given) fails, and says so.
 The files a factory opens for reading that it was not given (a checkpoint at a
 path of its own) are recorded with the action's result and checked on the next
-build (``kiln.reached.watching_opens``, ``kiln.run_deps``): a new checkpoint there
+build (``kiln.base.reached.watching_opens``, ``kiln.planning.run_deps``): a new checkpoint there
 reruns the weights' digest, and so the export; where nothing records them (a
 factory called outside kiln's worker), the call fails naming the file.
 """
@@ -26,11 +26,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kiln.actions._logs import short_diagnostic
-from kiln.errors import ToolError
+from kiln.base.errors import ToolError
+from kiln.base.reached import watching_opens
+from kiln.execution.process.template import template_modules
 from kiln.output_dir.ownership import read_regular
 from kiln.output_dir.writing import atomic_output, atomic_write
-from kiln.process.template import template_modules
-from kiln.reached import watching_opens
 
 if TYPE_CHECKING:
     import numpy as np

@@ -4,7 +4,7 @@ outputs with each reference (shipped expected files, onnxruntime's outputs).
 The result JSON (written only when every reference matches)::
 
     {"status": "passed" | "skipped", "passed": true | null, "reason": (when skipped),
-     "model", "module", "target", "driver", "device_id" (``kiln.devices``), "function",
+     "model", "module", "target", "driver", "device_id" (``kiln.devices.identity``), "function",
      "inputs": {"source": "given", "files"} | {"source": "generated", "seed", "shapes"},
      "references": {"shipped" | "onnxruntime": {"passed", "summary", "outputs": [
          {"index", "name", "shape", "dtype", "rtol", "atol", "max_abs_err",
@@ -23,7 +23,7 @@ from typing import Any
 from kiln.actions._reference import output_names, read_reference, run_inputs
 from kiln.actions._runtime import Loads, run_module, write_result
 from kiln.actions._tensors import compare_all, load_tensor
-from kiln.errors import VerificationFailed
+from kiln.base.errors import VerificationFailed
 
 
 @dataclass

@@ -14,7 +14,7 @@ the result says so (``over_budget``).
 Result JSON::
 
     {"status": "measured" | "skipped", "reason": (when skipped), "module", "target",
-     "device" (driver), "device_id" (``kiln.devices``), "function",
+     "device" (driver), "device_id" (``kiln.devices.identity``), "function",
      "repetitions" (at most), "repetitions_run",
      "min_time_s", "time_budget_s", "single_call_s", "over_budget", "flags",
      "inputs": {...as verify's}, "machine": {"cpu", "cpus", "arch"},
@@ -39,9 +39,9 @@ from kiln.actions import _devices
 from kiln.actions._logs import read_tail, shown_path
 from kiln.actions._module_run import ModuleRunAction, declare_run
 from kiln.actions._runtime import Loads, write_result
-from kiln.errors import BuildDefinitionError, ToolError
+from kiln.base.errors import BuildDefinitionError, ToolError
 from kiln.graph import BuildFile
-from kiln.manifest import ManifestMeta
+from kiln.graph.manifest_meta import ManifestMeta
 
 _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MAX_RESULTS = 64 << 20  # bytes of JSON results read back; more is not results
@@ -196,7 +196,7 @@ def _repetitions(bench: Bench, single_s: float) -> int:
 
 class BenchmarkAction(ModuleRunAction):
     """Times a compiled module in a worker, alone in the machine pool. Its key holds
-    the module's digest, the device it runs on (``needs``: ``kiln.devices``),
+    the module's digest, the device it runs on (``needs``: ``kiln.devices.identity``),
     the flags, the repetitions and the machine (CPU model, count, architecture)."""
 
     exclusive = True

@@ -15,9 +15,8 @@ from kiln.actions._gpu_probe import check_target
 from kiln.actions._host import depends_on_host, explicit_flags, resolve
 from kiln.actions._host import save as save_host_answers
 from kiln.actions._params import program_archives
-from kiln.args import current_args_namespace
-from kiln.compile_targets import target_flags, target_name
-from kiln.errors import BuildDefinitionError, ToolError, UsageError
+from kiln.base.compile_targets import target_flags, target_name
+from kiln.base.errors import BuildDefinitionError, ToolError, UsageError
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -27,7 +26,8 @@ from kiln.graph import (
     DefinitionSite,
     FileNamespace,
 )
-from kiln.manifest import ManifestMeta
+from kiln.graph.args import current_args_namespace
+from kiln.graph.manifest_meta import ManifestMeta
 
 
 class CompileSourceMeta(BuildMeta):

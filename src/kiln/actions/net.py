@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
+from kiln.base.redact import redact_url, url_digest
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, FileNamespace
-from kiln.redact import redact_url, url_digest
 
-__all__ = ["FetchHttpAction", "fetch_http", "redact_url"]  # redact_url: kiln.redact's
+__all__ = ["FetchHttpAction", "fetch_http", "redact_url"]  # redact_url: kiln.base.redact's
 
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")

@@ -13,8 +13,8 @@ from kiln.actions._onnx_import import import_onnx
 from kiln.actions._onnx_params import import_onnx_params
 from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.actions.iree import CompileSourceMeta
-from kiln.codekey import distribution_version
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
+from kiln.planning.code_key import distribution_version
 
 
 class ImportOnnxAction(BuildAction):

@@ -14,15 +14,17 @@ from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kiln.action_env import check_variables
 from kiln.actions._logs import read_tail
-from kiln.errors import (
+from kiln.base.action_env import check_variables
+from kiln.base.errors import (
     ActionFailed,
     ActionTimeout,
     BuildDefinitionError,
     ToolError,
     UsageError,
 )
+from kiln.base.redact import redact_urls
+from kiln.execution.process.commands import Ended
 from kiln.graph import (
     ActionConcurrency,
     BuildAction,
@@ -36,8 +38,6 @@ from kiln.graph import (
     join_namespace,
 )
 from kiln.output_dir.writing import atomic_output, disk_full, temporary_for
-from kiln.process.commands import Ended
-from kiln.redact import redact_urls
 
 
 def source_file(path: str | Path, *, name: str | None = None) -> BuildFile:
@@ -88,7 +88,7 @@ def _source(context: BuildContext, fs_path: Path, name: str) -> BuildFile:
 class CommandAction(BuildAction, SpawnsCommand):
     """Runs ``argv`` (no shell) with ``{out}``, ``{inputs[i]}`` and ``{tools[i]}``
     substituted, in the output directory, with kiln's controlled environment
-    (``kiln.action_env``) and its own ``env``; every path it is given is relative
+    (``kiln.base.action_env``) and its own ``env``; every path it is given is relative
     to the output directory (``BuildFile.action_path``), and ``{out}`` is always
     the same temporary, so what it writes does not depend on where it ran. The
     output is renamed into place only when the command exits 0 having written it.
@@ -98,7 +98,7 @@ class CommandAction(BuildAction, SpawnsCommand):
     failure shows a tail of the log bounded in bytes. Its ``timeout`` kills the
     command and everything it started.
 
-    The command is started by the build's ``CommandRunner`` (``kiln.process.commands``):
+    The command is started by the build's ``CommandRunner`` (``kiln.execution.process.commands``):
     no thread waits for it; the runner's reaper thread calls back when it ended.
     """
 
@@ -248,7 +248,7 @@ class CommandAction(BuildAction, SpawnsCommand):
 
     def sandbox_command(self) -> tuple[list[str], dict[BuildFile, str]]:
         """The command line as a Dask worker runs it, in a sandbox laid out as the
-        output directory (``kiln.remote_exec``), and where it writes its output."""
+        output directory (``kiln.execution.cluster``), and where it writes its output."""
         return self.command_line(), {self.output: self.out_path()}
 
     def _format(self, out: str, inputs: list[str], tools: list[str]) -> list[str]:
@@ -285,12 +285,12 @@ def run_command(
     """Declare a subprocess action producing the file ``name``; returns that file.
 
     ``needs`` names a device the command runs on (``cuda:sm_90``, ``hip``:
-    ``kiln.devices``): its key holds that device's identity, a cluster runs it on
+    ``kiln.devices.identity``): its key holds that device's identity, a cluster runs it on
     a worker with the device, and where there is none it is skipped (it fails with
     ``--require-devices``).
 
     The command runs in the output directory, with kiln's controlled environment
-    (``kiln.action_env``) and ``env``; ``{out}``, ``{inputs[i]}`` and ``{tools[i]}``
+    (``kiln.base.action_env``) and ``env``; ``{out}``, ``{inputs[i]}`` and ``{tools[i]}``
     stand for paths relative to it. The files of the project that the command
     runs are inputs of the action, keyed by their content: its program when that
     is a path (``./gen.sh``), the script an interpreter is given (``python3

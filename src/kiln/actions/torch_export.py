@@ -36,10 +36,10 @@ from kiln.actions import _devices
 from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.actions._reference import reference_name
 from kiln.actions._torch_worker import export_model, write_torch_reference, write_weights
-from kiln.codekey import distribution_version, is_user_file, library_dirs, package_version
-from kiln.digests import hash_file
-from kiln.errors import BuildDefinitionError, NotRegularFile
+from kiln.base.errors import BuildDefinitionError, NotRegularFile
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
+from kiln.output_dir.digests import hash_file
+from kiln.planning.code_key import distribution_version, is_user_file, library_dirs, package_version
 
 Factory = Callable[..., Any] | str
 _DTYPES: tuple[str, ...] = ("float32", "float64", "float16", "bfloat16", "int64", "int32")
@@ -96,7 +96,7 @@ def factory_key(factory: Factory) -> Any:
     package or module below it that holds the spec's module. Computed once per
     ``torch_export`` (a package's every file is read)."""
     if callable(factory):
-        return factory  # keyed by its code (kiln.codekey)
+        return factory  # keyed by its code (kiln.planning.code_key)
     module = factory.split(":", 1)[0]
     spec = _code_spec(module)
     if spec is None:  # unkeyable, and the worker could not import it either
@@ -124,7 +124,7 @@ def factory_key(factory: Factory) -> Any:
 def factory_sources(factory: Factory) -> tuple[str, ...]:
     """The user's files and folders whose ``.py`` files ``factory_key`` digests: the
     worker imports them at run time, and they need no recording as run-time
-    dependencies (``kiln.run_deps``): a spec's module, or its package's folders."""
+    dependencies (``kiln.planning.run_deps``): a spec's module, or its package's folders."""
     if callable(factory):
         return ()
     spec = _code_spec(factory.split(":", 1)[0])
@@ -216,7 +216,7 @@ class _TorchAction(BuildAction):
     and the installed versions; each runs in a worker, in the machine pool."""
 
     pool = _devices.MACHINE_POOL
-    # Keyed through ``factory_key``; ``keyed_sources`` names where (``kiln.run_deps``).
+    # Keyed through ``factory_key``; ``keyed_sources`` names where (``kiln.planning.run_deps``).
     key_exclude = ("factory", "keyed_sources")
     # Whose versions the key holds (``versions``): a Dask worker must have the same.
     keyed_tools = ("torch", "torchvision", "iree-turbine")

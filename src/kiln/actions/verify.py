@@ -17,9 +17,9 @@ from kiln.actions._module_run import ModuleRunAction, declare_run, importer
 from kiln.actions._reference import onnxruntime_version, reference_name, write_reference
 from kiln.actions._tensors import TOLERANCE_DTYPES, normalize_shapes
 from kiln.actions._verifying import Check, run_check
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
-from kiln.manifest import ManifestMeta
+from kiln.graph.manifest_meta import ManifestMeta
 
 if TYPE_CHECKING:
     from kiln.actions.torch_export import TorchExportAction
@@ -112,7 +112,7 @@ def _reference_file(
 class VerifyAction(ModuleRunAction):
     """Runs a compiled module on inputs and compares with its references, in a
     worker. Its key holds every file it reads, the tolerances, the runtime's
-    version and the device it runs on (``needs``: ``kiln.devices``)."""
+    version and the device it runs on (``needs``: ``kiln.devices.identity``)."""
 
     # 3: dtypes of different kinds fail; NaN and inf are counted in the result.
     # 4: integers and booleans compare exactly (a result cached before may have

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kiln.base.errors import NotRegularFile
 from kiln.cache.entry import (
     INLINE_MAX,
     MAX_ENTRY_SIZE,
@@ -37,9 +38,8 @@ from kiln.cache.entry import (
 )
 from kiln.cache.local import LocalCache
 from kiln.cache.withdrawals import Withdrawals, write
-from kiln.digests import hash_output
-from kiln.errors import NotRegularFile
 from kiln.graph import BuildAction, BuildFile
+from kiln.output_dir.digests import hash_output
 from kiln.output_dir.writing import NOFOLLOW, atomic_output, process_umask
 from kiln.state import Produced, stat_key
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # imported only by a build that has a remote cache
     from kiln.cache.remote import RemoteCache
 
 
-# What hashing an output read (``kiln.scheduling.action_outputs``): its permission
+# What hashing an output read (``kiln.engine.action_outputs``): its permission
 # bits, and its bytes when it is at most ``INLINE_MAX`` long (else None).
 ReadOutput = tuple[int, bytes | None]
 
@@ -121,7 +121,7 @@ class BuildCache:
 
     def failed(self, error: BaseException) -> None:
         """Something unforeseen went wrong in the cache: say so once and build the
-        rest without it (``kiln.cache_step`` turns every cache step's exception into
+        rest without it (``kiln.engine.cache_step`` turns every cache step's exception into
         this and a miss)."""
         self.broken = True
         if self.remote is not None:

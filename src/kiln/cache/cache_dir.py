@@ -46,10 +46,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from kiln.base.errors import ConfinementError, NotRegularFile, StateError
 from kiln.cache.entry import is_digest, is_entry_name
 from kiln.cache.index import INDEX, CacheIndex
 from kiln.cache.ownership import FORMAT_DIR, cache_dir_state, claim_cache_dir
-from kiln.errors import ConfinementError, NotRegularFile, StateError
 from kiln.output_dir.ownership import open_own_file, open_regular
 from kiln.output_dir.tree import OutputTree
 from kiln.output_dir.writing import file_kind, link_text

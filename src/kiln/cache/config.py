@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from kiln.errors import UsageError
+from kiln.base.errors import UsageError
 
 DEFAULT_MAX_SIZE = 10 << 30
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*\Z", re.IGNORECASE)

@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from kiln.redact import redact_url
+from kiln.base.redact import redact_url
 
 
 @dataclass(frozen=True)

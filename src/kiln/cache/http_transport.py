@@ -32,12 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from kiln.base.errors import NotRegularFile
+from kiln.base.redact import redact_url
 from kiln.cache.deadlines import Deadlines, Request
 from kiln.cache.http_route import route
-from kiln.digests import CHUNK
-from kiln.errors import NotRegularFile
+from kiln.output_dir.digests import CHUNK
 from kiln.output_dir.ownership import open_regular
-from kiln.redact import redact_url
 
 _IDLE_CONNECTIONS = 64
 # The most kiln reads of a reply it does not use (an error page, a PUT's answer).

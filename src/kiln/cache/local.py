@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from kiln.base.errors import ConfinementError
 from kiln.cache.cache_dir import FORMAT_DIR, CacheDir
 from kiln.cache.entry import MAX_ENTRY_SIZE, key_name
-from kiln.digests import hash_fd, hash_stream
-from kiln.errors import ConfinementError
+from kiln.output_dir.digests import hash_fd, hash_stream
 from kiln.output_dir.ownership import open_regular
 from kiln.output_dir.writing import written
 

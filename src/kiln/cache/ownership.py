@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from kiln.errors import NotRegularFile, StateError, UsageError
+from kiln.base.errors import NotRegularFile, StateError, UsageError
 from kiln.output_dir.ownership import KILN_DIR, MARKER, own_dir_checked, read_regular
 from kiln.output_dir.writing import atomic_write, is_temporary, link_text
 

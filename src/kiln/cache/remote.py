@@ -22,7 +22,7 @@ exception in a request is the same: the remote is reported and left alone, never
 raised into the build. A blob is written into the local CAS only when its bytes
 have the digest they were asked for; one that does not is a miss, reported. The
 URL is checked before the build (``check_url``) and shown only redacted
-(``kiln.redact``).
+(``kiln.base.redact``).
 
 Round trips are kept few: connections are kept alive and reused, a blob this
 client has put or seen in the remote is not asked about again during the build,
@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kiln.base.redact import redact_url
 from kiln.cache.deadlines import Request
 from kiln.cache.entry import MAX_ENTRY_SIZE, key_name
 from kiln.cache.http_transport import (
@@ -56,7 +57,6 @@ from kiln.cache.http_transport import (
     skim,
 )
 from kiln.cache.local import LocalCache
-from kiln.redact import redact_url
 
 __all__ = ["MAX_TIMEOUT_S", "SMALL_BLOB", "RemoteCache", "check_timeout", "check_url"]
 

@@ -10,14 +10,14 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import IO, cast
 
-from kiln.args import argument_namespace_context
+from kiln.base.iree_shim import activated as iree_build_shim
+from kiln.base.terminal import TerminalStream
 from kiln.cli.build_cmd import build as run_build
 from kiln.cli.options import parser_streams
 from kiln.cli.requested import resolve_targets
 from kiln.cli.session import open_session
-from kiln.iree_shim import activated as iree_build_shim
-from kiln.result import BuildResult
-from kiln.terminal import TerminalStream
+from kiln.engine.result import BuildResult
+from kiln.graph.args import argument_namespace_context
 
 
 def build(

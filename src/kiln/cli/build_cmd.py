@@ -7,6 +7,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from kiln.base.errors import UsageError
+from kiln.base.terminal import user_streams
 from kiln.cli.destinations import check_destinations
 from kiln.cli.executor_options import build_devices, open_remote
 from kiln.cli.invocation import Invocation
@@ -18,13 +20,11 @@ from kiln.cli.requested import (
     resolve_targets,
 )
 from kiln.cli.stale import settle_stale
-from kiln.errors import UsageError
+from kiln.engine.result import BuildResult, SchedulerOptions
 from kiln.graph import BuildDependency, BuildFile
+from kiln.observe.event_log import EventLog, TraceFile
+from kiln.observe.summary import format_root_causes, format_success, format_summary
 from kiln.output_dir.ownership import check_takeover
-from kiln.reporting import format_root_causes, format_success, format_summary
-from kiln.result import BuildResult, SchedulerOptions
-from kiln.terminal import user_streams
-from kiln.trace import EventLog, TraceFile
 
 
 def check_event_files(inv: Invocation) -> None:
@@ -160,10 +160,11 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
         with user_streams(inv.stderr):
             result: BuildResult = executor.run(targets, options, plan)
         if not options.dry_run:
-            from kiln.manifest import skipped_checks, write_manifest
+            from kiln.observe.manifest import skipped_checks, write_manifest
 
-            statuses = write_manifest(executor, result)
-            skipped, over_budget = skipped_checks(executor, result, statuses)
+            inputs = executor.manifest_inputs()
+            statuses = write_manifest(inputs, result)
+            skipped, over_budget = skipped_checks(inputs, result, statuses)
             if not inv.broken:
                 settle_stale(
                     executor, bool(getattr(inv.ns, "prune", False)), executor.reporter.message

@@ -14,12 +14,12 @@ import json
 import os
 from typing import IO, Any
 
+from kiln.base.terminal import printable
 from kiln.cache import LocalCache, format_size
 from kiln.cache.ownership import cache_dir_state, claim_cache_dir
 from kiln.cli import project_config
 from kiln.cli.cache_options import cache_dir, max_size
 from kiln.cli.plain_parsers import cache_parser
-from kiln.terminal import printable
 
 _BUILDS_SHOWN = 10
 

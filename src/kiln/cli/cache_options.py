@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from kiln.base.errors import StateError, UsageError
 from kiln.cache import DEFAULT_MAX_SIZE, BuildCache, LocalCache, default_cache_dir, parse_size
 from kiln.cache.config import check_apart
-from kiln.errors import StateError, UsageError
 from kiln.output_dir.ownership import output_dir_state
 
 

@@ -18,13 +18,13 @@ from typing import IO
 
 from kiln.cli import project_config
 from kiln.cli.plain_parsers import clean_parser
-from kiln.layout import HOST_MEMO, KILN_TREES, MANIFEST
-from kiln.lock import OutputLock
+from kiln.observe.event_log import is_kept_events
+from kiln.output_dir.layout import HOST_MEMO, KILN_TREES, MANIFEST
+from kiln.output_dir.lock import OutputLock
 from kiln.output_dir.ownership import KILN_DIR, MARKER, output_dir_state
 from kiln.output_dir.prefilled import USER_FILES
 from kiln.output_dir.writing import is_temporary, remove_quietly
 from kiln.state.snapshot import StateSnapshot
-from kiln.trace import is_kept_events
 
 _SHOWN = 5
 

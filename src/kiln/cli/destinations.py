@@ -33,8 +33,8 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from kiln.errors import StateError, UsageError
-from kiln.layout import MANIFEST
+from kiln.base.errors import StateError, UsageError
+from kiln.output_dir.layout import MANIFEST
 from kiln.output_dir.ownership import KILN_DIR, output_dir_state
 from kiln.output_dir.writing import file_kind
 

@@ -1,5 +1,5 @@
 """``kiln devices``: the devices of this machine, or of every worker of a cluster
-(``--executor``), as kiln identifies them (``kiln.devices``): the ids that checks'
+(``--executor``), as kiln identifies them (``kiln.devices.identity``): the ids that checks'
 keys and results name, and that Dask workers advertise as resources."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import json
 import os
 from typing import IO, Any
 
+from kiln.base.errors import BadNeed, UsageError
 from kiln.cli.executor_options import add_executor_options
-from kiln.devices import local_devices
-from kiln.errors import BadNeed, UsageError
-from kiln.remote_exec.spec import parse_executor
+from kiln.devices.identity import local_devices
+from kiln.execution.cluster.spec import parse_executor
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -49,8 +49,8 @@ def _here() -> list[dict[str, Any]]:
 
 
 def _cluster(spec: Any, timeout_s: float) -> dict[str, list[dict[str, Any]]]:
-    from kiln.remote_exec.dask_executor import DaskExecutor
-    from kiln.remote_exec.worker_devices import described
+    from kiln.execution.cluster.dask_executor import DaskExecutor
+    from kiln.execution.cluster.worker_devices import described
 
     executor = DaskExecutor(spec, "", connect_timeout_s=timeout_s)
     try:

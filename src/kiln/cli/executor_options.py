@@ -9,15 +9,15 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from kiln.base.errors import UsageError
 from kiln.cli.cache_options import seconds_option
-from kiln.devices import DeviceSet
-from kiln.errors import UsageError
-from kiln.remote_exec.spec import parse_executor
+from kiln.devices.identity import DeviceSet
+from kiln.execution.cluster.spec import parse_executor
 
 if TYPE_CHECKING:  # imported when a build runs on a cluster, not on every build
     from kiln.cache import BuildCache
     from kiln.cache.remote import RemoteCache
-    from kiln.remote_exec.offload import ClusterOffload
+    from kiln.execution.cluster.offload import ClusterOffload
 
 
 def add_executor_options(p: argparse.ArgumentParser) -> None:
@@ -56,8 +56,8 @@ def open_remote(
             f"--executor {text} moves inputs and outputs through a cache: drop --no-cache"
         )
     with _workers_cas(text, spec.kind, cache, warn) as cas:
-        from kiln.remote_exec.dask_executor import DaskExecutor
-        from kiln.remote_exec.offload import ClusterOffload
+        from kiln.execution.cluster.dask_executor import DaskExecutor
+        from kiln.execution.cluster.offload import ClusterOffload
 
         executor = DaskExecutor(
             spec, cas.url, connect_timeout_s=getattr(ns, "executor_timeout", 10.0)

@@ -6,12 +6,12 @@ import json
 import time
 from typing import Any
 
+from kiln.base.terminal import printable
 from kiln.cli.build_cmd import options_from
 from kiln.cli.invocation import Invocation
 from kiln.cli.requested import check_compile_targets, resolve_targets
-from kiln.reporting import error_line
-from kiln.result import BuildResult
-from kiln.terminal import printable
+from kiln.engine.result import BuildResult
+from kiln.observe.summary import error_line
 
 
 def run(inv: Invocation) -> int:

@@ -11,7 +11,7 @@ import shutil
 from kiln.cli.invocation import Invocation
 from kiln.cli.requested import resolve_targets
 from kiln.graph import BuildAction
-from kiln.plan import node_name
+from kiln.planning.plan import node_name
 
 
 def run(inv: Invocation) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kiln.base.errors import UsageError
 from kiln.cli.invocation import Invocation
-from kiln.errors import UsageError
 from kiln.graph import BuildAction, BuildFile
 
 

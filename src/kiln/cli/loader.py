@@ -16,16 +16,16 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import TypeVar
 
-from kiln.entrypoints import Entrypoint
-from kiln.errors import BuildDefinitionError, BuildInterrupted, UsageError
-from kiln.iree_shim import activated as iree_build_shim
-from kiln.modnames import (
+from kiln.base.errors import BuildDefinitionError, BuildInterrupted, UsageError
+from kiln.base.iree_shim import activated as iree_build_shim
+from kiln.base.modnames import (
     build_module_name,
     hidden_build_modules,
     hide_build_module,
     hide_build_modules,
     is_build_module_name,
 )
+from kiln.graph.entrypoints import Entrypoint
 
 _T = TypeVar("_T")
 # kiln's own package directory: frames below it are not the user's.
@@ -38,7 +38,7 @@ def load_build_module(spec: str | os.PathLike[str], as_module: bool = False) -> 
     A module loaded by path is registered for pickling by value, so the thunks
     of its process actions reach worker processes that cannot import it. While it
     loads, its ``iree.build`` imports (and its libraries') give kiln's compatible
-    API (``kiln.iree_shim``), unless ``KILN_NO_IREE_BUILD_SHIM`` is set.
+    API (``kiln.base.iree_shim``), unless ``KILN_NO_IREE_BUILD_SHIM`` is set.
     """
     with iree_build_shim():
         return _load(os.fspath(spec), as_module)
@@ -59,7 +59,7 @@ def _load(spec: str, as_module: bool) -> ModuleType:
     path = Path(spec).resolve()
     if not path.is_file():
         raise UsageError(f"build module {spec} does not exist; pass a .py file or -m MODULE")
-    # Unique per path; keys spell it without the path (``kiln.modnames``).
+    # Unique per path; keys spell it without the path (``kiln.base.modnames``).
     name = build_module_name(path)
     module_spec = importlib.util.spec_from_file_location(
         name, path, loader=_SourceCheckedLoader(name, str(path))

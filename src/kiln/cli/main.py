@@ -25,12 +25,12 @@ from types import MappingProxyType, ModuleType
 from typing import IO, cast
 
 from kiln._version import __version__
-from kiln.args import argument_namespace_context
+from kiln.base.errors import BuildInterrupted, HelpShown, KilnError, UsageError, signal_name
+from kiln.base.iree_shim import activated as iree_build_shim
+from kiln.base.terminal import PrintableOutput, TerminalStream, printable
 from kiln.cli.loader import user_line
 from kiln.cli.options import COMMAND_HELP, parser_streams
-from kiln.errors import BuildInterrupted, HelpShown, KilnError, UsageError, signal_name
-from kiln.iree_shim import activated as iree_build_shim
-from kiln.terminal import PrintableOutput, TerminalStream, printable
+from kiln.graph.args import argument_namespace_context
 
 USAGE_LINES = """usage: kiln COMMAND MODULE.py|-m MODULE [TARGET ...] [OPTIONS]
        kiln MODULE.py|-m MODULE [TARGET ...] [--build|--list|--list-all] [OPTIONS]
@@ -161,13 +161,13 @@ def run_cli(
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
 ) -> int:
-    # Every line kiln prints goes through these, escaped (``kiln.terminal``): names of
+    # Every line kiln prints goes through these, escaped (``kiln.base.terminal``): names of
     # files, descriptions and help texts come from build modules and the file system.
     out = cast(IO[str], PrintableOutput(stdout if stdout is not None else sys.stdout))
     err = cast(IO[str], TerminalStream(stderr if stderr is not None else sys.stderr))
     verbose = any(a in ("-v", "-vv", "--verbose") for a in argv)
     # While kiln runs, the build module's (and its libraries') ``import iree.build``
-    # gives kiln's compatible API (``kiln.iree_shim``), unless turned off.
+    # gives kiln's compatible API (``kiln.base.iree_shim``), unless turned off.
     shim = False if "--no-iree-build-shim" in argv else None
     try:
         with _signals_interrupt(out, err), parser_streams(out, err), iree_build_shim(shim):

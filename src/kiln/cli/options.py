@@ -21,13 +21,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any
 
-from kiln.args import ClArg, check_cl_args
+from kiln.base.compile_targets import target_name
+from kiln.base.cpus import usable_cpus
+from kiln.base.errors import BuildDefinitionError, HelpShown, UsageError
+from kiln.base.iree_shim import NO_SHIM_ENV
 from kiln.cli.cache_options import add_cache_options, directory_path
 from kiln.cli.executor_options import add_executor_options
-from kiln.compile_targets import target_name
-from kiln.cpus import usable_cpus
-from kiln.errors import BuildDefinitionError, HelpShown, UsageError
-from kiln.iree_shim import NO_SHIM_ENV
+from kiln.graph.args import ClArg, check_cl_args
 
 # Each command and what it does, as ``kiln --help`` lists them.
 COMMAND_HELP = MappingProxyType(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kiln.cli.cache_options import directory_path, size_option
 from kiln.cli.options import KilnArgumentParser
-from kiln.trace import KEPT_BUILDS
+from kiln.observe.event_log import KEPT_BUILDS
 
 
 def clean_parser() -> KilnArgumentParser:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln.base.errors import UsageError
 from kiln.cli.options import command_parser
 from kiln.cli.plain_parsers import cache_parser, clean_parser, report_parser
-from kiln.errors import UsageError
 
 FILE = "pyproject.toml"
 _MAX_BYTES = 1 << 20

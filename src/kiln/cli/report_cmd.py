@@ -16,16 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from kiln.base.errors import StateError, UsageError
+from kiln.base.terminal import printable
 from kiln.cache.config import default_cache_dir
 from kiln.cli import project_config
 from kiln.cli.destinations import check_destinations
 from kiln.cli.plain_parsers import report_parser
-from kiln.errors import StateError, UsageError
+from kiln.observe.report_data import kept_builds, load_report
+from kiln.observe.report_html import render
 from kiln.output_dir.ownership import output_dir_state
 from kiln.output_dir.writing import atomic_output
-from kiln.report_data import kept_builds, load_report
-from kiln.report_html import render
-from kiln.terminal import printable
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:

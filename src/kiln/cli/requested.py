@@ -6,10 +6,10 @@ import difflib
 import os
 from pathlib import Path
 
-from kiln.errors import UsageError
+from kiln.base.errors import UsageError
+from kiln.engine.result import BuildResult
 from kiln.executor import Executor
 from kiln.graph import BuildAction, BuildDependency, BuildEntrypoint, BuildFile
-from kiln.result import BuildResult
 
 
 def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependency]:

@@ -13,8 +13,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO
 
-from kiln.action_env import ActionEnvironment
-from kiln.args import argument_namespace_context
+from kiln.base.action_env import ActionEnvironment
+from kiln.base.errors import BuildDefinitionError, HelpShown, UsageError
+from kiln.base.terminal import user_streams
 from kiln.cli import project_config
 from kiln.cli.cache_options import open_cache
 from kiln.cli.invocation import Invocation
@@ -26,14 +27,13 @@ from kiln.cli.options import (
     command_parser,
     module_values,
 )
-from kiln.entrypoints import Entrypoint
-from kiln.errors import BuildDefinitionError, HelpShown, UsageError
 from kiln.executor import Executor
 from kiln.graph import BuildAction, BuildEntrypoint
+from kiln.graph.args import argument_namespace_context
+from kiln.graph.entrypoints import Entrypoint
+from kiln.graph.progress import ProgressReporter
 from kiln.graph.reach import unproduced_outputs, unreturned_actions
-from kiln.progress import ProgressReporter
-from kiln.reporting import PlainReporter
-from kiln.terminal import user_streams
+from kiln.observe.summary import PlainReporter
 
 
 @contextlib.contextmanager
@@ -273,7 +273,7 @@ def make_reporter(ns: object, err: IO[str]) -> ProgressReporter:
         live = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
         console = "live" if live else "plain"
     if console == "live":
-        from kiln.reporting_rich import RichReporter
+        from kiln.observe.live import RichReporter
 
         threshold = getattr(ns, "test_long_display_time_threshold", 5.0)
         return RichReporter(

@@ -14,8 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from kiln.base.errors import NotRegularFile
 from kiln.cli.requested import graph_outputs
-from kiln.errors import NotRegularFile
 from kiln.output_dir.writing import remove_quietly
 
 _SHOWN = 5

@@ -10,7 +10,6 @@ one graph's nodes. Definitions only: a build's runs live in its ``BuildResult``.
 
 from __future__ import annotations
 
-from kiln.definition_site import DefinitionSite
 from kiln.graph.action import (
     ActionConcurrency,
     BuildAction,
@@ -19,7 +18,9 @@ from kiln.graph.action import (
     SpawnsCommand,
 )
 from kiln.graph.context import BuildContext, BuildEntrypoint
+from kiln.graph.definition_site import DefinitionSite
 from kiln.graph.host import GraphHost, NodeRegistry, RunRecord, RunServices
+from kiln.graph.meta import BuildFileMetadata, BuildMeta
 from kiln.graph.nodes import (
     KEYING_ONLY,
     NAMED_RELATIVE,
@@ -28,8 +29,7 @@ from kiln.graph.nodes import (
     as_namespace,
     join_namespace,
 )
-from kiln.layout import FileNamespace, namespace_dir, platform_tag
-from kiln.meta import BuildFileMetadata, BuildMeta
+from kiln.output_dir.layout import FileNamespace, namespace_dir, platform_tag
 
 __all__ = [
     "KEYING_ONLY",

@@ -8,13 +8,13 @@ import enum
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
-from kiln.definition_site import DefinitionSite
-from kiln.devices import parse_need
-from kiln.errors import BadNeed, BuildDefinitionError
+from kiln.base.errors import BadNeed, BuildDefinitionError
+from kiln.base.modnames import stable_module_name
+from kiln.base.terminal import printable
+from kiln.devices.identity import parse_need
+from kiln.graph.definition_site import DefinitionSite
 from kiln.graph.host import GraphHost, RunServices
 from kiln.graph.nodes import BuildDependency
-from kiln.modnames import stable_module_name
-from kiln.terminal import printable
 
 
 class ActionConcurrency(enum.Enum):
@@ -62,7 +62,7 @@ class BuildAction(BuildDependency):
     never go into nor come from the shared cache), ``timeout`` (seconds), ``pool``
     (name of a resource pool bounding how many run at once: ``--pool NAME=N``),
     ``exclusive`` (with a pool: run alone in it, never beside another member),
-    ``needs`` (a device it runs on, ``cuda:sm_90``: ``kiln.devices``; its key holds
+    ``needs`` (a device it runs on, ``cuda:sm_90``: ``kiln.devices.identity``; its key holds
     the device's id, a cluster runs it where that device is, and where there is
     none it is skipped, or fails with ``--require-devices``),
     ``reproducible`` (False: its outputs are expected to differ from run to run or
@@ -70,11 +70,11 @@ class BuildAction(BuildDependency):
     skips it, and its results never leave this machine's cache),
     ``remember_failures`` (False: a failure may pass by itself, as a download's
     may, so it is retried on every build; by default a failure that will recur with
-    the same key is not run again: ``kiln.scheduling.failures``),
+    the same key is not run again: ``kiln.engine.failures``),
     ``relative_paths`` (True: a PROCESS action's thunk names its files relative to
     the output directory, ``BuildFile.action_path``, and runs there, as kiln's own
     actions do; by default its worker runs in the directory the build was started
-    in, as iree.build's workers do: ``kiln.sandbox.runs_in_output_dir``).
+    in, as iree.build's workers do: ``kiln.planning.sandbox.runs_in_output_dir``).
 
     ``timeout`` holds for every THREAD and PROCESS action: a process is killed, a
     thread abandoned (it cannot be killed). An in-line (NONE) action runs on the
@@ -148,7 +148,7 @@ class BuildAction(BuildDependency):
 
         The default takes every attribute the instance holds, except kiln's own,
         those named with a leading underscore and those the class lists in
-        ``key_exclude``. Each value is put in canonical form (``kiln.canonical``);
+        ``key_exclude``. Each value is put in canonical form (``kiln.planning.canonical``);
         one that has none is a build-definition error, never silently left out.
         """
         if self.always_run:
@@ -205,7 +205,7 @@ Finished = Callable[[Finish, int], None]
 
 class SpawnsCommand:
     """An action whose work is one command run by the build's ``CommandStarter``
-    (``kiln.process.CommandRunner``): ``spawn`` starts it and returns at once; its
+    (``kiln.execution.process.CommandRunner``): ``spawn`` starts it and returns at once; its
     ``finished`` is called once, on the runner's reaper thread, when the command
     ended. ``spawn`` raises (``ActionFailed``) when the command cannot start, and
     then never calls ``finished``."""

@@ -11,11 +11,11 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from kiln.definition_site import DefinitionSite
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
+from kiln.graph.definition_site import DefinitionSite
 from kiln.graph.host import GraphHost, NodeRegistry
 from kiln.graph.nodes import BuildDependency, BuildFile, as_namespace, join_namespace
-from kiln.layout import FileNamespace
+from kiln.output_dir.layout import FileNamespace
 
 _CURRENT_CONTEXT: ContextVar[BuildContext | None] = ContextVar("kiln_context", default=None)
 

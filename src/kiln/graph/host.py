@@ -5,8 +5,8 @@ a node keeps the ``GraphHost`` it was declared with (``kiln.executor.Executor``
 is one), and reaches through it the registry of its graph (``NodeRegistry``:
 ``kiln.graph.registry.GraphRegistry``), the layout of its output directory, and,
 for an action, the services of the build that runs it (``RunServices``:
-``kiln.run_context.RunContext``). What happened to a node in a build is a
-``RunRecord`` (``kiln.result.NodeRun``) that the registry's ``runs`` show.
+``kiln.execution.run_context.RunContext``). What happened to a node in a build is a
+``RunRecord`` (``kiln.engine.result.NodeRun``) that the registry's ``runs`` show.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from kiln.action_env import ActionEnvironment
-from kiln.devices import DeviceSet
-from kiln.layout import LaidOut, OutputLayout
-from kiln.meta import BuildFileMetadata
+from kiln.base.action_env import ActionEnvironment
+from kiln.devices.identity import DeviceSet
+from kiln.graph.meta import BuildFileMetadata
+from kiln.output_dir.layout import LaidOut, OutputLayout
 
 # The nodes of a graph (``kiln.graph.nodes``, ``kiln.graph.context``) are named
 # ``Any`` here: they are defined above this module, which must not import them.
@@ -76,7 +76,7 @@ class NodeRegistry(Protocol):
 
 
 class CommandStarter(Protocol):
-    """Starts an action's command without a thread (``kiln.process.CommandRunner``)."""
+    """Starts an action's command without a thread (``kiln.execution.process.CommandRunner``)."""
 
     def spawn(
         self,
@@ -93,7 +93,7 @@ class CommandStarter(Protocol):
 
 
 class Spools(Protocol):
-    """The files commands print into while they run (``kiln.command_logs.LogSpools``)."""
+    """The files commands print into while they run (``kiln.execution.command_logs.LogSpools``)."""
 
     def take(self) -> int: ...
     def give(self, spool: int) -> None: ...
@@ -108,11 +108,11 @@ class Spools(Protocol):
 
 class RunServices(Protocol):
     """What a running action reaches besides its own definition
-    (``kiln.run_context.RunContext``)."""
+    (``kiln.execution.run_context.RunContext``)."""
 
     layout: OutputLayout
     environment: ActionEnvironment
-    devices: DeviceSet  # where its device-bound actions run (``kiln.devices``)
+    devices: DeviceSet  # where its device-bound actions run (``kiln.devices.identity``)
 
     @property
     def work_dir(self) -> str: ...

@@ -15,11 +15,11 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from kiln.definition_site import DefinitionSite
-from kiln.errors import BuildDefinitionError, DependenceException
+from kiln.base.errors import BuildDefinitionError, DependenceException
+from kiln.graph.definition_site import DefinitionSite
 from kiln.graph.host import GraphHost, NodeRegistry, RunRecord, RunServices
-from kiln.layout import FileNamespace, OutputLayout, source_view_path
-from kiln.meta import BuildFileMetadata, BuildMeta
+from kiln.graph.meta import BuildFileMetadata, BuildMeta
+from kiln.output_dir.layout import FileNamespace, OutputLayout, source_view_path
 
 # True while kiln makes thunks only to key them: paths are computed, nothing is created.
 KEYING_ONLY: ContextVar[bool] = ContextVar("kiln_keying_only", default=False)

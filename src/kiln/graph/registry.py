@@ -12,11 +12,11 @@ import difflib
 import os
 from collections.abc import Mapping
 
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
 from kiln.graph.context import BuildContext, BuildEntrypoint
 from kiln.graph.host import RunRecord
 from kiln.graph.nodes import BuildDependency, BuildFile
-from kiln.layout import OutputLayout
+from kiln.output_dir.layout import OutputLayout
 from kiln.output_dir.names import OutputNames
 
 # A mark to roll back to: (nodes, entrypoints, output names, actions).

@@ -1,7 +1,7 @@
 """IREE's ``iree.build`` package, as kiln provides it.
 
 While kiln loads and runs a build, ``import iree.build`` (and ``iree.build.<name>``)
-executes the files of this package under those names (``kiln.iree_shim``), so a
+executes the files of this package under those names (``kiln.base.iree_shim``), so a
 build module written for iree.build, and every action library it imports, runs
 on kiln unchanged. Each file holds what its iree.build namesake exports, bound to
 kiln's own objects. ``from iree.build import *`` then gives what iree.build's own

@@ -1,6 +1,6 @@
 """``iree.build.args``: command-line options of build modules (``cl_arg``)."""
 
-from kiln.args import (
+from kiln.graph.args import (
     ClArg,
     ClArgRef,
     argument_namespace_context,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import IO
 
-from kiln.progress import ProgressReporter
-from kiln.reporting import PlainReporter
+from kiln.graph.progress import ProgressReporter
+from kiln.observe.summary import PlainReporter
 
 __all__ = ["ConsoleProgressReporter"]
 
@@ -17,7 +17,7 @@ def ConsoleProgressReporter(  # noqa: N802 - iree.build's class name
     plain lines (iree.build's constructor, kiln's reporters)."""
     if not rich_console:
         return PlainReporter(out)
-    from kiln.reporting_rich import RichReporter
+    from kiln.observe.live import RichReporter
 
     return RichReporter(
         out, long_threshold_s=float(long_display_time_threshold), force_terminal=True

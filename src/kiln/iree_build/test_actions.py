@@ -1,5 +1,5 @@
 """``iree.build.test_actions``: running any picklable function as an action."""
 
-from kiln.test_actions import ExecuteOutOfProcessThunkAction
+from kiln.actions.thunks import ExecuteOutOfProcessThunkAction
 
 __all__ = ["ExecuteOutOfProcessThunkAction"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 
-from kiln.errors import BuildDefinitionError
+from kiln.base.errors import BuildDefinitionError
 from kiln.output_dir.ownership import NAME_MAX, PATH_MAX, non_utf8
 from kiln.output_dir.writing import TMP_PREFIX
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from kiln.errors import NotRegularFile, StateError, UsageError
+from kiln.base.errors import NotRegularFile, StateError, UsageError
 from kiln.output_dir.prefilled import USER_FILES, is_prefilled, list_user_files
 from kiln.output_dir.writing import NOFOLLOW, atomic_write, file_kind, is_temporary, link_text
 

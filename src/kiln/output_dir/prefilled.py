@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-# The folders of ``kiln.layout``'s namespaces, at the top of an output directory.
+# The folders of ``kiln.output_dir.layout``'s namespaces, at the top of an output directory.
 NAMESPACE_DIRS = frozenset({"genfiles", "params", "bin", "platform"})
 USER_FILES = "user-files"  # in .kiln/
 

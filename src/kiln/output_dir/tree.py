@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from kiln.errors import ConfinementError
+from kiln.base.errors import ConfinementError
 from kiln.output_dir.ownership import claim_output_dir
 from kiln.output_dir.writing import file_kind, is_temporary, link_text, remove_quietly
 

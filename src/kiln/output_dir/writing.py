@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
-from kiln.errors import ActionFailed, ConfinementError, NotRegularFile
+from kiln.base.errors import ActionFailed, ConfinementError, NotRegularFile
 
 TMP_PREFIX = ".kiln-tmp-"
 _MAX_TMP_EXT = 16

@@ -22,7 +22,7 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     ``params`` is its parameters as JSON; ``inputs`` and ``outputs`` are JSON
     objects mapping file keys to SHA-256 digests. ``inputs`` also holds the
     action's run-time dependencies, under keys that start with ``!``
-    (``!imported:PATH``, ``!opened:PATH``: ``kiln.run_deps``), which no file key
+    (``!imported:PATH``, ``!opened:PATH``: ``kiln.planning.run_deps``), which no file key
     does; an older kiln reads them as inputs that are gone, and runs the action.
 ``file_metadata(path TEXT PRIMARY KEY, data TEXT)``
     ``BuildFile.access_metadata`` dictionaries as JSON.
@@ -31,12 +31,12 @@ Stored in ``OUTPUT_DIR/.kiln/state.db``, SQLite in WAL mode. Format, schema 1:
     write, recorded before the action starts: what ``kiln clean`` may delete.
 ``nonreproducible(key TEXT PRIMARY KEY, why TEXT)``
     The keys whose results ``kiln build --check-reproducible`` found not
-    reproduced, with what differed (``kiln.reproducible``): no build of this
+    reproduced, with what differed (``kiln.engine.reproducible``): no build of this
     output directory puts them into or takes them from a cache.
 ``durations(id TEXT PRIMARY KEY, seconds REAL)``
     How long each action (by ``id``, as in ``actions``) took the last time it
     ran, successful or not: the weights of critical-path scheduling
-    (``kiln.priority``). Durations are written with the action records and
+    (``kiln.engine.priority``). Durations are written with the action records and
     at the end of a build; a killed build may lose those of its last actions,
     which only makes the next build's order less informed.
 
@@ -47,7 +47,7 @@ remembered)``
     ``detail``, what ``-v`` showed when that says more, a traceback, or NULL), the
     path of that run's log (or NULL), the JSON result the failure carried (a
     verification's, or NULL), when it failed (epoch seconds), ``remembered`` (1 when
-    it will fail again with the same key, else 0: ``kiln.scheduling.failures``
+    it will fail again with the same key, else 0: ``kiln.engine.failures``
     decides) and ``why`` (or why not), which ``kiln explain`` says. A build does
     not run an action again whose key equals its remembered failure's (unless
     ``--retry-failed``); the row goes when the action starts again. Local to the
@@ -79,7 +79,7 @@ compatibly: a database that lacks them (written by an older kiln) gets them,
 empty, when opened, and an older kiln ignores them.
 """
 
-from kiln.digests import hash_file
+from kiln.output_dir.digests import hash_file
 from kiln.state.file_digests import DigestStore, Produced, StatKey, stat_key
 from kiln.state.records import ActionRecord, FailureRecord
 from kiln.state.schema import SCHEMA_VERSION

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import StateError, Untrusted
+from kiln.base.errors import StateError, Untrusted
 from kiln.output_dir.ownership import (
     check_own_file,
     claim_output_dir,

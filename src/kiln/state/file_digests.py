@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kiln.digests import hash_file
-from kiln.errors import NotRegularFile
+from kiln.base.errors import NotRegularFile
+from kiln.output_dir.digests import hash_file
 from kiln.output_dir.writing import file_kind
 from kiln.state.schema import loaded_path, stored_path
 
@@ -112,10 +112,10 @@ class FileDigests:
 
 
 class DigestStore(Protocol):
-    """What the up-to-date check (``kiln.incremental``) reads: the records of the
+    """What the up-to-date check (``kiln.engine.incremental``) reads: the records of the
     actions that last succeeded, the failures remembered, and the digests of
     files. ``StateStore`` is one; the judgement of unplanned actions
-    (``kiln.unrequested``) passes one that answers from the stat cache only."""
+    (``kiln.engine.unrequested``) passes one that answers from the stat cache only."""
 
     def records(self) -> Mapping[str, ActionRecord]: ...
 

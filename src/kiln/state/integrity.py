@@ -18,7 +18,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import Untrusted
+from kiln.base.errors import Untrusted
 
 COLUMNS = {
     "meta": ["name", "value"],

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any, cast
 
-from kiln.events import is_epoch_time
+from kiln.base.events import is_epoch_time
 from kiln.state.integrity import BAD, decode_field
 
 # A JSON string literal as ``json.dumps`` writes it (ASCII only).
@@ -78,7 +78,7 @@ class ActionRecord:
 
     def run_deps(self) -> dict[str, str]:
         """The run-time dependencies among its inputs (keys that start with ``!``:
-        ``kiln.run_deps``). A row not yet decoded that holds no such key (no JSON
+        ``kiln.planning.run_deps``). A row not yet decoded that holds no such key (no JSON
         string in it starts with ``!``) is not decoded."""
         if self._raw[1]:
             text = self._values[1]
@@ -114,12 +114,12 @@ class FailureRecord:
     the error as the console showed it and, when ``-v`` showed more (a traceback),
     that as ``detail``, the path of that run's log, the JSON result the failure
     carried (a verification's), when it failed (epoch seconds), whether it is
-    ``remembered`` (it fails again with the same key: ``kiln.scheduling.failures``)
+    ``remembered`` (it fails again with the same key: ``kiln.engine.failures``)
     and ``why`` (or why not).
 
     Invariant: ``key`` is a SHA-256 digest; ``error`` and ``why`` are text;
     ``remembered`` is a bool (0 or 1 in the row); ``time`` is one a clock shows
-    (``kiln.events.is_epoch_time``). A row read with anything else is dropped, and
+    (``kiln.base.events.is_epoch_time``). A row read with anything else is dropped, and
     its action runs again."""
 
     __slots__ = (
@@ -178,7 +178,7 @@ class FailureRecord:
 
     def as_record(self) -> ActionRecord:
         """Its key, parameters and inputs as a record (no outputs), to compare with
-        an action's key now (``kiln.incremental``)."""
+        an action's key now (``kiln.engine.incremental``)."""
         return ActionRecord(self.key, self.params, self.inputs, "{}", raw=True)
 
     def carried(self) -> dict[str, Any] | None:

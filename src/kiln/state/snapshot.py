@@ -15,7 +15,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from kiln.errors import NotRegularFile, StateError, Untrusted
+from kiln.base.errors import NotRegularFile, StateError, Untrusted
 from kiln.output_dir.ownership import KILN_DIR, check_own_file, open_regular, output_dir_state
 from kiln.state.database import StateDatabase, add_later_tables
 from kiln.state.integrity import check_kiln_database, is_corruption

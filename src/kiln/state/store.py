@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kiln.layout import output_rel_path
+from kiln.output_dir.layout import output_rel_path
 from kiln.state import file_digests
 from kiln.state.database import StateDatabase
 from kiln.state.file_digests import FileDigests, StatKey

@@ -1,0 +1,276 @@
+"""``kiln build --check-reproducible``: every action of the build run a second time
+and its outputs compared with the build's, byte for byte (the idea of Bazel's
+and Nix's checks).
+
+Where an action can say where its files are (a command, kiln's own import,
+compile and verify: ``sandbox_command``, ``sandbox_thunk``), the second run is
+in a scratch directory under ``.kiln/check/``, laid out as a Dask worker's
+sandbox is: its inputs copied to the same relative places, every path it is
+given relative to where it runs. An output that depends on where it was built
+(an absolute path, the time, a random number, a variable of kiln's scratch
+directory) differs there. Any other action runs again in place, its first
+outputs set aside and put back afterwards: that finds what depends on the time
+or on chance, not on the place. An action that runs in kiln's own process runs
+again with another time zone and locale in kiln's environment
+(``kiln.base.action_env.other_conventions``; the second runs in place go one at a
+time, after the build): what its output takes from them shows.
+
+An action whose outputs differ is listed with the first differing byte; its key
+is marked in the build state (``StateStore.mark_nonreproducible``) and neither
+this build nor a later one puts its results into, or takes them from, a shared
+cache. An action may declare itself non-reproducible (``reproducible = False``,
+as benchmarks do: they time the machine): it is not checked, and its results
+never leave the machine (``kiln.engine.cache_step``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import posixpath
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.base.action_env import other_conventions
+from kiln.base.errors import KilnError
+from kiln.engine.result import BuildResult
+from kiln.execution.process.pool import ProcessPool
+from kiln.execution.run_context import RunContext
+from kiln.graph import ActionConcurrency, BuildAction, BuildFile
+from kiln.output_dir.ownership import open_regular
+from kiln.planning.plan import Plan
+from kiln.planning.sandbox import (
+    RemotableCommand,
+    remotable,
+    sandbox_command,
+    sandbox_paths,
+    sandbox_thunk,
+)
+
+CHECK_DIR = "check"  # under .kiln/
+_CHUNK = 1 << 20
+_OUTPUT_LOG = "check.log"
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One output of ``action`` that its second run did not reproduce: ``detail``
+    says where the bytes first differ; ``where`` how the second run ran."""
+
+    action: BuildAction
+    output: BuildFile
+    detail: str
+    where: str
+
+    def __str__(self) -> str:
+        return f"'{self.action.desc}': {self.output.action_path} {self.detail} ({self.where})"
+
+
+def checked_actions(plan: Plan, result: BuildResult) -> list[BuildAction]:
+    """The actions whose outputs the build made or kept (built, cached, up to date)
+    and that do not say they are not reproducible."""
+    done = {*result.built, *result.cached, *result.skipped}
+    return [
+        a
+        for a in plan.actions
+        if a in done and plan.outputs[a] and getattr(a, "reproducible", True) is not False
+    ]
+
+
+class ReproducibilityCheck:
+    """Runs the second runs of one build.
+
+    Invariant: the scratch directory ``root`` (``.kiln/check``) holds only what this
+    check made, and is gone when ``run`` returns; an action rerun in place has its
+    first outputs back, unchanged, whatever the second run did.
+    """
+
+    def __init__(self, plan: Plan, context: RunContext, jobs: int) -> None:
+        self.plan = plan
+        self.context = context
+        self.jobs = max(1, jobs)
+        self.root = context.layout.kiln_dir / CHECK_DIR
+        self._pool: ProcessPool | None = None
+
+    def run(self, actions: Iterable[BuildAction]) -> list[Difference]:
+        """Run each of ``actions`` again; what it did not reproduce."""
+        actions = list(actions)
+        sandboxed = [a for a in actions if _sandbox_form(a)]
+        in_place = [a for a in actions if not _sandbox_form(a)]
+        self._clear()
+        found: list[Difference] = []
+        try:
+            self.context.layout.ensure_dir(self.root)
+            with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
+                for differences in pool.map(self._in_sandbox, sandboxed, range(len(sandboxed))):
+                    found += differences
+            # In place, one at a time: nothing else reads an output set aside.
+            for action in in_place:
+                found += self._in_place(action)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._clear()
+        return found
+
+    def _clear(self) -> None:
+        if self.root.is_dir() and not self.root.is_symlink():
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _process_pool(self) -> ProcessPool:
+        if self._pool is None:
+            self._pool = ProcessPool(
+                self.context.process_env(), self.context.work_dir, self.context.start_dir
+            )
+        return self._pool
+
+    # -- in a scratch directory --------------------------------------------------
+
+    def _in_sandbox(self, action: BuildAction, n: int) -> list[Difference]:
+        inputs = self.plan.inputs[action]
+        outputs = self.plan.outputs[action]
+        paths = sandbox_paths(action, inputs, outputs)
+        sandbox = self.root / str(n)
+        workdir = sandbox
+        where = "run again in a scratch directory"
+        try:
+            for f in inputs:
+                _copy(Path(f.fs_str), _place(workdir, paths[f]))
+            for f in outputs:
+                _place(workdir, paths[f]).parent.mkdir(parents=True, exist_ok=True)
+            self._second_run(action, paths, workdir)
+        except (OSError, KilnError) as e:
+            return [Difference(action, outputs[0], f"could not be made again: {e}", where)]
+        return [
+            d
+            for f in outputs
+            if (d := _compare(action, f, _place(workdir, paths[f]), where)) is not None
+        ]
+
+    def _second_run(self, action: BuildAction, paths: dict[BuildFile, str], workdir: Path) -> None:
+        command = sandbox_command(action)
+        if command is not None:
+            argv = command[0]
+            env = self.context.process_env(getattr(action, "env", None))
+            with open(workdir / _OUTPUT_LOG, "wb") as log:
+                proc = subprocess.run(
+                    argv,
+                    cwd=workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    timeout=getattr(action, "timeout", None),
+                    start_new_session=True,
+                )
+            if proc.returncode != 0:
+                raise KilnError(f"its command exited with status {proc.returncode}")
+            return
+        thunk = sandbox_thunk(action, paths.__getitem__)
+        assert thunk is not None  # _sandbox_form chose it
+        self._process_pool().run(thunk, action.desc, action.timeout, cwd=str(workdir))
+
+    # -- in place --------------------------------------------------------------
+
+    def _in_place(self, action: BuildAction) -> list[Difference]:
+        outputs = self.plan.outputs[action]
+        aside = self.root / "first"
+        where = "run again in place"
+        self.context.layout.ensure_dir(aside)
+        moved: list[tuple[BuildFile, Path]] = []
+        try:
+            for i, f in enumerate(outputs):
+                keep = aside / str(i)
+                os.replace(f.fs_str, keep)
+                moved.append((f, keep))
+            try:
+                if action.concurrency is ActionConcurrency.PROCESS:  # a fixed environment
+                    self._process_pool().run_action(action)
+                else:
+                    with other_conventions() as changed:
+                        where = f"run again in place, with {changed}"
+                        action._invoke()
+            except Exception as e:  # noqa: BLE001 - the second run's failure is a finding
+                return [Difference(action, outputs[0], f"could not be made again: {e}", where)]
+            return [d for f, keep in moved if (d := _compare(action, f, keep, where, swap=True))]
+        finally:
+            for f, keep in moved:
+                os.replace(keep, f.fs_str)  # the build's outputs, as recorded
+
+
+def _sandbox_form(action: BuildAction) -> bool:
+    """Whether ``action`` can run with its files at places kiln chooses."""
+    if isinstance(action, RemotableCommand):
+        return True
+    return action.concurrency is ActionConcurrency.PROCESS and remotable(action)
+
+
+def _place(workdir: Path, rel: str) -> Path:
+    return Path(posixpath.normpath(os.path.join(workdir, rel)))
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """A copy of the regular file ``src`` at ``dst``, its execute bits kept."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_regular(src, follow=True)
+    with os.fdopen(fd, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, _CHUNK)
+        os.fchmod(fout.fileno(), os.fstat(fin.fileno()).st_mode & 0o755)
+
+
+def _compare(
+    action: BuildAction, f: BuildFile, second: Path, where: str, swap: bool = False
+) -> Difference | None:
+    """How the build's ``f`` and the second run's ``second`` differ, if they do
+    (``swap``: ``second`` holds the build's bytes, ``f`` the second run's)."""
+    first_path, second_path = (str(second), f.fs_str) if swap else (f.fs_str, str(second))
+    try:
+        detail = _first_difference(first_path, second_path)
+    except FileNotFoundError:
+        detail = "was not written by the second run"
+    return None if detail is None else Difference(action, f, detail, where)
+
+
+def _first_difference(first: str, second: str) -> str | None:
+    """Where the bytes of ``first`` (the build's) and ``second`` first differ; None
+    when they are the same."""
+    offset = 0
+    with open(first, "rb") as a, open(second, "rb") as b:
+        while True:
+            x, y = a.read(_CHUNK), b.read(_CHUNK)
+            if x == y:
+                if not x:
+                    return None
+                offset += len(x)
+                continue
+            i = next((k for k, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), None)
+            if i is None:  # one is a prefix of the other
+                size_a, size_b = os.fstat(a.fileno()).st_size, os.fstat(b.fileno()).st_size
+                return f"differs in size ({size_a} bytes in the build, {size_b} in the second run)"
+            return (
+                f"differs at byte {offset + i} (0x{x[i]:02x} in the build, "
+                f"0x{y[i]:02x} in the second run)"
+            )
+
+
+def check_build(
+    plan: Plan,
+    result: BuildResult,
+    context: RunContext,
+    jobs: int,
+    mark: Callable[[str, str], None],
+) -> list[Difference]:
+    """The second runs of ``result``'s actions; each action found not reproducible is
+    marked (``mark(key, why)``) by its key in this build."""
+    found = ReproducibilityCheck(plan, context, jobs).run(checked_actions(plan, result))
+    for difference in found:
+        key = result.keys.get(difference.action)
+        if key is not None:
+            mark(key, str(difference))
+    with contextlib.suppress(OSError):
+        context.layout.kiln_dir.joinpath(CHECK_DIR).rmdir()
+    return found

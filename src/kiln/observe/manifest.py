@@ -1,0 +1,367 @@
+"""``OUTPUT_DIR/manifest.json``: what each entrypoint produced, for serving tools.
+
+Format (``"format": "kiln-manifest/2"``)::
+
+    {
+      "format": "kiln-manifest/2",
+      "entrypoints": {
+        "<entrypoint path>": {
+          "outputs": [
+            {"namespace": "bin", "path": "bin/mnist_cpu-host.vmfb" (relative to the
+             output directory), "sha256": "...", "size": 1234,
+             "action": "<description of the producing action>",
+             "status": "built", "built": true, "cached": false,
+             ... plus what the action attached with ``ManifestMeta``: for a
+             compiled module "target", "flags", "compiler_version" and
+             "verification": [{"passed" (true, false, or null when skipped),
+             "status" ("built", "failed", "not run", "not built", "stale",
+             "skipped"), "reason" (when skipped: "no cuda device here"),
+             "target", "device_id" (the device it ran on: ``kiln.devices.identity``),
+             "inputs", "references": {"shipped" | "onnxruntime":
+             {"passed", "summary", "outputs"}}, "outputs", "error" (when
+             failed)}] (one per verify) and "benchmark": [{"status"
+             ("measured", "skipped", "failed", ...), "reason", "device", "device_id",
+             "median", "mean", "stddev", "min", "max", "time_unit" ("us"),
+             "repetitions", "machine", "devices"}], and "parameters": [{"scope",
+             "path", "status", "sha256", "size"}] (the archives it loads)}
+          ]
+        }
+      }
+    }
+
+Every output has ``"status"``, decided from the build's result (never from what
+happens to lie on disk):
+
+- ``built``: this build produced it or found it up to date (a source file: it
+  exists); only these have ``"built": true``, a ``sha256`` and a ``size``;
+- ``failed``: its action failed in this build;
+- ``not run``: something it needs failed, or the build stopped first;
+- ``stale``: not requested this time, and the copy an earlier build left no
+  longer matches that build's record (its inputs, parameters or content changed,
+  or may have: decided from the stat cache, reading no file);
+- ``not built``: not requested this time, and no copy is known to be stale (none
+  was built, or it was removed, or it still matches its record);
+- ``skipped``: the result file of a check or benchmark that did not run its
+  module (no such device here): built, with its digest, but no verdict.
+
+The result file of a check or benchmark carries that check's entry as well
+(``"verification"`` or ``"benchmark"``: one object, as in its module's list).
+
+A check or benchmark reports what its result file says only when this build
+built it (or found it up to date); otherwise its status is the action's.
+A file that happens to lie at an output's path is never ``built`` on that
+account: an earlier build's copy that this one did not request is ``stale`` or
+``not built``. A built output also
+has ``"cached"``: true when the file was served from the shared cache rather than
+made by running its action (in this build, or in the build that last made it,
+while its digest is unchanged). The file is replaced atomically after each build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kiln.base.errors import NotRegularFile, StateError
+from kiln.graph import BuildAction, BuildFile
+from kiln.graph.manifest_meta import ManifestMeta
+from kiln.output_dir.ownership import clear_for_own_file, read_regular
+from kiln.output_dir.writing import TemporarySweeper, atomic_write
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from kiln.engine.result import BuildResult
+    from kiln.graph import BuildContext, BuildEntrypoint
+
+FORMAT = "kiln-manifest/2"
+
+
+@dataclass(frozen=True)
+class ManifestInputs:
+    """What the manifest is written from, besides the build's result: values the
+    build hands over, never the facade that ran it."""
+
+    output_dir: str
+    manifest_path: Path
+    entrypoints: tuple[BuildEntrypoint, ...]
+    # Every node of the graph (the skipped checks are looked up among them).
+    nodes: tuple[BuildContext | BuildFile, ...]
+    # The state store's digest of an output, by its path; None when it has none.
+    digest: Callable[[str], str | None]
+
+
+class Statuses:
+    """Each action's status for the manifest, from ``result``: the build's own
+    actions by what happened to them, the others as the build judged them
+    (``BuildResult.unrequested``, ``kiln.engine.unrequested``). ``results`` holds each
+    check's result as read once (a module's entry and the check's own both show
+    it; the summary reads it again)."""
+
+    def __init__(self, result: BuildResult):
+        self.result = result
+        self.of: dict[BuildAction, str] = dict(result.unrequested)
+        for status, actions in (
+            ("built", result.built),
+            ("built", result.skipped),
+            ("built", result.cached),
+            ("failed", result.failed),
+            ("not run", result.not_run),
+            ("skipped", list(result.absent)),
+        ):
+            self.of.update((a, status) for a in actions)
+        self.digests = dict(result.digests)
+        self.results: dict[BuildFile, dict[str, Any]] = {}
+
+    def action(self, action: BuildAction) -> str:
+        return self.of.get(action, "not built")
+
+    def file(self, f: BuildFile) -> str:
+        producers = [d for d in f.deps if isinstance(d, BuildAction)]
+        if producers:
+            return self.action(producers[0])
+        return "built" if f.source is not None else "not built"
+
+
+def _read_result(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    """The JSON result of a check or benchmark that this build ran (or found up to
+    date), or why there is none: the action's failure (with the result it carried,
+    if any: a verification that ran and mismatched), or its status. Read once per
+    ``statuses``; callers never change it."""
+    found = statuses.results.get(result)
+    if found is None:
+        found = statuses.results[result] = _result_of(statuses, action, result)
+    return found
+
+
+def _result_of(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    status = statuses.action(action)
+    if status in ("failed", "not run"):
+        error = statuses.result.errors.get(action)
+        carried = getattr(error, "result", None)
+        data = dict(carried) if isinstance(carried, dict) else {}
+        return {**data, "status": status, "error": str(error)}
+    if status != "built":
+        return {"status": status}
+    try:
+        if result.layout.tree.dir_problem(os.path.dirname(result.fs_str)) is not None:
+            raise NotRegularFile(result.fs_str)
+        loaded: dict[str, Any] = json.loads(read_regular(result.fs_str))
+    except (OSError, ValueError, NotRegularFile):
+        return {"status": "not built"}
+    return loaded
+
+
+def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    data = _read_result(statuses, action, result)
+    status = data.get("status")
+    if status == "skipped":
+        skipped = {"passed": None, "status": "skipped", "reason": data.get("reason")}
+        device = data.get("device_id")
+        return {**skipped, "device_id": device} if device is not None else skipped
+    entry: dict[str, Any] = {"passed": status == "passed", "status": status}
+    if status == "passed":
+        entry["status"] = "built"
+    refs = data.get("references")
+    if isinstance(refs, dict):
+        keep = ("passed", "summary", "outputs")
+        entry["references"] = {ref: {k: r.get(k) for k in keep} for ref, r in refs.items()}
+    for key in ("outputs", "error", "target", "inputs", "device_id"):
+        if data.get(key) is not None:
+            entry[key] = data[key]
+    return entry
+
+
+_BENCH_FIELDS = (
+    "status",
+    "reason",
+    "error",
+    "target",
+    "device",
+    "device_id",
+    "median",
+    "mean",
+    "stddev",
+    "min",
+    "max",
+    "time_unit",
+    "repetitions",
+    "repetitions_run",
+    "over_budget",
+    "machine",
+    "devices",
+)
+
+
+def _benchmark(statuses: Statuses, action: BuildAction, result: BuildFile) -> dict[str, Any]:
+    data = _read_result(statuses, action, result)
+    return {k: data[k] for k in _BENCH_FIELDS if k in data}
+
+
+def skipped_checks(
+    inputs: ManifestInputs, result: BuildResult, statuses: Statuses | None = None
+) -> tuple[list[str], list[str]]:
+    """For the build's summary, one line per check or benchmark of an entrypoint's
+    output that was skipped (its device is not on this machine), and one per
+    benchmark of this build whose single call took longer than its time budget.
+    ``statuses``: those the manifest was written from (its results already read)."""
+    statuses = statuses if statuses is not None else Statuses(result)
+    skipped = []
+    for ep in inputs.entrypoints:
+        for f in ep.outputs:
+            meta = ManifestMeta.get(f)
+            for action, res in [*meta.verifications, *meta.benchmarks]:
+                data = _read_result(statuses, action, res)
+                if data.get("status") == "skipped":
+                    skipped.append(f"{action.desc}: skipped: {data.get('reason')}")
+    over: list[str] = []
+    ran = set(result.built)
+    if not ran:  # only a benchmark that ran has a budget to be over: a no-op looks at none
+        return skipped, over
+    for node in inputs.nodes:
+        if not isinstance(node, BuildFile):
+            continue
+        found = node._metadata.get(ManifestMeta.KEY)
+        of = found.result_of if isinstance(found, ManifestMeta) else None
+        if of is None or of[0] != "benchmark" or of[1] not in ran:
+            continue
+        data = _read_result(statuses, of[1], node)
+        if data.get("over_budget") is True:
+            took = data.get("single_call_s")  # a file's value: shown only as a number
+            took_s = f"{took:.3g}s" if isinstance(took, int | float) else "?"
+            over.append(
+                f"{of[1].desc}: one call took {took_s}, "
+                f"over its time budget of {data.get('time_budget_s')}s: measured once"
+            )
+    return skipped, over
+
+
+def describe_output(
+    inputs: ManifestInputs,
+    statuses: Statuses,
+    f: BuildFile,
+    cached: set[tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    """The manifest entry of ``f``; ``cached`` holds the (path, sha256) of outputs
+    served from the cache."""
+    path = f.fs_str
+    entry: dict[str, Any] = {"namespace": f.namespace.value, "path": _manifest_path(inputs, f)}
+    producers = [d for d in f.deps if isinstance(d, BuildAction)]
+    if producers:
+        entry["action"] = str(producers[0])
+    status = statuses.file(f)
+    digest = None
+    if status == "built":
+        digest = statuses.digests.get(f)
+        if digest is None:  # a source file outside the build's plan
+            digest = inputs.digest(f.fs_str)
+            status = "built" if digest is not None else "not built"
+    entry.update(status=status, built=digest is not None)
+    run = statuses.result.runs.get(producers[0]) if producers else None
+    worker = run.worker if run is not None else None
+    if worker is not None and status == "built":  # it ran on a cluster in this build
+        entry["worker"] = worker
+    if status == "skipped" and producers[0] in statuses.result.absent:
+        entry["reason"] = statuses.result.absent[producers[0]]
+    if digest is not None:
+        entry.update(sha256=digest, size=os.lstat(path).st_size)
+        entry["cached"] = (entry["path"], digest) in (cached or set())
+    meta = ManifestMeta.get(f)
+    entry.update(meta.fields)
+    if meta.verifications:
+        entry["verification"] = [_verification(statuses, a, r) for a, r in meta.verifications]
+    if meta.benchmarks:
+        entry["benchmark"] = [_benchmark(statuses, a, r) for a, r in meta.benchmarks]
+    if meta.archives:
+        entry["parameters"] = [_archive(inputs, statuses, s, a) for s, a in meta.archives]
+    if meta.result_of is not None:  # a check's own result: its verdict, as the module's
+        kind, action = meta.result_of
+        judge = _verification if kind == "verification" else _benchmark
+        entry[kind] = verdict = judge(statuses, action, f)
+        if verdict.get("status") == "skipped":
+            entry["status"] = "skipped"
+    return entry
+
+
+def _archive(
+    inputs: ManifestInputs, statuses: Statuses, scope: str, f: BuildFile
+) -> dict[str, Any]:
+    """A module's parameter archive: its scope, path, status and, when built, digest."""
+    status = statuses.file(f)
+    entry: dict[str, Any] = {"scope": scope, "path": _manifest_path(inputs, f), "status": status}
+    digest = statuses.digests.get(f) if status == "built" else None
+    if digest is not None:
+        entry.update(sha256=digest, size=os.lstat(f.fs_str).st_size)
+    return entry
+
+
+def write_manifest(inputs: ManifestInputs, result: BuildResult) -> Statuses:
+    """Rewrite the manifest for every entrypoint of the graph, from ``result``; the
+    statuses it was written from."""
+    statuses = Statuses(result)
+    cached = _cached_outputs(inputs, result)
+    outputs = {
+        ep.path: [describe_output(inputs, statuses, f, cached) for f in ep.outputs]
+        for ep in inputs.entrypoints
+    }
+    path = inputs.manifest_path
+    clear_for_own_file(path)
+    # What a writer killed mid-write left beside it (this build holds the lock).
+    TemporarySweeper().sweep(path)
+    try:
+        with atomic_write(path, "w") as f:
+            f.write(_manifest_text(outputs))
+    except OSError as e:  # a full disk: the old manifest stays, whole
+        raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
+    return statuses
+
+
+def _manifest_path(inputs: ManifestInputs, f: BuildFile) -> str:
+    """``f``'s path relative to the output directory (a source file's may climb out)."""
+    if f.source is None:  # below the output directory: no need to compute it
+        return f.layout.relative_path(f)
+    return os.path.relpath(f.fs_path, inputs.output_dir)
+
+
+def _manifest_text(outputs: dict[str, list[dict[str, Any]]]) -> str:
+    """The manifest (``format``, and each entrypoint's ``outputs``) as JSON, keys
+    sorted, one line per output: as easy to read and to diff as fully indented
+    JSON, and made by the C encoder rather than Python's (a build of 10,000
+    outputs writes it in a fraction of the time)."""
+    line = json.JSONEncoder(sort_keys=True).encode
+    entrypoints = []
+    for name, entries in sorted(outputs.items()):
+        rows = ",\n".join(f"        {line(o)}" for o in entries)
+        listed = f"[\n{rows}\n      ]" if rows else "[]"
+        entrypoints.append(f'    {line(name)}: {{\n      "outputs": {listed}\n    }}')
+    body = ",\n".join(entrypoints)
+    return f'{{\n  "entrypoints": {{\n{body}\n  }},\n  "format": {line(FORMAT)}\n}}\n'
+
+
+def _cached_outputs(inputs: ManifestInputs, result: BuildResult | None) -> set[tuple[str, str]]:
+    """(path, sha256) of the outputs that came from the cache: served in this build, or
+    so marked in the previous manifest (an up-to-date output keeps its origin)."""
+    found: dict[str, str] = {}
+    broken = (OSError, NotRegularFile, ValueError, TypeError, AttributeError, KeyError)
+    with contextlib.suppress(*broken):
+        old = json.loads(read_regular(inputs.manifest_path))
+        for ep in old["entrypoints"].values():
+            found.update((o["path"], o["sha256"]) for o in ep["outputs"] if o.get("cached"))
+    served = set(result.cached) if result is not None else set()
+    built = set(result.built) if result is not None else set()
+    for ep in inputs.entrypoints:
+        for f in ep.outputs:
+            if served.isdisjoint(f.deps) and built.isdisjoint(f.deps):
+                continue  # up to date (or not built): keeps what the old manifest says
+            path = _manifest_path(inputs, f)
+            found.pop(path, None)
+            if served.isdisjoint(f.deps):
+                continue  # built here: not from the cache
+            digest = inputs.digest(f.fs_str)
+            if digest is not None:
+                found[path] = digest
+    return set(found.items())
