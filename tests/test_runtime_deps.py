@@ -380,3 +380,32 @@ def test_a_check_never_stores_a_result_that_imported_a_module_over_a_withdrawal(
     _build(kiln, "--output-dir", "other")
     assert _ran(tmp_path) == [f"ep/by_statement-{concurrency}.txt"]
     assert (tmp_path / f"other/genfiles/ep/by_statement-{concurrency}.txt").read_text() == "2"
+
+
+@pytest.mark.parametrize("executor", [None, "dask-local:2"])
+def test_no_bytecode_is_written_into_the_source_tree(
+    tmp_path: Path, kiln: Callable[..., Any], executor: str | None
+) -> None:
+    """With bytecode allowed (as by default), neither what the build module imports
+    as it loads nor what its actions import while they run (in kiln's process, in
+    a worker, on a local Dask worker) leaves a ``__pycache__`` beside the sources."""
+    if executor is not None:
+        from dask_cluster import require_dask
+
+        require_dask()
+    (tmp_path / "rt_helper.py").write_text("VALUE = 4\n")
+    (tmp_path / "sibling.py").write_text("NAME = 'sibling'\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/__init__.py").write_text("")
+    (tmp_path / "pkg/deep.py").write_text("DEEP = 1\n")
+    what = [(how, c) for how in HOWS for c in ("PROCESS", "THREAD", "NONE")]
+    _write_build(tmp_path, what)
+    build = tmp_path / "build.py"
+    build.write_text("import sibling\nimport pkg.deep\n" + build.read_text())
+    args = ["--executor", executor] if executor else []
+    allowed = {"PYTHONDONTWRITEBYTECODE": ""}  # bytecode allowed, as by default
+    r = kiln("build", "build.py", *args, env=allowed)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "kiln-out/genfiles/ep/by_statement-THREAD.txt").read_text() == "4"
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("__pycache__"))
+    assert left == [], left
