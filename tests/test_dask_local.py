@@ -10,8 +10,10 @@ import http.client
 import io
 import json
 import os
+import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +265,60 @@ def test_a_path_that_is_not_ascii_is_404_not_a_traceback(served: tuple[Any, str]
     prefix = urllib.parse.urlsplit(url).path
     answer = _raw(url, f"GET {prefix}\xff/cas/x HTTP/1.1\r\nHost: x\r\n\r\n".encode("latin-1"))
     assert answer.startswith(b"HTTP/1.1 404"), answer
+
+
+class _RecordingProxy(ThreadingHTTPServer):
+    """A stand-in for the machine's proxy on 127.0.0.1: it records each request and
+    answers 502, as a proxy that cannot reach the server does."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        self.seen: list[str] = []
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    server: _RecordingProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _refuse(self) -> None:
+        self.server.seen.append(f"{self.command} {self.path}")
+        self.send_response(502)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_CONNECT = _refuse
+
+
+@pytest.mark.parametrize("variable", ["http_proxy", "HTTP_PROXY"])
+def test_the_loopback_cas_never_goes_through_the_environments_proxy(
+    tmp_path: Path, write_module: Callable[..., Path], kiln: Callable[..., Any], variable: str
+) -> None:
+    """A proxy in the environment, no ``no_proxy``: kiln's workers reach its CAS on
+    127.0.0.1 straight, as curl, requests and Go reach a loopback address; the proxy
+    is asked nothing, and the build is the local build's."""
+    require_dask()
+    (tmp_path / "data.txt").write_text("hello proxy\n")
+    write_module(_MODULE)
+    proxy = _RecordingProxy()
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{proxy.server_address[1]}"
+        env = {variable: url, "KILN_TEST_TAG": f"dask-proxy-{os.getpid()}-{tmp_path.name}"}
+        args = ["build", "build.py", "--executor", "dask-local:2", "--events", "ev.jsonl"]
+        r = kiln(*args, env=env)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert r.returncode == 0, r.stderr
+    assert "not usable" not in r.stderr, r.stderr
+    assert proxy.seen == []
+    built = (tmp_path / "kiln-out/genfiles/top/c.txt").read_bytes()
+    assert built == b"hello proxy\n" * 2 + b"HELLO PROXY\n" * 2
+    ran = lanes(tmp_path / "ev.jsonl")
+    assert len(ran) == 3 and all(lane.startswith("dask tcp://127.0.0.1:") for lane in ran.values())

@@ -402,41 +402,78 @@ def test_an_in_process_action_is_rebuilt_under_another_time_zone_or_locale(
     assert ran(tmp_path) == []
 
 
-def test_check_reproducible_runs_an_in_process_action_again_in_another_time_zone(
+UNKEYED = """
+class Fixed(InKiln):
+    def _invoke(self):
+        self.output.get_fs_path().write_text(time.strftime("%Y", time.gmtime(0)))
+
+
+class Clock(InKiln):
+    def _invoke(self):
+        self.output.get_fs_path().write_text(str(time.time_ns()))
+
+
+class Dice(InKiln):
+    def _invoke(self):
+        self.output.get_fs_path().write_bytes(os.urandom(16))
+
+
+@entrypoint"""
+
+MORE_OUTPUTS = """
+made = [here, there]
+for name, kind in [("fixed", Fixed), ("clock", Clock), ("dice", Dice)]:
+    made.append(context.allocate_file(name + ".txt"))
+    kind(made[-1], desc=name, executor=context.executor)
+return made
+"""
+
+
+def test_check_reproducible_keeps_what_the_key_holds_and_varies_the_rest(
+    tmp_path: Path, kiln_subprocess: Callable[..., Any], _private_cache: Path
+) -> None:
+    """An in-process action whose output takes kiln's time zone (which its key holds)
+    is run again under the same one: it reproduces, and stays in the cache for
+    another output directory. What no key holds still shows: the time, chance (a
+    worker's directory: ``test_same_bytes``)."""
+    module = CONVENTIONS.replace(
+        "    return [here, there]", textwrap.indent(MORE_OUTPUTS, "    ")
+    ).replace("@entrypoint", UNKEYED)
+    (tmp_path / "build.py").write_text(module)
+    zone = {**BASE_ENV, "TZ": "<+09>-9"}
+    r = kiln_subprocess("build", "build.py", "--check-reproducible", env=zone)
+    assert r.returncode == 1, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if " differs " in ln or " written " in ln]
+    found = sorted(ln.split("'")[1] for ln in lines)
+    assert found == ["clock", "dice"], r.stderr
+    assert not any("with TZ=" in ln for ln in lines), lines  # keyed: never varied
+    assert "2 not reproducible" in r.stderr, r.stderr
+    assert "1970-01-01 09:00 +09" in (tmp_path / OUT / "thread.txt").read_text()
+    ran(tmp_path)
+    # Not withdrawn: a fresh output directory under the same zone takes it from the cache.
+    fresh = kiln_subprocess("build", "build.py", "--output-dir", "fresh", env=zone)
+    assert fresh.returncode == 0, fresh.stderr
+    assert "thread.txt" not in ran(tmp_path), fresh.stderr
+    shown = tmp_path / "fresh/genfiles/conventions/thread.txt"
+    assert "1970-01-01 09:00 +09" in shown.read_text()
+    # Under another zone it is another key: built again, with that zone.
+    other = kiln_subprocess("build", "build.py", "--output-dir", "other", env=BASE_ENV)
+    assert other.returncode == 0, other.stderr
+    assert "thread.txt" in ran(tmp_path), other.stderr
+    shown = tmp_path / "other/genfiles/conventions/thread.txt"
+    assert "1970-01-01 00:00 UTC" in shown.read_text()
+
+
+def test_check_reproducible_passes_a_time_zone_dependent_action(
     tmp_path: Path, kiln_subprocess: Callable[..., Any]
 ) -> None:
-    """An output that takes kiln's time zone is found; the PROCESS action, which is
-    given a fixed one, and an in-process action that takes none pass."""
-    module = CONVENTIONS.replace(
-        "    return [here, there]",
-        textwrap.indent(
-            textwrap.dedent("""
-            fixed = context.allocate_file("fixed.txt")
-            Fixed(fixed, desc="fixed", executor=context.executor)
-            return [here, there, fixed]
-            """),
-            "    ",
-        ),
-    ).replace(
-        "@entrypoint",
-        textwrap.dedent("""
-        class Fixed(InKiln):
-            def _invoke(self):
-                self.output.get_fs_path().write_text(time.strftime("%Y", time.gmtime(0)))
-
-
-        @entrypoint"""),
-    )
-    (tmp_path / "build.py").write_text(module)
+    """The build with only the keyed, zone-dependent actions passes the check."""
+    (tmp_path / "build.py").write_text(CONVENTIONS)
     r = kiln_subprocess("build", "build.py", "--check-reproducible", env=BASE_ENV)
-    assert r.returncode == 1, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if " differs " in ln]
-    assert len(lines) == 1, r.stderr
-    assert "'thread': genfiles/conventions/thread.txt differs at byte" in lines[0], lines
-    assert "(run again in place, with TZ=" in lines[0], lines
-    assert "1 not reproducible" in r.stderr, r.stderr
-    # The build's outputs are as built.
-    assert "1970-01-01 00:00 UTC" in (tmp_path / OUT / "thread.txt").read_text()
+    assert r.returncode == 0, r.stderr
+    assert "not reproducible" not in r.stderr, r.stderr
+    r = kiln_subprocess("build", "build.py", "--check-reproducible", env=BASE_ENV)
+    assert r.returncode == 0, r.stderr
 
 
 def test_only_the_locale_categories_of_the_environment_are_keyed() -> None:

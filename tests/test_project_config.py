@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,13 +27,15 @@ def broken():
 """
 
 
-def kiln(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def kiln(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "kiln", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         env={**os.environ, "NO_COLOR": "1", **(env or {})},
     )
 
@@ -135,10 +138,87 @@ def test_only_the_nearest_pyproject_counts(project: Path) -> None:
     assert (project / "kiln-out/genfiles/env/env.txt").exists()
 
 
-def test_a_fifo_named_pyproject_is_not_read(project: Path) -> None:
-    os.mkfifo(project / "models/pyproject.toml")
-    r = kiln(project, "build", "models/build.py", "env")  # would block reading a FIFO
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+
+
+def _device(path: Path) -> None:
+    path.symlink_to("/dev/null")
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "gone.toml")
+
+
+def _loop(path: Path) -> None:
+    path.symlink_to(path.name)
+
+
+def _too_large(path: Path) -> None:
+    path.write_text("[tool.kiln]\n" + "#" * (1 << 20) + "\n")
+
+
+def _not_utf8(path: Path) -> None:
+    path.write_bytes(b"[tool.kiln]\nname = '\xff'\n")
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (_fifo, "it is a FIFO, not a regular file"),
+        (_directory, "it is a directory, not a regular file"),
+        (_device, "it is a device, not a regular file"),
+        (_dangling, "it is a symbolic link to nothing"),
+        (_loop, "kiln cannot read it (Too many levels of symbolic links)"),
+        (_too_large, "it is larger than 1 MiB"),
+        (_not_utf8, "cannot read it as TOML"),
+    ],
+)
+def test_a_nearest_pyproject_that_is_no_readable_file_is_a_usage_error(
+    project: Path, make: Any, said: str
+) -> None:
+    """Never waited on, never passed over for the one above (whose settings would
+    then apply in silence): exit 2 naming the file and what it is."""
+    configure(project, 'output-dir = "out"\n')
+    nearest = project / "models/pyproject.toml"
+    make(nearest)
+    for args in (["build", "models/build.py", "env"], ["list", "models/build.py"]):
+        r = kiln(project, *args, timeout=60)  # a FIFO would block a plain open
+        assert r.returncode == 2, r.stderr
+        assert f"kiln: error: {nearest}: " in r.stderr, r.stderr
+        assert said in r.stderr, r.stderr
+    assert not (project / "out").exists() and not (project / "kiln-out").exists()
+
+
+@pytest.mark.parametrize("command", [["clean"], ["cache", "stats"], ["report"]])
+def test_commands_without_a_module_say_so_too(project: Path, command: list[str]) -> None:
+    os.mkfifo(project / "work/pyproject.toml")
+    r = kiln(project / "work", *command, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert f"{project / 'work/pyproject.toml'}: kiln takes its settings" in r.stderr, r.stderr
+    assert "it is a FIFO" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")
+def test_an_unreadable_pyproject_is_a_usage_error(project: Path) -> None:
+    configure(project, 'output-dir = "out"\n')
+    (project / "pyproject.toml").chmod(0)
+    r = kiln(project, "build", "models/build.py", "env")
+    assert r.returncode == 2, r.stderr
+    assert "kiln cannot read it (Permission denied)" in r.stderr, r.stderr
+
+
+def test_a_pyproject_that_links_to_a_file_is_read(project: Path) -> None:
+    configure(project, 'output-dir = "out"\n')
+    (project / "pyproject.toml").rename(project / "shared.toml")
+    (project / "pyproject.toml").symlink_to("shared.toml")
+    r = kiln(project, "build", "models/build.py", "env")
     assert r.returncode == 0, r.stderr
+    assert (project / "out/genfiles/env/env.txt").exists()
 
 
 @pytest.mark.parametrize(

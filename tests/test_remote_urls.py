@@ -3,7 +3,9 @@ or without a port, user information, trailing slashes; and the environment's
 proxy (``http_proxy``, ``HTTP_PROXY``, ``no_proxy``) is honoured as ``fetch_http``
 honours it. Against a real Bazel-protocol cache server bound to ``::1`` and a real
 forwarding proxy on 127.0.0.1, both started here (the machine's own proxy
-variables are cleared for every test: conftest's ``_private_cache``)."""
+variables are cleared for every test: conftest's ``_private_cache``). A loopback
+remote never goes through the proxy; the others are named by hosts that only the
+proxy reaches."""
 
 from __future__ import annotations
 
@@ -80,14 +82,15 @@ class _CacheHandler(BaseHTTPRequestHandler):
 
 class _Proxy(ThreadingHTTPServer):
     """A forwarding HTTP proxy on 127.0.0.1: each request names the whole URL; it is
-    sent on to the host and port the URL names (``ports`` maps a port to the one
-    really used: the proxy decides how it reaches servers)."""
+    sent on to the host and port the URL names (``ports`` and ``hosts`` map a port
+    and a host to the ones really used: the proxy decides how it reaches servers)."""
 
     daemon_threads = True
 
-    def __init__(self, ports: dict[int, int]) -> None:
+    def __init__(self, ports: dict[int, int], hosts: dict[str, str] | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
         self.ports = ports
+        self.hosts = hosts or {}
         self.seen: list[tuple[str, str | None]] = []
 
 
@@ -104,7 +107,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         )
         target = urllib.parse.urlsplit(self.path)
         port = target.port or 80
-        conn = http.client.HTTPConnection(target.hostname, self.server.ports.get(port, port))
+        host = target.hostname or ""
+        host = self.server.hosts.get(host, host)
+        conn = http.client.HTTPConnection(host, self.server.ports.get(port, port))
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         headers = {k: v for k, v in self.headers.items() if k.lower() != "proxy-authorization"}
@@ -180,14 +185,20 @@ def test_an_ipv6_remote_without_a_port_is_port_80_of_that_host(
     assert any(line.startswith("PUT /c/cas/") for line, _, _ in cache.seen)
 
 
+# A host that is not this machine's loopback (IPv6's documentation prefix, a name under
+# .test): only the proxy reaches it, by the ``hosts`` it is given.
+_FAR = {"2001:db8::1": "::1", "2001:db8:0:0:0:0:0:1": "::1", "cache.test": "::1"}
+
+
 @pytest.mark.parametrize(
     ("variable", "shape"),
     [
-        ("http_proxy", "http://[::1]:{port}/c"),
-        ("HTTP_PROXY", "http://[::1]:{port}/c//"),
-        ("http_proxy", "http://bob:pw@[::1]:{port}"),
-        ("http_proxy", "http://[::1]/c"),  # port 80: where the proxy reaches it is its own
-        ("http_proxy", "http://[0:0:0:0:0:0:0:1]:{port}/c/"),
+        ("http_proxy", "http://[2001:db8::1]:{port}/c"),
+        ("HTTP_PROXY", "http://[2001:db8::1]:{port}/c//"),
+        ("http_proxy", "http://bob:pw@[2001:db8::1]:{port}"),
+        ("http_proxy", "http://[2001:db8::1]/c"),  # port 80: where the proxy reaches it is its own
+        ("http_proxy", "http://[2001:db8:0:0:0:0:0:1]:{port}/c/"),
+        ("http_proxy", "http://cache.test:{port}/c"),
     ],
 )
 def test_the_environments_proxy_carries_every_url_shape_unless_no_proxy_says(
@@ -196,7 +207,7 @@ def test_the_environments_proxy_carries_every_url_shape_unless_no_proxy_says(
     with serving(_ipv6_cache()) as cache:
         port = cache.server_address[1]
         url = shape.format(port=port)
-        with serving(_Proxy({80: port})) as proxy:
+        with serving(_Proxy({80: port}, _FAR)) as proxy:
             proxy_url = f"http://carol:pr0xy@127.0.0.1:{proxy.server_address[1]}"
             shared(kiln, url, env={variable: proxy_url, "no_proxy": "example.invalid"})
             assert proxy.seen and len(proxy.seen) == len(cache.seen)
@@ -205,13 +216,33 @@ def test_the_environments_proxy_carries_every_url_shape_unless_no_proxy_says(
                 assert line.split()[1].startswith(f"http://{netloc}/"), line
                 assert auth == "Basic " + base64.b64encode(b"carol:pr0xy").decode()
             assert {host for _, host, _ in cache.seen} == {netloc}
-            # no_proxy covering the host: straight to the server, the proxy asked nothing.
-            if shape.startswith("http://[::1]:"):
+            # no_proxy covering the host: straight to it (which only the proxy can
+            # reach: the remote is not usable), the proxy asked nothing.
+            if shape.startswith("http://[2001:db8::1]:"):
                 through = len(proxy.seen)
                 r = kiln(
                     "build", "build.py", "--output-dir", "o3", "--cache-dir", "c3",
-                    "--remote-cache", url, env={variable: proxy_url, "no_proxy": "::1"},
+                    "--remote-cache", url, env={variable: proxy_url, "no_proxy": "2001:db8::1"},
+                    timeout=60,
                 )  # fmt: skip
-                assert r.returncode == 0 and "0 built, 4 cached" in r.stderr, r.stderr
+                assert r.returncode == 0 and "4 built" in r.stderr, r.stderr
                 assert len(proxy.seen) == through
+                assert len(runs(project)) == 8
+                return
+    assert len(runs(project)) == 4
+
+
+@pytest.mark.parametrize("variable", ["http_proxy", "HTTP_PROXY"])
+@pytest.mark.parametrize("host", ["[::1]", "[0:0:0:0:0:0:0:1]"])
+def test_a_loopback_remote_never_goes_through_the_proxy(
+    kiln: Callable[..., Any], project: Path, variable: str, host: str
+) -> None:
+    """No ``no_proxy``: a remote on this machine's loopback is reached straight (a
+    proxy elsewhere cannot reach it); the proxy is asked nothing."""
+    with serving(_ipv6_cache()) as cache:
+        url = f"http://{host}:{cache.server_address[1]}/c"
+        with serving(_Proxy({})) as proxy:
+            shared(kiln, url, env={variable: f"http://127.0.0.1:{proxy.server_address[1]}"})
+            assert proxy.seen == []
+        assert any(line.startswith("PUT /c/cas/") for line, _, _ in cache.seen)
     assert len(runs(project)) == 4

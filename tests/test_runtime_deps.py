@@ -346,3 +346,66 @@ def test_a_rebuilt_extension_module_the_build_module_imports_reruns_its_actions(
     _compile_extension(tmp_path, 1)
     assert kiln("build", "static.py", "--output-dir", "other").returncode == 0
     assert (tmp_path / "other/genfiles/ext/static.txt").read_text() == "1"
+
+
+@pytest.mark.parametrize("concurrency", ["THREAD", "PROCESS"])
+def test_a_check_never_stores_a_result_that_imported_a_module_over_a_withdrawal(
+    tmp_path: Path, kiln: Callable[..., Any], concurrency: str
+) -> None:
+    """An action that imported a project module at run time, up to date here, whose
+    key a check elsewhere withdrew: this directory's check finds it reproduces,
+    and still does not put it into the cache (its key does not cover the module),
+    so another directory with another version of the module runs it."""
+    (tmp_path / "rt_helper.py").write_text("VALUE = 1\n")
+    noise = tmp_path / "noise"
+    (tmp_path / "build.py").write_text(
+        ACTIONS.replace("WHAT", repr([("by_statement", concurrency)])).replace(
+            "    value = WAYS[how](out)\n",
+            "    value = WAYS[how](out)\n"
+            f"    if os.path.exists({str(noise)!r}):\n"
+            "        value = f'{value} {os.urandom(8).hex()}'\n",
+        )
+    )
+    _build(kiln)
+    noise.write_text("")  # the same key, not reproducible while it exists
+    withdrawn = kiln("build", "build.py", "--output-dir", "noisy", "--check-reproducible")
+    assert withdrawn.returncode == 1 and "1 not reproducible" in withdrawn.stderr
+    noise.unlink()
+    _ran(tmp_path)
+    checked = _build(kiln, "--check-reproducible")  # up to date here, and reproduced
+    assert "0 built, 1 up to date" in checked.stderr, checked.stderr
+    assert _ran(tmp_path) == [f"ep/by_statement-{concurrency}.txt"]  # the check's second run
+
+    _edit(tmp_path / "rt_helper.py", "VALUE = 2\n")
+    _build(kiln, "--output-dir", "other")
+    assert _ran(tmp_path) == [f"ep/by_statement-{concurrency}.txt"]
+    assert (tmp_path / f"other/genfiles/ep/by_statement-{concurrency}.txt").read_text() == "2"
+
+
+@pytest.mark.parametrize("executor", [None, "dask-local:2"])
+def test_no_bytecode_is_written_into_the_source_tree(
+    tmp_path: Path, kiln: Callable[..., Any], executor: str | None
+) -> None:
+    """With bytecode allowed (as by default), neither what the build module imports
+    as it loads nor what its actions import while they run (in kiln's process, in
+    a worker, on a local Dask worker) leaves a ``__pycache__`` beside the sources."""
+    if executor is not None:
+        from dask_cluster import require_dask
+
+        require_dask()
+    (tmp_path / "rt_helper.py").write_text("VALUE = 4\n")
+    (tmp_path / "sibling.py").write_text("NAME = 'sibling'\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/__init__.py").write_text("")
+    (tmp_path / "pkg/deep.py").write_text("DEEP = 1\n")
+    what = [(how, c) for how in HOWS for c in ("PROCESS", "THREAD", "NONE")]
+    _write_build(tmp_path, what)
+    build = tmp_path / "build.py"
+    build.write_text("import sibling\nimport pkg.deep\n" + build.read_text())
+    args = ["--executor", executor] if executor else []
+    allowed = {"PYTHONDONTWRITEBYTECODE": ""}  # bytecode allowed, as by default
+    r = kiln("build", "build.py", *args, env=allowed)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "kiln-out/genfiles/ep/by_statement-THREAD.txt").read_text() == "4"
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("__pycache__"))
+    assert left == [], left

@@ -370,7 +370,10 @@ class Executor:
 
         self.reporter.message("kiln: checking that every action reproduces its outputs ...")
         store = self.store()
-        found = check_build(plan, result, self.run_context, jobs, store.mark_nonreproducible)
+        keys = self._keys_for(plan)
+        found = check_build(
+            plan, result, self.run_context, jobs, store.mark_nonreproducible, keys.keys_conventions
+        )
         result.not_reproducible = found
         why = {d.action: str(d) for d in reversed(found)}  # the first difference of each
         checked = checked_actions(plan, result)

@@ -24,9 +24,10 @@ in-process action that runs the user's code (``local_conventions``: ``TZ``,
 made of them: ``time.tzname`` and the zone's offsets, the C locale of each
 category, the preferred encoding), as kiln's process has them when the build is
 planned; ``kiln explain`` names the one that changed (``describe_change``).
-``--check-reproducible`` runs such actions again under another time zone and
-locale (``other_conventions``). Any other variable they read is not keyed
-(``docs/reliability.md`` says so).
+Being keyed, they are what ``--check-reproducible`` leaves alone for such
+actions; it varies them (``other_conventions``) only for in-process actions
+whose key does not hold them, kiln's own. Any other variable they read is not
+keyed (``docs/reliability.md`` says so).
 """
 
 from __future__ import annotations
@@ -185,9 +186,9 @@ def _spelled(values: Mapping[str, Any], name: str) -> str:
 @contextlib.contextmanager
 def other_conventions() -> Iterator[str]:
     """kiln's process with another time zone and locale while the block runs (for
-    ``--check-reproducible``'s second run of an in-process action; nothing else of
-    the build may run meanwhile: the environment is the process's); yields what
-    it set. The C locale itself is left alone: an action that calls
+    ``--check-reproducible``'s second run of an in-process action whose key does
+    not hold them; nothing else of the build may run meanwhile: the environment
+    is the process's); yields what it set. The C locale itself is left alone: an action that calls
     ``setlocale(LC_ALL, "")`` takes the other one."""
     zone = next(z for z, offset in _OTHER_ZONES if offset != time.timezone)
     current = os.environ.get("LC_ALL") or os.environ.get("LANG")

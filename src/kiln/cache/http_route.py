@@ -7,14 +7,20 @@ information aside (it is the server's basic auth, never part of where to
 connect). ``http_proxy``/``HTTP_PROXY`` (``https_proxy`` for https) name a proxy,
 unless ``no_proxy`` covers the host (urllib's own ``proxy_bypass``, asked with the
 host and port as urllib asks, and with the bare host, so that an IPv6 entry
-counts). Through an HTTP proxy a request names the whole URL; an https one goes
-through a ``CONNECT`` tunnel, its TLS with the server itself. A proxy's user
-information becomes ``Proxy-Authorization``.
+counts), or the host is this machine's loopback (``localhost`` and names under
+it, 127.0.0.0/8 in any spelling a resolver takes, ``::1``, an IPv4-mapped
+loopback): a proxy elsewhere cannot reach it, and kiln's own CAS of a
+``dask-local`` build lives there (``kiln.cache.cas_server``), as Go's HTTP
+client, for one, never proxies a loopback host. Through an HTTP proxy a request
+names the whole URL; an https one goes through a ``CONNECT`` tunnel, its TLS with
+the server itself. A proxy's user information becomes ``Proxy-Authorization``.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
+import socket
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -70,11 +76,30 @@ def route(parts: urllib.parse.SplitResult) -> Route:
     )
 
 
+def loopback(host: str) -> bool:
+    """Whether ``host`` (a URL's, IPv6 without brackets) names this machine's
+    loopback, by its spelling alone (no name is looked up)."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.partition("%")[0])
+    except ValueError:
+        try:  # 127.1, 0x7f.0.0.1, 2130706433: what a resolver reads as 127.x
+            return socket.inet_aton(name)[0] == 127
+        except OSError:
+            return False
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 def _proxy(scheme: str, netloc: str, host: str) -> tuple[str, int, dict[str, str]] | None:
     """The proxy the environment names for ``scheme`` and does not bypass for the
     server (``netloc``, ``host``): its host, port and credential headers."""
     url = urllib.request.getproxies().get(scheme)
-    if not url or urllib.request.proxy_bypass(netloc) or urllib.request.proxy_bypass(host):
+    if not url or loopback(host):
+        return None
+    if urllib.request.proxy_bypass(netloc) or urllib.request.proxy_bypass(host):
         return None
     where = f"the {scheme}_proxy of the environment, {redact_url(url)},"
     parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")

@@ -74,7 +74,7 @@ def _load(spec: str, as_module: bool) -> ModuleType:
     hide_build_module(path)
     sys.path.insert(0, str(path.parent))
     loader = module_spec.loader
-    with _no_bytecode_written():
+    with no_bytecode_written():
         guarded(str(path), lambda: loader.exec_module(module))
     import cloudpickle
 
@@ -132,10 +132,14 @@ def _is_users(name: str, module: ModuleType, dotted: str | None, user_dirs: list
 
 
 @contextlib.contextmanager
-def _no_bytecode_written() -> Iterator[None]:
-    """While the build module (and what it imports) loads, Python writes no
-    ``__pycache__``: kiln writes nothing into the user's source tree, only into
-    its output directory."""
+def no_bytecode_written() -> Iterator[None]:
+    """While the block runs, Python writes no ``__pycache__``: kiln writes nothing
+    into the user's source tree, only into its output and cache directories. Around
+    a build module's load, and around every command in kiln's process
+    (``kiln.cli.main.run_cli``: what in-process actions import while they run);
+    kiln's worker processes set it for their whole life (``kiln.execution.process.worker``).
+    Modules with no bytecode yet are compiled on each run instead: the user's,
+    small, and any of kiln's own not compiled at its install."""
     before = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:

@@ -10,8 +10,12 @@ first: the command line, an option's ``KILN_*`` variable, ``[tool.kiln]``, kiln'
 default. A list option given on the command line replaces the file's list.
 
 The file is the nearest ``pyproject.toml`` above the build module (for commands
-without one, above the working directory), as ruff and black find theirs; it is
-read only when it is a regular file of at most 1 MiB.
+without one, above the working directory), as ruff and black find theirs. The
+nearest one is the project's, whatever it is: one that is not a regular file
+(a FIFO, a device, a directory, a link to nothing), is larger than 1 MiB or
+cannot be read is a usage error naming it and what is wrong, never passed over
+in silence (the project's settings would be dropped) nor waited on (it is
+never opened unless it is a regular file, and then without blocking).
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln.base.errors import UsageError
+from kiln.base.errors import NotRegularFile, UsageError
 from kiln.cli.options import command_parser
 from kiln.cli.plain_parsers import cache_parser, clean_parser, report_parser
+from kiln.output_dir.ownership import open_regular
+from kiln.output_dir.writing import file_kind
 
 FILE = "pyproject.toml"
 _MAX_BYTES = 1 << 20
@@ -79,20 +85,20 @@ class ProjectConfig:
         for directory in (here, *here.parents):
             path = directory / FILE
             try:
-                st = os.stat(path)
-            except OSError:
+                os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_BYTES:
-                return None
+            except OSError as e:
+                raise _unusable(path, f"kiln cannot look at it ({e.strerror})") from None
             return cls._read(path)
         return None
 
     @classmethod
     def _read(cls, path: Path) -> ProjectConfig | None:
+        text = _read_text(path)
         try:
-            with open(path, "rb") as f:
-                data = tomllib.loads(f.read(_MAX_BYTES).decode("utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
             raise UsageError(f"{path}: cannot read it as TOML: {e}") from None
         tool = data.get("tool")
         table = tool.get("kiln") if isinstance(tool, dict) else None
@@ -169,6 +175,37 @@ class ProjectConfig:
             return convert(text)
         except (argparse.ArgumentTypeError, TypeError, ValueError, UsageError) as e:
             raise UsageError(f"{where}: {e}") from None
+
+
+def _read_text(path: Path) -> str:
+    """The text of the project file ``path``: a regular file (looked at before it is
+    opened, so that no device is opened and no FIFO waited on) of at most 1 MiB of
+    UTF-8; else a UsageError saying what it is."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise _unusable(path, f"it is {file_kind(st.st_mode)}, not a regular file")
+        with os.fdopen(open_regular(path, follow=True), "rb") as f:  # no FIFO swapped in
+            data = f.read(_MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise _unusable(path, "it is a symbolic link to nothing") from None
+    except NotRegularFile as e:
+        raise _unusable(path, f"it is not a regular file ({e})") from None
+    except OSError as e:
+        raise _unusable(path, f"kiln cannot read it ({e.strerror})") from None
+    if len(data) > _MAX_BYTES:
+        raise _unusable(path, "it is larger than 1 MiB, more than kiln reads of it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: cannot read it as TOML: {e}") from None
+
+
+def _unusable(path: Path, why: str) -> UsageError:
+    return UsageError(
+        f"{path}: kiln takes its settings ([tool.kiln]) from the nearest {FILE}, and {why}; "
+        "make it a readable file, or remove it"
+    )
 
 
 def settle(ns: argparse.Namespace) -> argparse.Namespace:

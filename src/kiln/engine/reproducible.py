@@ -10,10 +10,17 @@ given relative to where it runs. An output that depends on where it was built
 (an absolute path, the time, a random number, a variable of kiln's scratch
 directory) differs there. Any other action runs again in place, its first
 outputs set aside and put back afterwards: that finds what depends on the time
-or on chance, not on the place. An action that runs in kiln's own process runs
-again with another time zone and locale in kiln's environment
-(``kiln.base.action_env.other_conventions``; the second runs in place go one at a
-time, after the build): what its output takes from them shows.
+or on chance, not on the place.
+
+The check varies only what is not in an action's key (what is keyed may change
+the output: that is what the key is for). An in-process action of the user's
+has kiln's time zone and locale in its key (``KeyMaker.keys_conventions``), so
+it runs again under the same ones; an in-process action of kiln's own, whose
+key does not hold them, runs again with another time zone and locale in kiln's
+environment (``kiln.base.action_env.other_conventions``; the second runs in place go
+one at a time, after the build). A PROCESS action or a command is given a fixed,
+keyed environment (``kiln.base.action_env``), the same on both runs; only the
+scratch directory it is given as its home and temporary directory differs.
 
 An action whose outputs differ is listed with the first differing byte; its key
 is marked in the build state (``StateStore.mark_nonreproducible``) and neither
@@ -89,8 +96,15 @@ class ReproducibilityCheck:
     first outputs back, unchanged, whatever the second run did.
     """
 
-    def __init__(self, plan: Plan, context: RunContext, jobs: int) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        context: RunContext,
+        jobs: int,
+        keys_conventions: Callable[[BuildAction], bool],
+    ) -> None:
         self.plan = plan
+        self.keys_conventions = keys_conventions
         self.context = context
         self.jobs = max(1, jobs)
         self.root = context.layout.kiln_dir / CHECK_DIR
@@ -190,6 +204,8 @@ class ReproducibilityCheck:
             try:
                 if action.concurrency is ActionConcurrency.PROCESS:  # a fixed environment
                     self._process_pool().run_action(action)
+                elif self.keys_conventions(action):  # keyed: the same ones again
+                    action._invoke()
                 else:
                     with other_conventions() as changed:
                         where = f"run again in place, with {changed}"
@@ -263,10 +279,13 @@ def check_build(
     context: RunContext,
     jobs: int,
     mark: Callable[[str, str], None],
+    keys_conventions: Callable[[BuildAction], bool],
 ) -> list[Difference]:
     """The second runs of ``result``'s actions; each action found not reproducible is
-    marked (``mark(key, why)``) by its key in this build."""
-    found = ReproducibilityCheck(plan, context, jobs).run(checked_actions(plan, result))
+    marked (``mark(key, why)``) by its key in this build. ``keys_conventions``: whether
+    an action's key holds kiln's time zone and locale (then they are not varied)."""
+    check = ReproducibilityCheck(plan, context, jobs, keys_conventions)
+    found = check.run(checked_actions(plan, result))
     for difference in found:
         key = result.keys.get(difference.action)
         if key is not None:

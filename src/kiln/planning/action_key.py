@@ -17,7 +17,8 @@ canonical form (``kiln.planning.canonical``), plus two entries of kiln's own:
 - ``!locale``: for an action that runs in kiln's own process (not PROCESS) and
   whose class is not all kiln's own, the time zone and locale kiln's process has
   when the build is planned (``kiln.base.action_env.local_conventions``): its code
-  sees them, and formats times and text by them.
+  sees them, and formats times and text by them (``keys_conventions``; being
+  keyed, ``--check-reproducible`` never varies them for it).
 
 An action holding a value that cannot be keyed (a third-party library's object,
 an open file) has no key: it runs on every build, as iree.build runs every
@@ -152,17 +153,14 @@ class KeyMaker:
                 )
                 raise _unkeyable(action, name, Unkeyable("", hint=hint)) from None
         kind = type(action)
-        info = self._classes.get(kind)
-        if info is None:
-            own = all(k is object or k.__module__.split(".", 1)[0] == "kiln" for k in kind.__mro__)
-            info = self._classes[kind] = (self.class_digest(kind), self._user_thunk(kind), own)
+        info = self._class_info(kind)
         out[CODE_PARAM] = info[0]
         if action.needs is not None:
             out[DEVICE_PARAM] = self.device_part(action)
         in_process = action.concurrency is not ActionConcurrency.PROCESS
         if not in_process or isinstance(action, SpawnsCommand):
             out[ENV_PARAM] = self.env_key
-        if in_process and not info[2]:  # the user's code runs in kiln's process
+        if self.keys_conventions(action):
             out[LOCALE_PARAM] = self.locale_key
         if info[1] and (
             action.concurrency is ActionConcurrency.PROCESS
@@ -173,6 +171,22 @@ class KeyMaker:
             except _ThunkNotMade:
                 self.deferred.add(action)  # keyed when its inputs exist
         return out
+
+    def _class_info(self, kind: type[BuildAction]) -> tuple[str, bool, bool]:
+        info = self._classes.get(kind)
+        if info is None:
+            own = all(k is object or k.__module__.split(".", 1)[0] == "kiln" for k in kind.__mro__)
+            info = self._classes[kind] = (self.class_digest(kind), self._user_thunk(kind), own)
+        return info
+
+    def keys_conventions(self, action: BuildAction) -> bool:
+        """Whether ``action``'s key holds kiln's time zone and locale (``!locale``):
+        the user's code runs in kiln's process. The one rule: the key holds them,
+        and ``--check-reproducible`` leaves them as they are for such an action
+        (what is keyed may change the output), or it does not, and the check may
+        vary them (``kiln.engine.reproducible``)."""
+        in_process = action.concurrency is not ActionConcurrency.PROCESS
+        return in_process and not self._class_info(type(action))[2]
 
     def device_part(self, action: BuildAction) -> dict[str, Any]:
         """The device ``action`` runs on, as its key holds it: the one place a
