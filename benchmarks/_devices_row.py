@@ -25,7 +25,9 @@ more than the goal between two consecutive runs (2026-12-05: 3 ms/action "lost"
 that a rerun on the same code did not find), while the work placement adds shows
 in CPU whatever the load. Placement waiting rather than working would show in the
 wall only: each round's need and no-need runs are adjacent, and the table gives
-the median and the range of those paired wall differences beside the verdict.
+the median and the range of those paired differences, in CPU and in wall,
+beside the verdict: a median under the goal with a range wider than it says the
+machine was too busy to tell.
 """
 
 from __future__ import annotations
@@ -78,21 +80,22 @@ class DevicesResult:
         a, b = self.ms_per_action(placed, cpu), self.ms_per_action(plain, cpu)
         return None if a is None or b is None else a - b
 
-    def paired_wall_ms(self, placed: str, plain: str) -> list[float]:
-        """Each round's marginal wall ms per action of ``placed`` minus ``plain``'s
-        (the two ran one after the other)."""
+    def paired_ms(self, placed: str, plain: str, cpu: bool = False) -> list[float]:
+        """Each round's marginal wall (or CPU) ms per action of ``placed`` minus
+        ``plain``'s (the two ran one after the other)."""
+        many, few = (self.cpu, self.cpu_single) if cpu else (self.placement, self.single)
         rounds = zip(
-            self.placement.get(placed, []),
-            self.single.get(placed, []),
-            self.placement.get(plain, []),
-            self.single.get(plain, []),
+            many.get(placed, []),
+            few.get(placed, []),
+            many.get(plain, []),
+            few.get(plain, []),
             strict=False,
         )
         n = max(1, self.actions - 1)
         return [((a - a1) - (b - b1)) / n * 1000 for a, a1, b, b1 in rounds]
 
-    def wall_spread(self, placed: str, plain: str) -> str:
-        pairs = self.paired_wall_ms(placed, plain)
+    def spread(self, placed: str, plain: str, cpu: bool = False) -> str:
+        pairs = self.paired_ms(placed, plain, cpu)
         if not pairs:
             return "—"
         median = statistics.median(pairs)
@@ -126,9 +129,10 @@ class DevicesResult:
                 "The placement's own cost per action (with need − without), in CPU of "
                 f"every process: kiln {_f(self.added_ms(KILN_NEED, KILN_ANY, True), 3)} ms, "
                 f"Dask's for its resources {_f(self.added_ms(DASK_RES, DASK_ANY, True), 3)} "
-                "ms; in wall, paired by round: kiln "
-                f"{self.wall_spread(KILN_NEED, KILN_ANY)}, Dask "
-                f"{self.wall_spread(DASK_RES, DASK_ANY)}.",
+                "ms; paired by round, in CPU: kiln "
+                f"{self.spread(KILN_NEED, KILN_ANY, True)}, Dask "
+                f"{self.spread(DASK_RES, DASK_ANY, True)}; in wall: kiln "
+                f"{self.spread(KILN_NEED, KILN_ANY)}, Dask {self.spread(DASK_RES, DASK_ANY)}.",
                 "",
             ]
         if self.zoo:
@@ -167,7 +171,8 @@ class DevicesResult:
                 name,
                 f"{added:.3f} ms (Dask's own for resources: "
                 f"{_f(self.added_ms(DASK_RES, DASK_ANY, True), 3)} ms; in wall, paired "
-                f"by round: {self.wall_spread(KILN_NEED, KILN_ANY)}; kiln with need ÷ "
+                f"by round: {self.spread(KILN_NEED, KILN_ANY)}; in CPU, paired by round: "
+                f"{self.spread(KILN_NEED, KILN_ANY, True)}; kiln with need ÷ "
                 f"plain Dask with resource, wall per action: "
                 f"{_ratio(self.ms_per_action(KILN_NEED), self.ms_per_action(DASK_RES))})",
                 f"< {PLACEMENT_MS:g} ms",
