@@ -3,6 +3,9 @@ scheduler`` and two ``dask worker`` processes on 127.0.0.1 that publish their
 devices as they start (``--preload kiln.execution.cluster.worker_devices``), with kiln's
 recommended Dask settings (``dask_exec.cluster_env``) and a real nginx remote
 cache (a fresh prefix and local cache per kiln run, so nothing is served from it).
+Each placement run is measured in wall seconds and in CPU seconds of every process
+it used: the command (kiln, or the plain Dask client) with its children, plus what
+the scheduler and the workers (with the commands they ran) spent meanwhile.
 
     bench_devices(work, actions=500, zoo=5, runs=3) -> DevicesResult
 """
@@ -16,6 +19,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from _devices_row import (
@@ -67,10 +71,26 @@ def bench_devices(work: Path, *, actions: int, zoo: int, runs: int) -> DevicesRe
     return result
 
 
+@dataclass(frozen=True)
+class Cluster:
+    address: str
+    pids: tuple[int, ...]  # the scheduler's and the workers'
+
+    def cpu_s(self) -> float:
+        """CPU seconds its processes have spent, with the children they reaped."""
+        return sum(_proc_cpu_s(pid) for pid in self.pids)
+
+
+def _proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def cluster(root: Path, devices: dict[int, str]) -> Iterator[str]:
+def cluster(root: Path, devices: dict[int, str]) -> Iterator[Cluster]:
     """A scheduler and two single-thread workers; worker ``i`` advertises the
-    stand-ins ``devices[i]``. Yields the scheduler's address."""
+    stand-ins ``devices[i]``."""
     root.mkdir(parents=True, exist_ok=True)
     env, port = cluster_env(False), _free_port()
     address = f"tcp://127.0.0.1:{port}"
@@ -104,7 +124,7 @@ def cluster(root: Path, devices: dict[int, str]) -> Iterator[str]:
             ]
             procs.append(_spawn(argv, worker_env, root / f"w{i}.log"))
         _wait_workers(address, 2)
-        yield address
+        yield Cluster(address, tuple(p.pid for p in procs))
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -139,34 +159,44 @@ def placement_stage(result: DevicesResult, work: Path, cache_url: str, runs: int
             module = work / f"tiny-{'need' if need else 'any'}-{count}.py"
             module.write_text(_TINY.format(n=count, need=need))
             modules[system, count] = module
-    result.placement = {s: [] for s in PLACEMENT}
-    result.single = {s: [] for s in PLACEMENT}
-    with cluster(work / "cluster", {0: STAND_IN, 1: STAND_IN}) as address:
-        resource, _ = device_resource(address, NEED)
+    for stage in (result.placement, result.single, result.cpu, result.cpu_single):
+        stage.update({s: [] for s in PLACEMENT})
+    with cluster(work / "cluster", {0: STAND_IN, 1: STAND_IN}) as c:
+        resource, _ = device_resource(c.address, NEED)
 
-        def once(system: str, count: int, tag: str) -> float:
+        def once(system: str, count: int, tag: str) -> tuple[float, float]:
+            """Wall and CPU seconds (every process's) of one run."""
+            before = c.cpu_s()
             if (system, count) in modules:
                 module = modules[system, count]
-                return _kiln_remote(module, work, tag, address, cache_url, in_flight)
-            res = resource if system == DASK_RES else ""
-            return _plain_dask(address, count, in_flight, res, work / f"dask-{tag}")
+                wall, cpu = _kiln_remote(module, work, tag, c.address, cache_url, in_flight)
+            else:
+                res = resource if system == DASK_RES else ""
+                wall, cpu = _plain_dask(c.address, count, in_flight, res, work / f"dask-{tag}")
+            return wall, cpu + c.cpu_s() - before
 
         for system in PLACEMENT:  # the workers' warm-up, untimed
             once(system, 1, f"warm-{PLACEMENT.index(system)}")
         for run in range(runs):
             for system in PLACEMENT:
-                for count, walls in ((n, result.placement), (1, result.single)):
+                for count, walls, cpus in (
+                    (n, result.placement, result.cpu),
+                    (1, result.single, result.cpu_single),
+                ):
                     tag = f"{PLACEMENT.index(system)}-{count}-{run}"
-                    walls[system].append(once(system, count, tag))
+                    wall, cpu = once(system, count, tag)
+                    walls[system].append(wall)
+                    cpus[system].append(cpu)
                 say(
-                    f"  placement {system}: {n} actions {result.placement[system][-1]:.2f} s, "
+                    f"  placement {system}: {n} actions {result.placement[system][-1]:.2f} s "
+                    f"({result.cpu[system][-1]:.2f} s CPU), "
                     f"1 action {result.single[system][-1]:.2f} s"
                 )
 
 
 def _kiln_remote(
     module: Path, work: Path, tag: str, address: str, cache_url: str, jobs: int
-) -> float:
+) -> tuple[float, float]:
     argv = kiln_argv(
         str(module),
         "--output-dir",
@@ -182,11 +212,17 @@ def _kiln_remote(
     )
     from _measure import run_child
 
-    return _checked(run_child(argv, cwd=work, log=work / f"kiln-{tag}.log"), "kiln").wall_s
+    sample = _checked(run_child(argv, cwd=work, log=work / f"kiln-{tag}.log"), "kiln")
+    return sample.wall_s, sample.cpu_s
 
 
-def _plain_dask(address: str, n: int, in_flight: int, resource: str, out: Path) -> float:
-    """Wall seconds of the same commands from a plain Client (``_dask_floor.py``)."""
+def _plain_dask(
+    address: str, n: int, in_flight: int, resource: str, out: Path
+) -> tuple[float, float]:
+    """Wall seconds of the same commands from a plain Client (``_dask_floor.py``),
+    and the CPU seconds of that client's process."""
+    from _measure import run_child
+
     out.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
@@ -198,10 +234,11 @@ def _plain_dask(address: str, n: int, in_flight: int, resource: str, out: Path) 
         str(out),
         *([resource] if resource else []),
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"_dask_floor.py exited {done.returncode}:\n{done.stderr[-3000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["wall_s"])
+    log = out / "floor.log"
+    sample = _checked(run_child(argv, cwd=out, log=log, timeout_s=3600), "_dask_floor.py")
+    said = [line for line in log.read_text().splitlines() if line.startswith('{"wall_s"')]
+    wall = float(json.loads(said[-1])["wall_s"])
+    return wall, sample.cpu_s
 
 
 def zoo_stage(result: DevicesResult, work: Path, listing: Path, cache_url: str, runs: int) -> None:
@@ -210,7 +247,8 @@ def zoo_stage(result: DevicesResult, work: Path, listing: Path, cache_url: str, 
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, ZOO_ENV: str(listing)}
     result.zoo = {ZOO_LOCAL: [], ZOO_DASK: []}
-    with cluster(work / "cluster", {0: STAND_IN}) as address:
+    with cluster(work / "cluster", {0: STAND_IN}) as c:
+        address = c.address
         _, names = device_resource(address, NEED)
         for run in range(runs):
             for system in (ZOO_LOCAL, ZOO_DASK):

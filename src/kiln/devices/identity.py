@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiln.base.errors import BadNeed
+from kiln.devices.details import NVIDIA_QUERY, cpu_identity, match_details, nvidia_rows
 
 STAND_IN_VAR = "KILN_DEVICES"
 RESOURCE_PREFIX = "kiln-device:"  # a Dask worker resource per device it has
@@ -146,26 +147,19 @@ def _runtime_version() -> str:
 
 @functools.cache
 def cpu_device() -> Device:
-    """The host CPU: its model and the feature flags its code may use (from
-    ``/proc/cpuinfo``, the source of the compiler's host detection)."""
-    model, flags = "", ""
+    """The host CPU: its model and the instruction-set extensions the compiler
+    targets on it (``kiln.devices.details.cpu_identity``, from ``/proc/cpuinfo``)."""
+    text = ""
     with contextlib.suppress(OSError), open("/proc/cpuinfo", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                break
-            key, _, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            if key in ("model name", "Model", "cpu model") and not model:
-                model = value
-            elif key in ("flags", "Features"):
-                flags = " ".join(sorted(value.split()))
+        text = f.read()
+    model, features = cpu_identity(text)
     return Device(
         kind="cpu",
         arch=platform.machine() or "unknown",
         model=model or platform.processor() or "unknown",
         driver="local-task",
         runtime_version=_runtime_version(),
-        features=flags,
+        features=features,
     )
 
 
@@ -182,22 +176,8 @@ def _tool_lines(argv: list[str]) -> list[str]:
 
 
 def _nvidia_details() -> list[dict[str, Any]]:
-    query = "name,memory.total,driver_version,compute_cap"
-    rows = _tool_lines(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"])
-    out = []
-    for row in rows:
-        parts = [p.strip() for p in row.split(",")]
-        if len(parts) == 4:
-            mib = int(parts[1]) if parts[1].isdigit() else None
-            out.append(
-                {
-                    "model": parts[0],
-                    "memory": mib * (1 << 20) if mib is not None else None,
-                    "driver_version": parts[2],
-                    "arch": "sm_" + parts[3].replace(".", ""),
-                }
-            )
-    return out
+    query = ["nvidia-smi", f"--query-gpu={NVIDIA_QUERY}", "--format=csv,noheader,nounits"]
+    return nvidia_rows(_tool_lines(query))
 
 
 def _hip_details() -> list[dict[str, Any]]:
@@ -252,8 +232,7 @@ def gpu_devices(driver: str) -> tuple[Device, ...]:
         return ()
     details = {"cuda": _nvidia_details, "hip": _hip_details}.get(driver, list)()
     out = []
-    for i, info in enumerate(found):
-        more = details[i] if i < len(details) else {}
+    for info, more in zip(found, match_details(found, details), strict=True):
         out.append(
             Device(
                 kind=driver,
@@ -270,8 +249,11 @@ def gpu_devices(driver: str) -> tuple[Device, ...]:
 
 def stand_ins(text: str | None) -> list[Device]:
     """The stand-in devices ``KILN_DEVICES`` declares: ``kind[:arch][=model]``,
-    comma-separated; BadNeed for an entry that is not."""
-    out = []
+    comma-separated; BadNeed for an entry that is not, and for two entries that
+    declare one device (one id: a worker advertises a device once, whatever the
+    count; the same model named twice is one device, not two)."""
+    out: list[Device] = []
+    seen: dict[str, str] = {}
     for entry in (text or "").split(","):
         if not entry.strip():
             continue
@@ -283,7 +265,14 @@ def stand_ins(text: str | None) -> list[Device]:
         if not model.isprintable():  # a newline in it forged a line of the listing
             raise BadNeed(f"{STAND_IN_VAR}={text!r}: a model name is printable text")
         driver = kind if kind in GPU_DRIVERS else "local-task"
-        out.append(Device(kind, arch, model or "stand-in", driver, stand_in=True))
+        device = Device(kind, arch, model or "stand-in", driver, stand_in=True)
+        if device.id in seen:
+            raise BadNeed(
+                f"{STAND_IN_VAR}={text!r}: {entry.strip()!r} declares the same device as "
+                f"{seen[device.id]!r}; name each stand-in device once"
+            )
+        seen[device.id] = entry.strip()
+        out.append(device)
     return out
 
 
