@@ -22,8 +22,13 @@ Format (``"format": "kiln-manifest/2"``)::
              failed)}] (one per verify) and "benchmark": [{"status"
              ("measured", "skipped", "failed", ...), "reason", "device", "device_id",
              "median", "mean", "stddev", "min", "max", "time_unit" ("us"),
-             "repetitions", "machine", "devices"}], and "parameters": [{"scope",
-             "path", "status", "sha256", "size"}] (the archives it loads)}
+             "repetitions", "machine", "devices", "samples" (per repetition)}], and
+             "parameters": [{"scope", "path", "status", "sha256", "size"}] (the
+             archives it loads); an output whose action has a record in the build
+             state also has "key": {"digest", "params", "inputs"} (its action's key
+             and what it was made of: ``kiln compare`` says from them why an
+             artifact changed between two builds) and "duration_s" (how long that
+             action last ran)}
           ]
         }
       }
@@ -66,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.errors import NotRegularFile, StateError
 from kiln.graph import BuildAction, BuildFile, BuildMeta
+from kiln.incremental import action_id
 from kiln.output_dir.ownership import clear_for_own_file, read_regular
 from kiln.output_dir.writing import TemporarySweeper, atomic_write
 
@@ -116,6 +122,8 @@ class Statuses:
             self.of.update((a, status) for a in actions)
         self.digests = dict(result.digests)
         self.results: dict[BuildFile, dict[str, Any]] = {}
+        # Each producing action's id in the build state (``kiln.incremental.action_id``).
+        self.action_ids: dict[BuildAction, str] = {}
 
     def action(self, action: BuildAction) -> str:
         return self.of.get(action, "not built")
@@ -194,6 +202,7 @@ _BENCH_FIELDS = (
     "over_budget",
     "machine",
     "devices",
+    "samples",
 )
 
 
@@ -270,6 +279,8 @@ def describe_output(
     if digest is not None:
         entry.update(sha256=digest, size=os.lstat(path).st_size)
         entry["cached"] = (entry["path"], digest) in (cached or set())
+        if producers:
+            entry.update(_key_parts(executor, statuses, producers[0]))
     meta = ManifestMeta.get(f)
     entry.update(meta.fields)
     if meta.verifications:
@@ -287,6 +298,35 @@ def describe_output(
     return entry
 
 
+def _key_parts(executor: Executor, statuses: Statuses, action: BuildAction) -> dict[str, Any]:
+    """What ``action``'s record in the build state says it was made of (its key, its
+    keyed parameters, its inputs' digests) and how long it last ran; nothing when it
+    has no record (it never succeeded here)."""
+    aid = statuses.action_ids.get(action)
+    store = executor.store()
+    record = store.records().get(aid) if aid is not None else None
+    if record is None or record.damaged or not record.looks_intact():
+        return {}
+    found: dict[str, Any] = {
+        "key": {"digest": record.key, "params": record.params, "inputs": record.inputs}
+    }
+    took = store.durations().get(aid) if aid is not None else None
+    if isinstance(took, int | float):
+        found["duration_s"] = float(took)
+    return found
+
+
+def _action_ids(executor: Executor) -> dict[BuildAction, str]:
+    """Each producing action's id in the build state, from its outputs (one pass)."""
+    outputs: dict[BuildAction, list[BuildFile]] = {}
+    for node in executor.all.values():
+        if isinstance(node, BuildFile):
+            for dep in node.deps:
+                if isinstance(dep, BuildAction):
+                    outputs.setdefault(dep, []).append(node)
+    return {a: action_id(a, sorted(files, key=lambda f: f.key)) for a, files in outputs.items()}
+
+
 def _archive(executor: Executor, statuses: Statuses, scope: str, f: BuildFile) -> dict[str, Any]:
     """A module's parameter archive: its scope, path, status and, when built, digest."""
     status = statuses.file(f)
@@ -301,6 +341,7 @@ def write_manifest(executor: Executor, result: BuildResult) -> Statuses:
     """Rewrite the manifest for every entrypoint of the graph, from ``result``; the
     statuses it was written from."""
     statuses = Statuses(result)
+    statuses.action_ids = _action_ids(executor)
     cached = _cached_outputs(executor, result)
     outputs = {
         ep.path: [describe_output(executor, statuses, f, cached) for f in ep.outputs]

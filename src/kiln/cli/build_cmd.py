@@ -160,9 +160,11 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
         with user_streams(inv.stderr):
             result: BuildResult = executor.run(targets, options, plan)
         if not options.dry_run:
+            from kiln.compare.history import keeping_history
             from kiln.manifest import skipped_checks, write_manifest
 
-            statuses = write_manifest(executor, result)
+            with keeping_history(executor.output_dir, executor.reporter.message):
+                statuses = write_manifest(executor, result)
             skipped, over_budget = skipped_checks(executor, result, statuses)
             if not inv.broken:
                 settle_stale(
