@@ -17,7 +17,8 @@ Format (``"format": "kiln-manifest/2"``)::
              "status" ("built", "failed", "not run", "not built", "stale",
              "skipped"), "reason" (when skipped: "no cuda device here"),
              "target", "device_id" (the device it ran on: ``kiln.devices``),
-             "inputs", "references": {"shipped" | "onnxruntime":
+             "inputs", "actual" (a fingerprint of each output the module
+             computed), "references": {"shipped" | "onnxruntime":
              {"passed", "summary", "outputs"}}, "outputs", "error" (when
              failed)}] (one per verify) and "benchmark": [{"status"
              ("measured", "skipped", "failed", ...), "reason", "device", "device_id",
@@ -178,7 +179,7 @@ def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) ->
     if isinstance(refs, dict):
         keep = ("passed", "summary", "outputs")
         entry["references"] = {ref: {k: r.get(k) for k in keep} for ref, r in refs.items()}
-    for key in ("outputs", "error", "target", "inputs", "device_id"):
+    for key in ("outputs", "error", "target", "inputs", "device_id", "actual"):
         if data.get(key) is not None:
             entry[key] = data[key]
     return entry
