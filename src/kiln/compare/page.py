@@ -51,9 +51,7 @@ def chart(rows: list[Row]) -> str:
     bar, its ratio as a dot, and a line at 1 (no change)."""
     shown = [r for r in rows if r.module is not None and r.module.latency is not None]
     if not shown:
-        return (
-            "<p id='latency-chart' data-modules='0'>{none}</p>"
-        )
+        return "<p id='latency-chart' data-modules='0'>{none}</p>"
     finite = [
         v
         for r in shown

@@ -13,6 +13,7 @@ from kiln.compare.diff import Module, Row
 from kiln.terminal import printable
 
 _MIN_WIDTH = 60
+_MIN_PATH = 16
 _HEAD = ("CHANGE", "SIZE", "COMPILE", "LATENCY B/A [interval]", "CLASS", "VERIFY", "MAX |B-A|")
 _WIDTHS = (9, 8, 8, 24, 12, 10, 9)
 
@@ -57,11 +58,14 @@ def _number(value: float | None) -> str:
 def render_table(a: Build, b: Build, rows: list[Row], width: int, notes: list[str]) -> str:
     """The table, each line at most ``width`` characters."""
     width = max(width, _MIN_WIDTH)
-    path_width = max(12, width - sum(_WIDTHS) - len(_WIDTHS) - 1)
+    kept = len(_WIDTHS)  # columns dropped from the right until the rest fit
+    while kept > 3 and width - sum(_WIDTHS[:kept]) - kept < _MIN_PATH:
+        kept -= 1
+    path_width = max(_MIN_PATH, width - sum(_WIDTHS[:kept]) - kept)
     lines = [
         _fit(f"A: {printable(a.label, one_line=True)} ({a.manifest})", width),
         _fit(f"B: {printable(b.label, one_line=True)} ({b.manifest})", width),
-        _line(("ARTIFACT", *_HEAD), path_width),
+        _fit(_line(("ARTIFACT", *_HEAD), path_width, kept), width),
     ]
     for row in rows:
         m = row.module
@@ -79,7 +83,7 @@ def render_table(a: Build, b: Build, rows: list[Row], width: int, notes: list[st
             verify_text(m),
             _number(m.output_diff) if m is not None else "-",
         )
-        lines.append(_line(cells, path_width))
+        lines.append(_fit(_line(cells, path_width, kept), width))
         for extra in _details(row):
             lines.append(_fit("    " + printable(extra, one_line=True), width))
     lines += [_fit(printable(n, one_line=True), width) for n in notes]
@@ -108,16 +112,18 @@ def _details(row: Row) -> list[str]:
     return found
 
 
-def _line(cells: tuple[str, ...], path_width: int) -> str:
+def _line(cells: tuple[str, ...], path_width: int, kept: int = len(_WIDTHS)) -> str:
     path = cells[0]
     if len(path) > path_width:
         path = "..." + path[-(path_width - 3) :]
     parts = [path.ljust(path_width)]
-    parts += [c[:w].ljust(w) for c, w in zip(cells[1:], _WIDTHS, strict=True)]
+    parts += [c[:w].ljust(w) for c, w in zip(cells[1:], _WIDTHS[:kept], strict=False)]
     return " ".join(parts).rstrip()
 
 
 def _fit(text: str, width: int) -> str:
+    """``text`` on one line of at most ``width`` characters, escaped."""
+    text = printable(text, one_line=True)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
