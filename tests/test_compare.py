@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -85,23 +87,53 @@ def zoo(after=cl_arg("after", default="0", help="1: the build after")):
 """
 
 
-@pytest.fixture
-def project(tmp_path: Path, write_module: Any) -> Path:
-    (tmp_path / "add.mlir").write_text(ADD)
-    (tmp_path / "mul.mlir").write_text(MUL)
-    (tmp_path / "wrong.mlir").write_text(WRONG)
+def write_project(folder: Path) -> Path:
+    """The build module and its sources in ``folder``; the module's path."""
+    from conftest import HEADER
+
+    (folder / "add.mlir").write_text(ADD)
+    (folder / "mul.mlir").write_text(MUL)
+    (folder / "wrong.mlir").write_text(WRONG)
     x = np.arange(4, dtype=np.float32)
-    np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "y.npy", 2 * x)
-    return write_module(BUILD)
+    np.save(folder / "x.npy", x)
+    np.save(folder / "y.npy", 2 * x)
+    module = folder / "build.py"
+    module.write_text(HEADER + BUILD)
+    return module
+
+
+def in_dir(folder: Path, *args: str) -> int:
+    """``kiln ARGS`` in this process, in ``folder``; its exit status."""
+    import io
+
+    from kiln.cli.main import run_cli
+
+    with pytest.MonkeyPatch.context() as m:
+        m.chdir(folder)
+        m.setenv("NO_COLOR", "1")
+        return run_cli(list(args), stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.fixture(scope="module")
+def built_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A build before (``a``) and one after (``b``) of one project, made once."""
+    folder = tmp_path_factory.mktemp("pair")
+    module = write_project(folder)
+    assert in_dir(folder, "build", str(module), "--output-dir", "a", "-j", "2") == 0
+    # The wrong module fails its check in b.
+    assert in_dir(folder, "build", str(module), "--output-dir", "b", "--after", "1") == 1
+    return folder
 
 
 @pytest.fixture
-def two_builds(project: Path, kiln: Any, tmp_path: Path) -> tuple[Path, Path]:
-    first = kiln("build", str(project), "--output-dir", "a", "-j", "2")
-    assert first.returncode == 0, first.stderr
-    second = kiln("build", str(project), "--output-dir", "b", "--after", "1", "-j", "2")
-    assert second.returncode == 1, second.stderr  # the wrong module fails its check
+def project(tmp_path: Path) -> Path:
+    return write_project(tmp_path)
+
+
+@pytest.fixture
+def two_builds(built_pair: Path, tmp_path: Path) -> tuple[Path, Path]:
+    for name in ("a", "b"):
+        shutil.copytree(built_pair / name, tmp_path / name, symlinks=True)
     return tmp_path / "a", tmp_path / "b"
 
 
@@ -257,3 +289,47 @@ def test_strings_from_manifests_are_escaped(kiln: Any, tmp_path: Path) -> None:
     assert r.returncode == 0 and "\x1b" not in r.stdout and "\\x1b" in r.stdout
     page = (tmp_path / "page.html").read_text()
     assert "\x1b" not in page.replace("\x1b]0;owned", "") or "<script" not in page
+
+
+def test_measure_runs_only_changed_modules_interleaved(
+    kiln: Any, two_builds: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kiln.actions import bench
+
+    calls: list[str] = []
+    real = bench._measure
+
+    def counted(b: Any, *args: Any) -> Any:
+        calls.append(b.module)
+        return real(b, *args)
+
+    monkeypatch.setattr(bench, "_measure", counted)
+    r = kiln("compare", "a", "b", "--measure", "--budget", "30", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert calls, doc["notes"]
+    assert not any("same_vmvx" in c or "moved_" in c for c in calls)  # same digest: no run
+    slowed = [c for c in calls if "slowed_vmvx" in c]
+    assert slowed and len(slowed) % 2 == 0
+    # A and B interleaved: A B, then B A.
+    sides = ["a" if f"{os.sep}a{os.sep}bin" in c else "b" for c in slowed]
+    assert sides[:4] == ["a", "b", "b", "a"][: len(sides[:4])]
+    assert any(f"{len(calls)} benchmark run(s)" in n for n in doc["notes"])
+
+
+def test_the_page_draws_each_ratio_on_a_log_scale_in_chromium(
+    kiln: Any, two_builds: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from test_report import run_chromium
+
+    r = kiln("compare", "a", "b", "--html", "compare.html")
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "compare.html").read_text()
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    dom = run_chromium(["--dump-dom", (tmp_path / "compare.html").as_uri()], tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert re.search(r'id="latency-chart" data-modules="1"', html), html[:2000]
+    (group,) = re.findall(r'<g class="ratio"[^>]*>', html)
+    assert 'data-verdict="slower"' in group and "slowed_vmvx" in group
+    assert re.search(r"<circle [^>]*cx=", html) and 'data-change="unchanged"' in html
