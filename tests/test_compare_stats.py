@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln.compare.stats import LatencyVerdict, compare_latency, settled
+from kiln.compare.stats import MIN_EFFECT, LatencyVerdict, compare_latency, settled
 
 latency = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)
 side = st.lists(latency, min_size=1, max_size=30)
@@ -73,12 +73,12 @@ def test_identical_samples() -> None:
 def test_constant_samples() -> None:
     v = compare_latency([10.0] * 10, [10.0] * 10)
     assert (v.verdict, v.ratio, v.low, v.high) == ("within noise", 1.0, 1.0, 1.0)
-    assert v.detectable == pytest.approx(0.01)  # the minimum effect, never 0
+    assert v.detectable == pytest.approx(MIN_EFFECT)  # the minimum effect, never 0
     assert settled(v)
     slower = compare_latency([10.0] * 10, [11.0] * 10)
     assert slower.verdict == "slower" and slower.ratio == pytest.approx(1.1)
     # a change under the minimum effect is not classed, however sure
-    assert compare_latency([10.0] * 10, [10.05] * 10).verdict == "within noise"
+    assert compare_latency([10.0] * 10, [10.15] * 10).verdict == "within noise"
 
 
 @pytest.mark.parametrize(("n_a", "n_b"), [(0, 10), (10, 0), (1, 1), (5, 5), (6, 6), (3, 12)])
@@ -174,7 +174,7 @@ def test_a_common_unit_does_not_matter(a: list[float], b: list[float], k: float)
     assert w.low == pytest.approx(v.low, rel=1e-9)
     assert w.high == pytest.approx(v.high, rel=1e-9)
     centre = abs(math.log(v.ratio))
-    edges = (abs(centre - math.log1p(0.01)), abs(math.log(v.low)), abs(math.log(v.high)))
+    edges = (abs(centre - math.log1p(MIN_EFFECT)), abs(math.log(v.low)), abs(math.log(v.high)))
     if min(edges) > 1e-9:  # not on a boundary of the classes, where rounding may tip it
         assert w.verdict == v.verdict
 
@@ -197,8 +197,8 @@ def test_deterministic_whatever_the_seed_or_order(
 def test_interval_holds_the_ratio(a: list[float], b: list[float]) -> None:
     v = compare_latency(a, b)
     assert 0 < v.low <= v.ratio <= v.high < math.inf
-    assert v.detectable >= 0.01
+    assert v.detectable >= MIN_EFFECT
     if v.verdict == "slower":
-        assert v.low > 1.0 and v.ratio >= 1.01
+        assert v.low > 1.0 and v.ratio >= 1 + MIN_EFFECT
     if v.verdict == "faster":
-        assert v.high < 1.0 and v.ratio <= 1 / 1.01
+        assert v.high < 1.0 and v.ratio <= 1 / (1 + MIN_EFFECT)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.998  # two-sided: a false "slower" at most 0.1% of the time, and "faster"
-MIN_EFFECT = 0.01  # changes under 1% are not classed, however many repetitions
+MIN_EFFECT = 0.02  # changes under 2% are not classed: a shared machine moves that much
 EQUIVALENCE = 0.02  # "within noise" is settled once no change over 2% fits the interval
 MAX_SIDE = 200  # more repetitions a side are summarised by this many order statistics
 _EXACT_PAIRS = 2500  # the exact null distribution of U up to this many pairs
