@@ -25,6 +25,7 @@ smallest change it could have found. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -188,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         calibrated.append(calibrate(name, entry["runs"]))
     sim = [judge(s.name, sim_draw(s, n), trials, args.seed) for s in scenarios()]
     cal = [judge(c.name, sim_draw(c, n), trials, args.seed) for c in calibrated]
+    # interleaved (A B B A ...): both sides share the run's level, so it cancels
+    shared = [dataclasses.replace(c, run_shift=0.0) for c in calibrated]
+    cal_shared = [judge(c.name, sim_draw(c, n), trials, args.seed) for c in shared]
+    interleaved = [r for r in sim if not r.name.startswith("run shift")]
     loads = [x for e in data["modules"].values() for x in e["load"]]
     lines = [
         f"# Latency statistic: false classes and power ({datetime.date.today()})",
@@ -206,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         *table("Real samples, A and B from different runs", real_sep, trials),
         *table("Real samples, A and B from the same run (interleaved)", real_same, trials),
         *table("Simulator, fixed scenarios", sim, trials),
-        *table("Simulator, calibrated from each module's runs", cal, trials),
+        *table("Simulator, calibrated from each module's runs, separate runs", cal, trials),
+        *table("Simulator, calibrated, interleaved (the runs' level shared)", cal_shared, trials),
         "Calibrated noise (log units): "
         + "; ".join(
             f"{c.name}: sigma {c.sigma:.3f}, drift {c.drift:+.3f}, second mode "
@@ -214,8 +220,11 @@ def main(argv: list[str] | None = None) -> int:
             for c in calibrated
         ),
         "",
-        "Targets (kiln), over the simulator's rows and the real interleaved rows:",
-        *targets(sim + cal + real_same),
+        "Targets (kiln), over the rows where A and B share the machine's state (real "
+        "samples from one run, the simulator without run shifts, calibrated and interleaved):",
+        *targets(interleaved + cal_shared + real_same),
+        "Over the rows measured in separate runs:",
+        *targets(real_sep + [r for r in sim if r not in interleaved] + cal),
         "",
         f"A compare of 100 modules of 40 repetitions a side: {speed(args.seed):.3f} s. "
         f"This run: {time.monotonic() - started:.0f} s, 1-minute load "
