@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.compare.builds import Artifact
-from kiln.errors import KilnError
+from kiln.errors import ToolError
 
 _TENSOR = re.compile(r"%\w+: tensor<([^>]*)>")
 _DTYPES = {
@@ -29,10 +29,6 @@ _DTYPES = {
 }
 REPETITIONS = 3  # per run of iree-benchmark-module
 MIN_TIME_S = 0.05
-
-
-class CannotMeasure(KilnError):
-    """A module ``--measure`` cannot run here; the message says why."""
 
 
 def recorded_shapes(art: Artifact) -> list[list[int]]:
@@ -66,12 +62,12 @@ def _arrays(types: list[str], shapes: list[list[int]]) -> list[Any]:
         *dims, dtype = text.split("x")
         numpy_type = _DTYPES.get(dtype)
         if numpy_type is None:
-            raise CannotMeasure(f"input {i} is of type {dtype}, which --measure cannot make")
+            raise ToolError(f"input {i} is of type {dtype}, which --measure cannot make")
         shape = []
         for j, d in enumerate(dims):
             if d == "?":
                 if i >= len(shapes) or j >= len(shapes[i]):
-                    raise CannotMeasure(f"input {i} has a dynamic dimension no check recorded")
+                    raise ToolError(f"input {i} has a dynamic dimension no check recorded")
                 shape.append(shapes[i][j])
             else:
                 shape.append(int(d))
