@@ -13,6 +13,14 @@ everything and end with a table of models x stages:
 
 It exits 0 when the build ran, even if some models failed a stage (the table
 shows which); with ``--strict`` any failed stage makes it exit 1.
+
+To see what a compiler flag does to every model, build the zoo twice and compare
+(docs/compare.md):
+
+    kiln build examples/model_zoo.py --output-dir zoo-a -j 2
+    kiln build examples/model_zoo.py --output-dir zoo-b -j 2 \
+        --iree-compile-extra-args="--iree-opt-level=O3"
+    kiln compare zoo-a zoo-b [--measure] [--fail-if slower>5%,accuracy]
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ class Executor:
             manifest_path=self.layout.manifest_path,
             entrypoints=tuple(self.entrypoints),
             nodes=tuple(self.all.values()),
-            digest=self.store().digest,
+            store=self.store(),
         )
 
     def register(self, path: str, node: BuildContext | BuildFile) -> None:

@@ -319,3 +319,20 @@ def benchmark(
     ManifestMeta.get(module_file).benchmarks.append((action, output))
     ManifestMeta.get(output).result_of = ("benchmark", action)
     return output
+
+
+def measure_module(
+    module: str,
+    driver: str,
+    function: str,
+    input_dir: str,
+    count: int,
+    repetitions: int,
+    min_time_s: float,
+) -> list[float]:
+    """One ``iree-benchmark-module`` run of ``function`` on the inputs ``0.npy`` ...
+    in ``input_dir``: each repetition's mean latency in µs (``kiln compare --measure``
+    measures with this, as the benchmark action does)."""
+    bench = Bench("", module, "", driver, function, None, [], {}, repetitions, min_time_s, [])
+    runs = _measure(bench, function, input_dir, count, repetitions, f"{min_time_s:g}s")
+    return _samples(bench, runs)

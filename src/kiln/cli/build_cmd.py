@@ -160,10 +160,12 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
         with user_streams(inv.stderr):
             result: BuildResult = executor.run(targets, options, plan)
         if not options.dry_run:
+            from kiln.compare.history import keeping_history
             from kiln.observe.manifest import skipped_checks, write_manifest
 
             inputs = executor.manifest_inputs()
-            statuses = write_manifest(inputs, result)
+            with keeping_history(executor.output_dir, executor.reporter.message):
+                statuses = write_manifest(inputs, result)
             skipped, over_budget = skipped_checks(inputs, result, statuses)
             if not inv.broken:
                 settle_stale(

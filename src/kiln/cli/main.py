@@ -255,7 +255,7 @@ def _dispatch(argv: list[str], module: ModuleType | None, out: IO[str], err: IO[
         print(usage(), file=err)
         return 2
     commands = importlib.import_module(f"kiln.cli.{command}_cmd")
-    if command in ("clean", "report", "cache", "completion", "devices"):  # no module needed
+    if command in ("clean", "report", "cache", "completion", "devices", "compare"):  # no module
         code: int = commands.run(rest, out, err)
         return code
     from kiln.cli.session import open_session

@@ -41,6 +41,7 @@ COMMAND_HELP = MappingProxyType(
         "cache": "stats|gc|clear of the shared cache (kiln cache --help)",
         "completion": 'print a bash or zsh completion script: eval "$(kiln completion bash)"',
         "devices": "list the devices kiln finds here, or on every worker of --executor",
+        "compare": "compare two builds: what changed, why, faster or slower (no module needed)",
     }
 )
 COMMANDS = tuple(COMMAND_HELP)

@@ -248,6 +248,17 @@ class UpToDateChecker:
         return None
 
 
+def why_key_changed(
+    params_a: dict[str, Any] | None,
+    inputs_a: dict[str, str],
+    params_b: dict[str, Any] | None,
+    inputs_b: dict[str, str],
+) -> str:
+    """What differs between two keys' parts, in the words ``kiln explain`` uses (``kiln
+    compare`` says so why an artifact changed between two builds)."""
+    return _why_key_changed(ActionRecord("", params_a, inputs_a, {}), params_b or {}, inputs_b)
+
+
 def _why_key_changed(record: ActionRecord, params: dict[str, Any], inputs: dict[str, str]) -> str:
     old = record.params or {}
     changes = []

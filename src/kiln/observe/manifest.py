@@ -17,13 +17,19 @@ Format (``"format": "kiln-manifest/2"``)::
              "status" ("built", "failed", "not run", "not built", "stale",
              "skipped"), "reason" (when skipped: "no cuda device here"),
              "target", "device_id" (the device it ran on: ``kiln.devices.identity``),
-             "inputs", "references": {"shipped" | "onnxruntime":
+             "inputs", "actual" (a fingerprint of each output the module
+             computed), "references": {"shipped" | "onnxruntime":
              {"passed", "summary", "outputs"}}, "outputs", "error" (when
              failed)}] (one per verify) and "benchmark": [{"status"
              ("measured", "skipped", "failed", ...), "reason", "device", "device_id",
              "median", "mean", "stddev", "min", "max", "time_unit" ("us"),
-             "repetitions", "machine", "devices"}], and "parameters": [{"scope",
-             "path", "status", "sha256", "size"}] (the archives it loads)}
+             "repetitions", "machine", "devices", "samples" (per repetition)}], and
+             "parameters": [{"scope", "path", "status", "sha256", "size"}] (the
+             archives it loads); an output whose action has a record in the build
+             state also has "key": {"digest", "params", "inputs"} (its action's key
+             and what it was made of: ``kiln compare`` says from them why an
+             artifact changed between two builds) and "duration_s" (how long that
+             action last ran)}
           ]
         }
       }
@@ -62,11 +68,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kiln.base.errors import NotRegularFile, StateError
+from kiln.engine.incremental import action_id
 from kiln.graph import BuildAction, BuildFile
 from kiln.graph.manifest_meta import ManifestMeta
 from kiln.output_dir.ownership import clear_for_own_file, read_regular
@@ -77,6 +83,7 @@ if TYPE_CHECKING:
 
     from kiln.engine.result import BuildResult
     from kiln.graph import BuildContext, BuildEntrypoint
+    from kiln.state import StateStore
 
 FORMAT = "kiln-manifest/2"
 
@@ -91,8 +98,8 @@ class ManifestInputs:
     entrypoints: tuple[BuildEntrypoint, ...]
     # Every node of the graph (the skipped checks are looked up among them).
     nodes: tuple[BuildContext | BuildFile, ...]
-    # The state store's digest of an output, by its path; None when it has none.
-    digest: Callable[[str], str | None]
+    # The build state: each output's digest, each action's record and duration.
+    store: StateStore
 
 
 class Statuses:
@@ -116,6 +123,8 @@ class Statuses:
             self.of.update((a, status) for a in actions)
         self.digests = dict(result.digests)
         self.results: dict[BuildFile, dict[str, Any]] = {}
+        # Each producing action's id in the build state (``kiln.engine.incremental.action_id``).
+        self.action_ids: dict[BuildAction, str] = {}
 
     def action(self, action: BuildAction) -> str:
         return self.of.get(action, "not built")
@@ -170,7 +179,7 @@ def _verification(statuses: Statuses, action: BuildAction, result: BuildFile) ->
     if isinstance(refs, dict):
         keep = ("passed", "summary", "outputs")
         entry["references"] = {ref: {k: r.get(k) for k in keep} for ref, r in refs.items()}
-    for key in ("outputs", "error", "target", "inputs", "device_id"):
+    for key in ("outputs", "error", "target", "inputs", "device_id", "actual"):
         if data.get(key) is not None:
             entry[key] = data[key]
     return entry
@@ -194,6 +203,7 @@ _BENCH_FIELDS = (
     "over_budget",
     "machine",
     "devices",
+    "samples",
 )
 
 
@@ -258,7 +268,7 @@ def describe_output(
     if status == "built":
         digest = statuses.digests.get(f)
         if digest is None:  # a source file outside the build's plan
-            digest = inputs.digest(f.fs_str)
+            digest = inputs.store.digest(f.fs_str)
             status = "built" if digest is not None else "not built"
     entry.update(status=status, built=digest is not None)
     run = statuses.result.runs.get(producers[0]) if producers else None
@@ -270,6 +280,8 @@ def describe_output(
     if digest is not None:
         entry.update(sha256=digest, size=os.lstat(path).st_size)
         entry["cached"] = (entry["path"], digest) in (cached or set())
+        if producers:
+            entry.update(_key_parts(inputs, statuses, producers[0]))
     meta = ManifestMeta.get(f)
     entry.update(meta.fields)
     if meta.verifications:
@@ -285,6 +297,35 @@ def describe_output(
         if verdict.get("status") == "skipped":
             entry["status"] = "skipped"
     return entry
+
+
+def _key_parts(inputs: ManifestInputs, statuses: Statuses, action: BuildAction) -> dict[str, Any]:
+    """What ``action``'s record in the build state says it was made of (its key, its
+    keyed parameters, its inputs' digests) and how long it last ran; nothing when it
+    has no record (it never succeeded here)."""
+    aid = statuses.action_ids.get(action)
+    store = inputs.store
+    record = store.records().get(aid) if aid is not None else None
+    if record is None or record.damaged or not record.looks_intact():
+        return {}
+    found: dict[str, Any] = {
+        "key": {"digest": record.key, "params": record.params, "inputs": record.inputs}
+    }
+    took = store.durations().get(aid) if aid is not None else None
+    if isinstance(took, int | float):
+        found["duration_s"] = float(took)
+    return found
+
+
+def _action_ids(inputs: ManifestInputs) -> dict[BuildAction, str]:
+    """Each producing action's id in the build state, from its outputs (one pass)."""
+    outputs: dict[BuildAction, list[BuildFile]] = {}
+    for node in inputs.nodes:
+        if isinstance(node, BuildFile):
+            for dep in node.deps:
+                if isinstance(dep, BuildAction):
+                    outputs.setdefault(dep, []).append(node)
+    return {a: action_id(a, sorted(files, key=lambda f: f.key)) for a, files in outputs.items()}
 
 
 def _archive(
@@ -303,6 +344,7 @@ def write_manifest(inputs: ManifestInputs, result: BuildResult) -> Statuses:
     """Rewrite the manifest for every entrypoint of the graph, from ``result``; the
     statuses it was written from."""
     statuses = Statuses(result)
+    statuses.action_ids = _action_ids(inputs)
     cached = _cached_outputs(inputs, result)
     outputs = {
         ep.path: [describe_output(inputs, statuses, f, cached) for f in ep.outputs]
@@ -361,7 +403,7 @@ def _cached_outputs(inputs: ManifestInputs, result: BuildResult | None) -> set[t
             found.pop(path, None)
             if served.isdisjoint(f.deps):
                 continue  # built here: not from the cache
-            digest = inputs.digest(f.fs_str)
+            digest = inputs.store.digest(f.fs_str)
             if digest is not None:
                 found[path] = digest
     return set(found.items())

@@ -1,0 +1,131 @@
+"""``kiln compare A B``: what changed between two builds, and whether each module got
+faster, slower or less accurate (``kiln.compare``); needs no build module.
+
+A and B are output directories, manifest files, or ``@-N`` (builds of
+``--output-dir``'s history). Exit status: 0, or 1 when a ``--fail-if`` condition is
+met (the rows that meet it are named on stderr), 2 when a build cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import IO
+
+from kiln.base.errors import UsageError
+from kiln.base.terminal import printable
+from kiln.cli.cache_options import directory_path
+from kiln.cli.compare_measure import Measurer, recorded_shapes
+from kiln.cli.options import KilnArgumentParser
+from kiln.compare.builds import Build, load_build
+from kiln.compare.diff import Pools, compare_builds
+from kiln.compare.gate import failing, parse_conditions
+from kiln.compare.measure import Measured, measure, plan_jobs
+from kiln.compare.page import render_page
+from kiln.compare.table import render_table, to_json
+from kiln.output_dir.writing import atomic_output
+
+
+def compare_parser() -> KilnArgumentParser:
+    parser = KilnArgumentParser(
+        prog="kiln compare",
+        description="Compare two builds: each artifact added, removed, renamed, unchanged or "
+        "changed (and why), and per compiled module its size, compile time, latency (ratio "
+        "B/A with an interval), verification and outputs. A and B: output directories, "
+        "manifest files, or @-N (@0 the last build of --output-dir, @-1 the one before).",
+    )
+    parser.add_argument("a", metavar="A", help="the build before")
+    parser.add_argument("b", metavar="B", help="the build after")
+    parser.add_argument(
+        "--output-dir",
+        type=directory_path,
+        default=Path("kiln-out"),
+        help="the output directory whose builds @-N name (default: ./kiln-out)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="CONDITIONS",
+        help="exit 1 when a row meets one: slower[>P%%], size[>P%%], accuracy, new-failures "
+        "(comma-separated, or repeated)",
+    )
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="benchmark here the modules whose digest or device differ, A and B "
+        "interleaved, until each is classed or --budget runs out",
+    )
+    parser.add_argument(
+        "--budget", type=_seconds, default=120.0, metavar="SECONDS", help="for --measure"
+    )
+    parser.add_argument(
+        "--html", type=Path, default=None, metavar="FILE", help="also write the comparison page"
+    )
+    return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < 86400:
+        raise argparse.ArgumentTypeError("expected a number of seconds above 0, under a day")
+    return value
+
+
+def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
+    ns = compare_parser().parse_args(argv)
+    conditions = parse_conditions(ns.fail_if)
+    a = load_build(ns.a, ns.output_dir)
+    b = load_build(ns.b, ns.output_dir)
+    pools = Pools([a, b])
+    notes: list[str] = []
+    if ns.measure:
+        notes += _measure(a, b, pools, ns.budget)
+    rows = compare_builds(a, b, pools)
+    if ns.html is not None:
+        _write_page(ns.html, render_page(a, b, rows, notes))
+    if ns.json:
+        print(json.dumps(to_json(a, b, rows, notes), indent=2), file=out)
+    else:
+        width = shutil.get_terminal_size((120, 24)).columns
+        print(render_table(a, b, rows, width, notes), file=out)
+    met = failing(conditions, rows)
+    for condition, row in met:
+        print(printable(f"kiln: --fail-if {condition.text}: {row.path}", one_line=True), file=err)
+    return 1 if met else 0
+
+
+def _measure(a: Build, b: Build, pools: Pools, budget: float) -> list[str]:
+    from kiln.devices.identity import cpu_device
+
+    measured = Measured(cpu_device().id)
+    jobs = plan_jobs(a, b, measured.device, measured)
+    runner = Measurer({})
+    for job in jobs:
+        runner.shapes[job.file_a] = recorded_shapes(job.a)
+        runner.shapes[job.file_b] = recorded_shapes(job.b)
+    measure(jobs, pools, measured, runner, budget)
+    notes = [
+        f"--measure: {runner.runs} benchmark run(s) on {measured.device}, "
+        + (", ".join(f"{p}: {n}" for p, n in measured.runs.items()) or "no module to measure")
+    ]
+    notes += [f"--measure: {p} not measured: {why}" for p, why in measured.skipped.items()]
+    if measured.out_of_budget:
+        notes.append("--measure: the budget ran out before every module was classed")
+    return notes
+
+
+def _write_page(target: Path, page: str) -> None:
+    if not target.parent.is_dir():
+        raise UsageError(f"--html {target}: no directory {target.parent} to write it in")
+    try:
+        with atomic_output(target) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--html {target}: cannot write it: {e.strerror}") from e

@@ -1,0 +1,100 @@
+"""``kiln compare --measure``'s measuring on this machine: ``iree-benchmark-module``
+through the benchmark action's own code (``kiln.actions.bench.measure_module``), on
+inputs of the shapes the module's function declares (zeros; a dynamic dimension
+takes the size the build's checks recorded for that input)."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kiln.base.errors import ToolError
+from kiln.compare.builds import Artifact
+
+_TENSOR = re.compile(r"%\w+: tensor<([^>]*)>")
+_DTYPES = {
+    "f32": "float32",
+    "f16": "float16",
+    "f64": "float64",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "i1": "bool",
+    "ui8": "uint8",
+    "bf16": None,
+}
+REPETITIONS = 3  # per run of iree-benchmark-module
+MIN_TIME_S = 0.05
+
+
+def recorded_shapes(art: Artifact) -> list[list[int]]:
+    """The input shapes the build's checks and benchmarks ran the module on, in order."""
+    for entry in [*art.benchmark, *art.verification]:
+        inputs = entry.get("inputs")
+        shapes = inputs.get("shapes") if isinstance(inputs, dict) else None
+        if isinstance(shapes, dict) and shapes:
+            found = [s for s in shapes.values() if isinstance(s, list)]
+            if all(isinstance(d, int) and not isinstance(d, bool) for s in found for d in s):
+                return found
+    return []
+
+
+def _signature(module: Path, driver: str) -> tuple[str, list[str]]:
+    """The exported function's name and its arguments' tensor types (``?x3xf32``)."""
+    from kiln.actions._runtime import bind_function
+
+    invoker, name = bind_function(str(module), driver, None)
+    reflection: dict[str, str] = getattr(getattr(invoker, "vm_function", None), "reflection", {})
+    declaration = reflection.get("iree.abi.declaration", "")
+    head = declaration.split("->", 1)[0]
+    return name, _TENSOR.findall(head)
+
+
+def _arrays(types: list[str], shapes: list[list[int]]) -> list[Any]:
+    import numpy as np
+
+    arrays = []
+    for i, text in enumerate(types):
+        *dims, dtype = text.split("x")
+        numpy_type = _DTYPES.get(dtype)
+        if numpy_type is None:
+            raise ToolError(f"input {i} is of type {dtype}, which --measure cannot make")
+        shape = []
+        for j, d in enumerate(dims):
+            if d == "?":
+                if i >= len(shapes) or j >= len(shapes[i]):
+                    raise ToolError(f"input {i} has a dynamic dimension no check recorded")
+                shape.append(shapes[i][j])
+            else:
+                shape.append(int(d))
+        arrays.append(np.zeros(shape, dtype=numpy_type))
+    return arrays
+
+
+class Measurer:
+    """Runs one module's benchmark here; counts the runs (``runs``)."""
+
+    def __init__(self, shapes: dict[Path, list[list[int]]]):
+        self.shapes = shapes
+        self.runs = 0
+
+    def __call__(self, module: Path, flags: list[str]) -> list[float]:
+        import numpy as np
+
+        from kiln.actions._devices import driver_for_flags
+        from kiln.actions.bench import measure_module
+
+        driver = driver_for_flags(flags)
+        function, types = _signature(module, driver)
+        arrays = _arrays(types, self.shapes.get(module, []))
+        with tempfile.TemporaryDirectory(prefix="kiln-compare-") as tmp:
+            for i, array in enumerate(arrays):
+                np.save(os.path.join(tmp, f"{i}.npy"), array)
+            self.runs += 1
+            return measure_module(
+                str(module), driver, function, tmp, len(arrays), REPETITIONS, MIN_TIME_S
+            )

@@ -1,0 +1,245 @@
+"""Two builds side by side: each artifact added, removed, renamed, unchanged or
+changed (and why, in ``kiln explain``'s words), and for each compiled module its
+size, compile time, latency, verification and outputs before and after.
+
+Invariant: the same digest on the same device is the same artifact. Its benchmark
+samples are pooled (``Pools``), whichever path or build they were recorded under,
+and an unchanged module is never compared for latency: it is the same program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln.compare.builds import Artifact, Build, number, records, samples
+from kiln.compare.outputs import largest_difference
+from kiln.compare.stats import LatencyVerdict, compare_latency
+from kiln.engine.incremental import why_key_changed
+
+ADDED, REMOVED, RENAMED, UNCHANGED, CHANGED = "added", "removed", "renamed", "unchanged", "changed"
+UNKNOWN_WHY = "unknown (older manifest)"
+
+
+class Pools:
+    """The benchmark samples of each (digest, device) of one or more builds."""
+
+    def __init__(self, builds: Iterable[Build] = ()):
+        self.samples: dict[tuple[str, str], list[float]] = {}
+        for build in builds:
+            for art in build.artifacts.values():
+                self.add_artifact(art)
+
+    def add_artifact(self, art: Artifact) -> None:
+        if art.sha256 is None:
+            return
+        for entry in art.benchmark:
+            device = entry.get("device_id")
+            if isinstance(device, str) and entry.get("status") == "measured":
+                self.add(art.sha256, device, samples(entry))
+
+    def add(self, digest: str, device: str, more: list[float]) -> None:
+        if more:
+            self.samples.setdefault((digest, device), []).extend(more)
+
+    def devices(self, digest: str | None) -> set[str]:
+        return {d for (s, d) in self.samples if s == digest}
+
+
+@dataclass
+class Module:
+    """What changed in one compiled module between A and B."""
+
+    target: str | None
+    size_a: int | None = None
+    size_b: int | None = None
+    compile_a: float | None = None
+    compile_b: float | None = None
+    device: str | None = None  # the device both were measured on
+    latency: LatencyVerdict | None = None
+    latency_note: str = ""  # why there is no latency verdict
+    verify_a: str = "none"  # pass, fail, skipped, none
+    verify_b: str = "none"
+    err_a: float | None = None
+    err_b: float | None = None
+    output_diff: float | None = None  # the largest |B - A| over outputs on the same inputs
+    output_note: str = ""
+
+
+@dataclass
+class Row:
+    """One artifact of either build."""
+
+    path: str
+    change: str
+    why: str = ""
+    was: str | None = None  # A's path, when renamed
+    status_a: str | None = None
+    status_b: str | None = None
+    module: Module | None = None
+    flags: list[str] = field(default_factory=list)  # what regressed: slower, accuracy, ...
+
+
+def compare_builds(a: Build, b: Build, pools: Pools | None = None) -> list[Row]:
+    """A row per artifact of either build, regressions first."""
+    pools = pools if pools is not None else Pools([a, b])
+    rows: list[Row] = []
+    gone = {p: art for p, art in a.artifacts.items() if p not in b.artifacts}
+    by_digest = {art.sha256: p for p, art in gone.items() if art.sha256}
+    for path, art_b in b.artifacts.items():
+        art_a = a.artifacts.get(path)
+        if art_a is None and art_b.sha256 in by_digest:
+            was = by_digest.pop(art_b.sha256)
+            art_a = gone.pop(was)
+            rows.append(_row(path, art_a, art_b, pools, was))
+        elif art_a is None:
+            rows.append(Row(path, ADDED, status_b=art_b.status, module=_added(art_b, "b")))
+        else:
+            rows.append(_row(path, art_a, art_b, pools))
+    for path, art_a in gone.items():
+        rows.append(Row(path, REMOVED, status_a=art_a.status, module=_added(art_a, "a")))
+    for row in rows:
+        row.flags = regressions(row)
+    return sorted(rows, key=_order)
+
+
+_ORDER = {CHANGED: 1, RENAMED: 2, ADDED: 3, REMOVED: 4, UNCHANGED: 5}
+
+
+def _order(row: Row) -> tuple[int, float, str]:
+    ratio = row.module.latency.ratio if row.module and row.module.latency else 1.0
+    return (0 if row.flags else _ORDER[row.change], -ratio, row.path)
+
+
+def _row(path: str, a: Artifact, b: Artifact, pools: Pools, was: str | None = None) -> Row:
+    same = a.sha256 is not None and a.sha256 == b.sha256
+    change = RENAMED if was is not None else UNCHANGED if same else CHANGED
+    why = "" if same else _why(a, b)
+    module = _module(a, b, pools) if a.is_module or b.is_module else None
+    return Row(path, change, why, was, a.status, b.status, module)
+
+
+def _why(a: Artifact, b: Artifact) -> str:
+    """Why ``b`` differs from ``a``, as ``kiln explain`` says why an action runs."""
+    if a.sha256 is None or b.sha256 is None:
+        which = "A" if a.sha256 is None else "B"
+        status = a.status if a.sha256 is None else b.status
+        return f"not built in {which} ({status})"
+    if a.key is None or b.key is None:
+        return UNKNOWN_WHY
+    if a.key["digest"] == b.key["digest"]:
+        return "same key, other bytes: its action is not reproducible"
+    try:
+        return why_key_changed(a.key["params"], a.key["inputs"], b.key["params"], b.key["inputs"])
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError):
+        return "unknown (the manifest's record of its key is damaged)"
+
+
+def _added(art: Artifact, side: str) -> Module | None:
+    if not art.is_module:
+        return None
+    module = Module(art.target)
+    verify, err = _verified(art)
+    if side == "a":
+        module.size_a, module.compile_a, module.verify_a, module.err_a = (
+            art.size,
+            art.duration_s,
+            verify,
+            err,
+        )
+    else:
+        module.size_b, module.compile_b, module.verify_b, module.err_b = (
+            art.size,
+            art.duration_s,
+            verify,
+            err,
+        )
+    return module
+
+
+def _module(a: Artifact, b: Artifact, pools: Pools) -> Module:
+    m = Module(b.target or a.target, a.size, b.size, a.duration_s, b.duration_s)
+    m.verify_a, m.err_a = _verified(a)
+    m.verify_b, m.err_b = _verified(b)
+    m.output_diff, m.output_note = largest_difference(a.verification, b.verification)
+    _latency(m, a, b, pools)
+    return m
+
+
+def _latency(m: Module, a: Artifact, b: Artifact, pools: Pools) -> None:
+    on_a, on_b = pools.devices(a.sha256), pools.devices(b.sha256)
+    if a.sha256 is not None and a.sha256 == b.sha256:
+        m.latency_note = "same artifact"
+        return
+    if not on_a or not on_b:
+        m.latency_note = "not benchmarked in " + (
+            "A and B" if not on_a and not on_b else "A" if not on_a else "B"
+        )
+        return
+    common = sorted(on_a & on_b)
+    if not common:
+        m.latency_note = (
+            f"measured on different devices (A: {', '.join(sorted(on_a))}; "
+            f"B: {', '.join(sorted(on_b))}): latency not compared"
+        )
+        return
+    m.device = max(common, key=lambda d: len(pools.samples[(a.sha256 or "", d)]))
+    xs = pools.samples[(a.sha256 or "", m.device)]
+    ys = pools.samples[(b.sha256 or "", m.device)]
+    m.latency = compare_latency(xs, ys)
+
+
+def _verified(art: Artifact) -> tuple[str, float | None]:
+    """The module's verification outcome (pass, fail, skipped, none) and its largest
+    error against its references."""
+    checks = art.verification
+    if not checks:
+        return "none", None
+    passed = [c.get("passed") for c in checks]
+    outcome = (
+        "fail"
+        if any(p is False for p in passed)
+        else "pass"
+        if any(p is True for p in passed)
+        else "skipped"
+    )
+    errors = [
+        e
+        for c in checks
+        for ref in _references(c)
+        for out in records(ref, "outputs")
+        if (e := number(out, "max_abs_err")) is not None
+    ]
+    return outcome, max(errors, default=None)
+
+
+def _references(check: dict[str, Any]) -> list[dict[str, Any]]:
+    refs = check.get("references")
+    if isinstance(refs, dict):
+        return [r for r in refs.values() if isinstance(r, dict)]
+    return [check]
+
+
+def regressions(row: Row) -> list[str]:
+    """What got worse in ``row``: ``slower``, ``new-failure``, ``accuracy``, ``size``."""
+    found = []
+    m = row.module
+    if m is not None and m.latency is not None and m.latency.verdict == "slower":
+        found.append("slower")
+    failed = ("failed", "not run")
+    if row.status_b in failed and row.status_a not in failed:
+        found.append("new-failure")
+    if m is not None and m.verify_b == "fail" and m.verify_a != "fail":
+        found.append("new-failure")
+    if m is not None and _less_accurate(m):
+        found.append("accuracy")
+    if m is not None and m.size_a and m.size_b and m.size_b > m.size_a:
+        found.append("size")
+    return list(dict.fromkeys(found))
+
+
+def _less_accurate(m: Module) -> bool:
+    if m.verify_a == "pass" and m.verify_b == "fail":
+        return True
+    return m.err_a is not None and m.err_b is not None and m.err_b > m.err_a

@@ -1,0 +1,61 @@
+"""The largest difference between what two builds' modules computed on the same
+inputs, from the fingerprints their verifications kept (``"actual"``: each output's
+dtype, shape, SHA-256 and, when small, its values: ``kiln.actions._verifying``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kiln.compare.builds import records
+
+
+def largest_difference(
+    checks_a: list[dict[str, Any]], checks_b: list[dict[str, Any]]
+) -> tuple[float | None, str]:
+    """The largest ``|B - A|`` over the outputs of the checks of A and B that ran on the
+    same inputs (None with why, when none can be said)."""
+    pairs = [
+        (ca, cb)
+        for ca in checks_a
+        for cb in checks_b
+        if isinstance(ca.get("inputs"), dict) and ca.get("inputs") == cb.get("inputs")
+    ]
+    if not pairs:
+        return None, "no check on the same inputs in both"
+    found: list[float] = []
+    for ca, cb in pairs:
+        outs_a, outs_b = records(ca, "actual"), records(cb, "actual")
+        if not outs_a or not outs_b:
+            return None, "outputs not recorded (older manifest)"
+        if len(outs_a) != len(outs_b):
+            return None, "the modules return different numbers of outputs"
+        for oa, ob in zip(outs_a, outs_b, strict=True):
+            diff = _difference(oa, ob)
+            if isinstance(diff, str):
+                return None, diff
+            found.append(diff)
+    return max(found), ""
+
+
+def _difference(a: dict[str, Any], b: dict[str, Any]) -> float | str:
+    if a.get("shape") != b.get("shape"):
+        return "outputs of different shapes"
+    same = isinstance(a.get("sha256"), str) and a.get("sha256") == b.get("sha256")
+    if same and a.get("dtype") == b.get("dtype"):
+        return 0.0
+    va, vb = a.get("values"), b.get("values")
+    if not isinstance(va, list) or not isinstance(vb, list) or len(va) != len(vb):
+        return "outputs differ; too large to keep their values"
+    worst = 0.0
+    for x, y in zip(va, vb, strict=True):
+        if not _finite(x) or not _finite(y):
+            if x != y:
+                return math.inf
+            continue
+        worst = max(worst, abs(float(y) - float(x)))
+    return worst
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)

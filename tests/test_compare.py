@@ -1,0 +1,335 @@
+"""kiln compare through the CLI, on real builds of small MLIR modules: a module that
+did not change, one slowed (other flags, and a stand-in benchmark whose samples are
+larger), one deliberately wrong (its verification fails), one renamed; damaged and
+foreign manifests; --fail-if; --json; the history (@-1 @0)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import needs
+import pytest
+
+pytestmark = pytest.mark.in_process
+
+np = needs.module("numpy")
+needs.module("iree.runtime")
+
+ADD = """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = arith.addf %x, %x : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
+MUL = ADD.replace("arith.addf", "arith.mulf")
+# Wrong: x + x + x where the reference says 2x.
+WRONG = """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = arith.addf %x, %x : tensor<4xf32>
+  %1 = arith.addf %0, %x : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+"""
+
+BUILD = """
+import json
+from kiln.observe.manifest import ManifestMeta
+
+DEVICE = "cpu:test@0123456789ab"
+
+
+class StandInBench(BuildAction):
+    \"\"\"A benchmark result with samples about 100 us times ``factor``.\"\"\"
+
+    def __init__(self, output, factor, **kwargs):
+        super().__init__(**kwargs)
+        self.output, self.factor = output, factor
+
+    def _invoke(self):
+        samples = [100.0 * self.factor * (1 + 0.003 * ((i * 7) % 10)) for i in range(10)]
+        self.output.get_fs_path().write_text(json.dumps({
+            "status": "measured", "device_id": DEVICE, "time_unit": "us",
+            "samples": samples, "median": sorted(samples)[5]}))
+
+
+def timed(module, name, factor):
+    context = BuildContext.current()
+    out = context.allocate_file(name)
+    action = StandInBench(out, factor, desc=f"Timing {name}", executor=context.executor)
+    action.deps.add(module)
+    out.deps.add(action)
+    ManifestMeta.get(module).benchmarks.append((action, out))
+    ManifestMeta.get(out).result_of = ("benchmark", action)
+    return out
+
+
+@entrypoint
+def zoo(after=cl_arg("after", default="0", help="1: the build after")):
+    b = after == "1"
+    x, y = source_file("x.npy"), source_file("y.npy")
+    out = []
+    (same,) = compile(name="same", source=source_file("add.mlir"), targets=["vmvx"])
+    out += [same, timed(same, "same.json", 1.0)]
+    flags = ["--iree-vm-emit-polyglot-zip=false"] if b else []
+    (slow,) = compile(name="slowed", source=source_file("mul.mlir"), targets=["vmvx"],
+                      flags=flags)
+    out += [slow, timed(slow, "slowed.json", 1.3 if b else 1.0)]
+    (wrong,) = compile(name="wrong", source=source_file("wrong.mlir" if b else "add.mlir"),
+                       targets=["vmvx"])
+    out += [wrong, verify(name="wrong_check.json", module=wrong, inputs=[x], expected=[y])]
+    (moved,) = compile(name="moved_b" if b else "moved_a", source=source_file("add.mlir"),
+                       targets=["vmvx"])
+    out.append(moved)
+    return out
+"""
+
+
+def write_project(folder: Path) -> Path:
+    """The build module and its sources in ``folder``; the module's path."""
+    from conftest import HEADER
+
+    (folder / "add.mlir").write_text(ADD)
+    (folder / "mul.mlir").write_text(MUL)
+    (folder / "wrong.mlir").write_text(WRONG)
+    x = np.arange(4, dtype=np.float32)
+    np.save(folder / "x.npy", x)
+    np.save(folder / "y.npy", 2 * x)
+    module = folder / "build.py"
+    module.write_text(HEADER + BUILD)
+    return module
+
+
+def in_dir(folder: Path, *args: str) -> int:
+    """``kiln ARGS`` in this process, in ``folder``; its exit status."""
+    import io
+
+    from kiln.cli.main import run_cli
+
+    with pytest.MonkeyPatch.context() as m:
+        m.chdir(folder)
+        m.setenv("NO_COLOR", "1")
+        return run_cli(list(args), stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.fixture(scope="module")
+def built_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A build before (``a``) and one after (``b``) of one project, made once."""
+    folder = tmp_path_factory.mktemp("pair")
+    module = write_project(folder)
+    assert in_dir(folder, "build", str(module), "--output-dir", "a", "-j", "2") == 0
+    # The wrong module fails its check in b.
+    assert in_dir(folder, "build", str(module), "--output-dir", "b", "--after", "1") == 1
+    return folder
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return write_project(tmp_path)
+
+
+@pytest.fixture
+def two_builds(built_pair: Path, tmp_path: Path) -> tuple[Path, Path]:
+    for name in ("a", "b"):
+        shutil.copytree(built_pair / name, tmp_path / name, symlinks=True)
+    return tmp_path / "a", tmp_path / "b"
+
+
+def _rows(kiln: Any, *args: str) -> tuple[int, dict[str, Any], str]:
+    r = kiln("compare", *args, "--json")
+    return r.returncode, {row["path"]: row for row in json.loads(r.stdout)["rows"]}, r.stderr
+
+
+def test_each_kind_of_change_and_why(kiln: Any, two_builds: tuple[Path, Path]) -> None:
+    code, rows, _ = _rows(kiln, "a", "b")
+    assert code == 0
+    same = rows["bin/zoo/same_vmvx.vmfb"]
+    assert same["change"] == "unchanged" and same["module"]["latency_note"] == "same artifact"
+    slow = rows["bin/zoo/slowed_vmvx.vmfb"]
+    assert slow["change"] == "changed" and "parameter flags" in slow["why"]
+    assert "--iree-vm-emit-polyglot-zip=false" in slow["why"]
+    latency = slow["module"]["latency"]
+    assert latency["verdict"] == "slower" and 1.25 < latency["ratio"] < 1.35
+    assert latency["low"] > 1 and "slower" in slow["flags"]
+    wrong = rows["bin/zoo/wrong_vmvx.vmfb"]
+    assert wrong["why"] == "input wrong.mlir was added; input add.mlir was removed" or (
+        "wrong.mlir" in wrong["why"]
+    )
+    assert wrong["module"]["verify_a"] == "pass" and wrong["module"]["verify_b"] == "fail"
+    assert wrong["module"]["output_diff"] == pytest.approx(3.0)  # x = 0..3: 3x - 2x at 3
+    assert {"new-failure", "accuracy"} <= set(wrong["flags"])
+    moved = rows["bin/zoo/moved_b_vmvx.vmfb"]
+    assert moved["change"] == "renamed" and moved["was"] == "bin/zoo/moved_a_vmvx.vmfb"
+    assert "bin/zoo/moved_a_vmvx.vmfb" not in rows
+
+
+def test_the_table_puts_regressions_first_and_fits_the_terminal(
+    kiln: Any, two_builds: tuple[Path, Path]
+) -> None:
+    r = kiln("compare", "a", "b", env={"COLUMNS": "90"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert all(len(line) <= 90 for line in lines), lines
+    body = [ln for ln in lines[3:] if not ln.startswith(" ")]
+    assert body[0].split()[1] == "changed!" and body[1].split()[1] == "changed!"
+    assert any("unchanged" in ln for ln in body[2:])
+
+
+@pytest.mark.parametrize(
+    ("condition", "named"),
+    [
+        ("slower>5%", ["slowed_vmvx"]),
+        ("slower>50%", []),
+        ("new-failures", ["wrong_vmvx", "wrong_check"]),
+        ("accuracy", ["wrong_vmvx"]),
+        ("size>10%", []),
+    ],
+)
+def test_fail_if(
+    kiln: Any, two_builds: tuple[Path, Path], condition: str, named: list[str]
+) -> None:
+    r = kiln("compare", "a", "b", "--fail-if", condition)
+    assert r.returncode == (1 if named else 0), r.stderr
+    for name in named:
+        assert name in r.stderr
+    assert "same_vmvx" not in r.stderr
+
+
+def test_fail_if_repeated_and_bad(kiln: Any, two_builds: tuple[Path, Path]) -> None:
+    r = kiln("compare", "a", "b", "--fail-if", "slower>50%", "--fail-if", "accuracy,size")
+    assert r.returncode == 1 and "--fail-if accuracy" in r.stderr
+    bad = kiln("compare", "a", "b", "--fail-if", "faster")
+    assert bad.returncode == 2 and "expected slower" in bad.stderr
+
+
+def test_other_devices_compare_everything_but_latency(
+    kiln: Any, two_builds: tuple[Path, Path]
+) -> None:
+    a, b = two_builds
+    text = (b / "manifest.json").read_text().replace("cpu:test@0123456789ab", "cpu:other@ba98")
+    (b.parent / "other.json").write_text(text)
+    code, rows, _ = _rows(kiln, "a", "other.json")
+    slow = rows["bin/zoo/slowed_vmvx.vmfb"]
+    assert slow["module"]["latency"] is None and code == 0
+    assert "measured on different devices" in slow["module"]["latency_note"]
+    assert slow["module"]["verify_b"] == "none" and slow["why"]
+    assert rows["bin/zoo/wrong_vmvx.vmfb"]["module"]["verify_b"] == "fail"
+
+
+def test_history_at_minus_one(project: Path, kiln: Any, tmp_path: Path) -> None:
+    assert kiln("build", str(project)).returncode == 0
+    assert kiln("build", str(project)).returncode == 0  # no-op: the history keeps none
+    assert not (tmp_path / "kiln-out/.kiln/manifests/1.json").exists()
+    missing = kiln("compare", "@-1", "@0")
+    assert missing.returncode == 2 and "no such build is kept" in missing.stderr
+    kiln("build", str(project), "--after", "1")
+    code, rows, _ = _rows(kiln, "@-1", "@0")
+    assert (
+        code == 0 and rows["bin/zoo/slowed_vmvx.vmfb"]["module"]["latency"]["verdict"] == "slower"
+    )
+    assert kiln("clean").returncode == 0
+    assert not (tmp_path / "kiln-out/.kiln/manifests").exists()
+
+
+def test_an_older_manifest_says_why_is_unknown(kiln: Any, two_builds: tuple[Path, Path]) -> None:
+    a, b = two_builds
+    data = json.loads((a / "manifest.json").read_text())
+    for ep in data["entrypoints"].values():
+        for out in ep["outputs"]:
+            out.pop("key", None)
+    (a.parent / "old.json").write_text(json.dumps(data))
+    _, rows, _ = _rows(kiln, "old.json", "b")
+    assert rows["bin/zoo/slowed_vmvx.vmfb"]["why"] == "unknown (older manifest)"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"format": "other/1"}', "not a kiln manifest"),
+        ("[1, 2]", "not a kiln manifest"),
+        ('{"format": "kiln-manifest/2", "entrypoints": 3}', "no entrypoints"),
+        ("\x00\xff" * 10, "not valid JSON"),
+    ],
+)
+def test_damaged_or_foreign_manifests_exit_2(
+    kiln: Any, tmp_path: Path, content: str, said: str
+) -> None:
+    (tmp_path / "bad.json").write_text(content, errors="surrogateescape")
+    r = kiln("compare", "bad.json", "bad.json")
+    assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr
+
+
+def test_missing_fifo_symlink_and_directory_without_manifest(kiln: Any, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "real.json").write_text('{"format": "kiln-manifest/2", "entrypoints": {}}')
+    (tmp_path / "link.json").symlink_to("real.json")
+    (tmp_path / "empty").mkdir()
+    for name, said in (
+        ("fifo.json", "not a regular file"),
+        ("link.json", "symbolic link"),
+        ("nowhere.json", "no manifest at"),
+        ("empty", "no manifest at"),
+        ("@-99", "@0 (the last)"),
+    ):
+        r = kiln("compare", name, "real.json", timeout=20)
+        assert r.returncode == 2 and said in r.stderr, (name, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_strings_from_manifests_are_escaped(kiln: Any, tmp_path: Path) -> None:
+    evil = "bin/\x1b]0;owned\x07x.vmfb"
+    out = {"path": evil, "status": "built", "built": True, "sha256": "a" * 64, "size": 1}
+    doc = {"format": "kiln-manifest/2", "entrypoints": {"e\x1b[2J": {"outputs": [out]}}}
+    (tmp_path / "evil.json").write_text(json.dumps(doc))
+    (tmp_path / "empty.json").write_text('{"format": "kiln-manifest/2", "entrypoints": {}}')
+    r = kiln("compare", "empty.json", "evil.json", "--html", "page.html", env={"COLUMNS": "200"})
+    assert r.returncode == 0 and "\x1b" not in r.stdout and "\\x1b" in r.stdout
+    page = (tmp_path / "page.html").read_text()
+    assert "\x1b" not in page.replace("\x1b]0;owned", "") or "<script" not in page
+
+
+def test_measure_runs_only_changed_modules_interleaved(
+    kiln: Any, two_builds: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kiln.actions import bench
+
+    calls: list[str] = []
+    real = bench._measure
+
+    def counted(b: Any, *args: Any) -> Any:
+        calls.append(b.module)
+        return real(b, *args)
+
+    monkeypatch.setattr(bench, "_measure", counted)
+    r = kiln("compare", "a", "b", "--measure", "--budget", "30", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert calls, doc["notes"]
+    assert not any("same_vmvx" in c or "moved_" in c for c in calls)  # same digest: no run
+    slowed = [c for c in calls if "slowed_vmvx" in c]
+    assert slowed and len(slowed) % 2 == 0
+    # A and B interleaved: A B, then B A.
+    sides = [Path(c).parts[-4] for c in slowed]  # a/bin/zoo/slowed_vmvx.vmfb
+    assert sides[:4] == ["a", "b", "b", "a"][: len(sides[:4])]
+    assert any(f"{len(calls)} benchmark run(s)" in n for n in doc["notes"])
+
+
+def test_the_page_draws_each_ratio_on_a_log_scale_in_chromium(
+    kiln: Any, two_builds: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from test_report import run_chromium
+
+    r = kiln("compare", "a", "b", "--html", "compare.html")
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "compare.html").read_text()
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    dom = run_chromium(["--dump-dom", (tmp_path / "compare.html").as_uri()], tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert re.search(r'id="latency-chart" data-modules="1"', html), html[:2000]
+    (group,) = re.findall(r'<g class="ratio"[^>]*>', html)
+    assert 'data-verdict="slower"' in group and "slowed_vmvx" in group
+    assert re.search(r"<circle [^>]*cx=", html) and 'data-change="unchanged"' in html

@@ -1,0 +1,204 @@
+"""kiln.compare.stats: the latency statistic of ``kiln compare`` (docs/compare.md,
+"The statistic"): its classes, its interval, and what it refuses."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kiln.compare.stats import MIN_EFFECT, LatencyVerdict, compare_latency, settled
+
+latency = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)
+side = st.lists(latency, min_size=1, max_size=30)
+
+
+def lognormal(seed: int, n: int, sigma: float, scale: float = 1.0) -> list[float]:
+    rng = random.Random(seed)
+    return [1000.0 * scale * math.exp(rng.gauss(0.0, sigma)) for _ in range(n)]
+
+
+def test_a_clear_slowdown_is_slower_and_a_speedup_faster() -> None:
+    a = lognormal(1, 10, 0.02)
+    b = lognormal(2, 10, 0.02, scale=1.10)
+    v = compare_latency(a, b)
+    assert v.verdict == "slower"
+    assert v.low > 1.0 and v.low <= v.ratio <= v.high
+    assert 1.05 < v.ratio < 1.15
+    assert (v.n_a, v.n_b) == (10, 10)
+    assert compare_latency(b, a).verdict == "faster"
+    assert settled(v)
+
+
+def test_five_percent_at_two_percent_spread_is_found() -> None:
+    found = sum(
+        compare_latency(lognormal(s, 10, 0.02), lognormal(1000 + s, 10, 0.02, 1.05)).verdict
+        == "slower"
+        for s in range(40)
+    )
+    assert found >= 32  # about 90%: 2% spread is the limit of 10 a side (docs/compare.md)
+
+
+def test_identical_distributions_are_within_noise() -> None:
+    calls = [
+        compare_latency(lognormal(s, 10, 0.05), lognormal(500 + s, 10, 0.05)).verdict
+        for s in range(60)
+    ]
+    assert calls.count("within noise") >= 59
+
+
+def test_within_noise_states_what_it_could_have_found() -> None:
+    a, b = lognormal(3, 10, 0.30), lognormal(4, 10, 0.30, scale=1.05)
+    v = compare_latency(a, b)
+    assert v.verdict == "within noise"
+    # the interval holds 1, and detectable reaches from the ratio to its far end
+    assert v.low <= 1.0 <= v.high
+    far = max(v.high / v.ratio, v.ratio / v.low) - 1
+    assert v.detectable == pytest.approx(far)
+    assert v.detectable > 0.05
+    assert not settled(v)
+
+
+def test_identical_samples() -> None:
+    a = lognormal(5, 12, 0.01)
+    v = compare_latency(a, list(a))
+    assert v.verdict == "within noise"
+    assert v.ratio == pytest.approx(1.0)
+    assert v.low < 1.0 < v.high
+
+
+def test_constant_samples() -> None:
+    v = compare_latency([10.0] * 10, [10.0] * 10)
+    assert (v.verdict, v.ratio, v.low, v.high) == ("within noise", 1.0, 1.0, 1.0)
+    assert v.detectable == pytest.approx(MIN_EFFECT)  # the minimum effect, never 0
+    assert settled(v)
+    slower = compare_latency([10.0] * 10, [11.0] * 10)
+    assert slower.verdict == "slower" and slower.ratio == pytest.approx(1.1)
+    # a change under the minimum effect is not classed, however sure
+    assert compare_latency([10.0] * 10, [10.15] * 10).verdict == "within noise"
+
+
+@pytest.mark.parametrize(("n_a", "n_b"), [(0, 10), (10, 0), (1, 1), (5, 5), (6, 6), (3, 12)])
+def test_too_few_samples(n_a: int, n_b: int) -> None:
+    a, b = [1.0 + i / 100 for i in range(n_a)], [2.0 + i / 100 for i in range(n_b)]
+    v = compare_latency(a, b)
+    assert v.verdict == "too few samples"
+    assert (v.n_a, v.n_b) == (n_a, n_b)
+    assert not settled(v)
+
+
+def test_seven_a_side_is_enough_for_a_clear_change() -> None:
+    a = [1.0 + i / 1000 for i in range(7)]
+    assert compare_latency(a, [x * 2 for x in a]).verdict == "slower"
+
+
+def test_huge_outliers_do_not_move_the_class() -> None:
+    a = lognormal(6, 10, 0.01)
+    b = lognormal(7, 10, 0.01)
+    b[3] *= 1000.0
+    b[7] = 1e9
+    v = compare_latency(a, b)
+    assert v.verdict == "within noise"
+    assert v.ratio < 1.02
+    slow = [x * 1.2 for x in lognormal(8, 10, 0.01)]
+    slow[0] *= 1e6  # an outlier the same way as the change
+    fast_a = list(a)
+    fast_a[2] = 1e-6
+    assert compare_latency(fast_a, slow).verdict == "slower"
+    # one outlier against the change, in 10: rank-based, it can only blur the call
+    slow[1] = 1e-6
+    assert compare_latency(a, slow).verdict in ("slower", "within noise")
+
+
+@pytest.mark.parametrize(
+    "bad", [math.nan, math.inf, -math.inf, 0.0, -0.0, -1.0, -1e-300, "fast", "12.5", None, True]
+)
+def test_bad_values_are_refused(bad: object) -> None:
+    good = [1.0] * 10
+    with pytest.raises(ValueError, match="latency 4 of B"):
+        compare_latency(good, [*good[:4], bad, *good[5:]])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="latency 0 of A"):
+        compare_latency([bad, *good], good)  # type: ignore[list-item]
+
+
+def test_ints_and_tiny_values_are_numbers() -> None:
+    assert compare_latency([1] * 10, [2] * 10).verdict == "slower"
+    tiny = [5e-324 * (1 + i) for i in range(10)]  # subnormal, still above zero
+    assert compare_latency(tiny, tiny).verdict == "within noise"
+
+
+def test_many_repetitions_are_fast_and_conservative() -> None:
+    a, b = lognormal(9, 5000, 0.05), lognormal(10, 5000, 0.05, scale=1.05)
+    v = compare_latency(a, b)
+    assert v.verdict == "slower" and (v.n_a, v.n_b) == (5000, 5000)
+    assert compare_latency(a, lognormal(11, 3000, 0.05)).verdict == "within noise"
+
+
+def test_a_hundred_modules_in_well_under_a_second() -> None:
+    import time
+
+    sides = [(lognormal(s, 40, 0.1), lognormal(s + 1, 40, 0.1)) for s in range(100)]
+    started = time.process_time()  # CPU time: the machine may be busy with other work
+    for a, b in sides:
+        compare_latency(a, b)
+    assert time.process_time() - started < 0.5
+
+
+def test_method_is_named() -> None:
+    v = compare_latency([1.0] * 10, [1.0] * 10)
+    assert "Hodges-Lehmann" in v.method and "99.8%" in v.method
+    assert isinstance(v, LatencyVerdict)
+
+
+@settings(max_examples=200, deadline=None)
+@given(side, side, st.integers(0, 2**32))
+def test_swapping_sides_inverts_ratio_and_class(a: list[float], b: list[float], seed: int) -> None:
+    v, w = compare_latency(a, b, seed=seed), compare_latency(b, a, seed=seed)
+    assert w.ratio == pytest.approx(1 / v.ratio, rel=1e-9)
+    assert w.low == pytest.approx(1 / v.high, rel=1e-9)
+    assert w.high == pytest.approx(1 / v.low, rel=1e-9)
+    swap = {"slower": "faster", "faster": "slower"}
+    assert w.verdict == swap.get(v.verdict, v.verdict)
+    assert w.detectable == pytest.approx(v.detectable, rel=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(side, side, st.floats(min_value=1e-3, max_value=1e3))
+def test_a_common_unit_does_not_matter(a: list[float], b: list[float], k: float) -> None:
+    v = compare_latency(a, b)
+    w = compare_latency([x * k for x in a], [x * k for x in b])
+    assert w.ratio == pytest.approx(v.ratio, rel=1e-9)
+    assert w.low == pytest.approx(v.low, rel=1e-9)
+    assert w.high == pytest.approx(v.high, rel=1e-9)
+    centre = abs(math.log(v.ratio))
+    edges = (abs(centre - math.log1p(MIN_EFFECT)), abs(math.log(v.low)), abs(math.log(v.high)))
+    if min(edges) > 1e-9:  # not on a boundary of the classes, where rounding may tip it
+        assert w.verdict == v.verdict
+
+
+@settings(max_examples=100, deadline=None)
+@given(side, side, st.integers(0, 2**32), st.randoms(use_true_random=False))
+def test_deterministic_whatever_the_seed_or_order(
+    a: list[float], b: list[float], seed: int, rng: random.Random
+) -> None:
+    v = compare_latency(a, b, seed=seed)
+    assert compare_latency(a, b, seed=seed) == v
+    shuffled_a, shuffled_b = list(a), list(b)
+    rng.shuffle(shuffled_a)
+    rng.shuffle(shuffled_b)
+    assert compare_latency(shuffled_a, shuffled_b, seed=seed + 1) == v
+
+
+@settings(max_examples=200, deadline=None)
+@given(side, side)
+def test_interval_holds_the_ratio(a: list[float], b: list[float]) -> None:
+    v = compare_latency(a, b)
+    assert 0 < v.low <= v.ratio <= v.high < math.inf
+    assert v.detectable >= MIN_EFFECT
+    if v.verdict == "slower":
+        assert v.low > 1.0 and v.ratio >= 1 + MIN_EFFECT
+    if v.verdict == "faster":
+        assert v.high < 1.0 and v.ratio <= 1 / (1 + MIN_EFFECT)
