@@ -10,15 +10,18 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from kiln.base.action_env import ActionEnvironment
 from kiln.base.errors import BuildDefinitionError, DependenceException, NotRegularFile
 from kiln.base.events import EventReader
 from kiln.base.gc_pause import gc_paused
 from kiln.devices.identity import UNDECIDED, DeviceSet
 from kiln.engine.incremental import action_id
-from kiln.engine.result import BuildResult, SchedulerOptions
+from kiln.engine.request import BuildRequest, SchedulerOptions
+from kiln.engine.result import BuildResult
 from kiln.engine.scheduler import Scheduler
 from kiln.engine.unrequested import judge as judge_unrequested
 from kiln.execution.process.reaper import BuildReaper
@@ -83,6 +86,13 @@ class Executor:
     (``layout``), the run-time services actions reach (``run_context``) and the
     build state, and runs builds.
 
+    A build runs with a ``BuildRequest`` (``run``): the command line gives the
+    executor its request when it makes it, and each build the request completed
+    with what it connected. The attributes a build module written for iree.build
+    (or a test) may still set (``cache``, ``remote``, ``event_readers``,
+    ``strict_keys``...) make the request of a build run with ``SchedulerOptions``
+    alone (``request``).
+
     Invariant: ``all`` maps every graph path to the single file or context
     defined there; the root context has the empty path. With ``read_only`` (the
     commands that must create nothing) the state is a snapshot and nothing under
@@ -94,28 +104,37 @@ class Executor:
         output_dir: Path | str,
         stderr: IO[str] | None = None,
         reporter: ProgressReporter | None = None,
+        request: BuildRequest | None = None,
+        source_root: str | None = None,
     ):
+        request = request if request is not None else BuildRequest()
         self.stderr = stderr if stderr is not None else sys.stderr
         self.layout = OutputLayout(output_dir, warn=lambda m: self.reporter.message(m))
         self.run_context = RunContext(
             self.layout, reporter if reporter is not None else ProgressReporter(), self.store
         )
+        self.run_context.environment = request.environment
+        if request.devices is not None:
+            self.run_context.devices = request.devices
         self.graph = GraphRegistry(self.layout)
-        self.verbose_level = 0
-        self.read_only = False
+        if source_root is not None:
+            self.graph.source_root = source_root
+        self.verbose_level = request.verbose
+        self.read_only = request.read_only
         self.failed_deps: set[BuildDependency] = set()
         self.last_result: BuildResult | None = None
         # Extra readers of every build's events (``--events``, ``--profile``).
-        self.event_readers: list[EventReader] = []
-        # The shared cache builds read and fill (the command line sets it; None: off).
-        self.cache: BuildCache | None = None
+        self.event_readers: list[EventReader] = list(request.readers)
+        # The shared cache builds read and fill (None: off).
+        self.cache: BuildCache | None = request.cache
         # Where remotable actions run (``--executor dask...``); None: on this machine.
-        self.remote: ClusterOffload | None = None
+        self.remote: ClusterOffload | None = request.remote
         # True: an action kiln cannot key stops the build (``--strict-keys``);
         # False: it runs on every build, never cached, and kiln says so.
-        self.strict_keys = False
+        self.strict_keys = request.strict_keys
         self._store: StateStore | None = None
-        self._keyed: tuple[Plan, KeyMaker] | None = None  # the last plan checked, keyed
+        # The last plan checked, keyed, and the environment and strictness of its keys.
+        self._keyed: tuple[Plan, KeyMaker, tuple[ActionEnvironment, bool]] | None = None
         self._noted_unkeyed: set[str] = set()  # action types said to run unkeyed
         self._noted_outside = False  # said that actions write outside the output dir
         BuildContext("", self)
@@ -222,6 +241,21 @@ class Executor:
         """Build ``targets`` and what they need; True when everything built."""
         return self.run(targets, SchedulerOptions(**options)).ok
 
+    def request(self, options: SchedulerOptions) -> BuildRequest:
+        """The request of a build run with ``options``, with what this executor is
+        set to (for callers that set its attributes, as iree.build's do)."""
+        return BuildRequest(
+            options=options,
+            environment=self.run_context.environment,
+            strict_keys=self.strict_keys,
+            read_only=self.read_only,
+            verbose=self.verbose_level,
+            devices=self.run_context.devices,
+            cache=self.cache,
+            remote=self.remote,
+            readers=tuple(self.event_readers),
+        )
+
     def plan(self, targets: Iterable[BuildDependency]) -> Plan:
         """What ``targets`` need, in order (cycle check included); runs nothing."""
         return make_plan(targets, self.graph.files())
@@ -241,7 +275,7 @@ class Executor:
         # With --strict-keys, an action kiln cannot key stops here. The build's
         # devices may not be chosen yet (a cluster is connected later): the keys'
         # device parts are made when it runs.
-        self._keys_for(plan, UNDECIDED)
+        self._keys_for(plan, self.run_context.environment, self.strict_keys, UNDECIDED)
         return plan
 
     def _check_outside(self, outside: dict[BuildAction, list[BuildFile]]) -> None:
@@ -267,18 +301,26 @@ class Executor:
             "the file is missing or changed"
         )
 
-    def _keys_for(self, plan: Plan, devices: DeviceSet | None = None) -> KeyMaker:
-        """The keyed parameters of every action of ``plan``, made once per plan; the
-        device parts for ``devices`` (the build's: ``run_context.devices``)."""
+    def _keys_for(
+        self,
+        plan: Plan,
+        environment: ActionEnvironment,
+        strict: bool,
+        devices: DeviceSet | None = None,
+    ) -> KeyMaker:
+        """The keyed parameters of every action of ``plan`` (``strict``: as
+        ``--strict-keys``), made once per plan and environment; the device parts for
+        ``devices`` (the build's: ``run_context.devices``)."""
         devices = devices if devices is not None else self.run_context.devices
         known = self._keyed
-        if known is not None and known[0] is plan:
+        asked = (environment, strict)
+        if known is not None and known[0] is plan and known[2] == asked:
             if known[1].devices is not devices:
                 known[1].use_devices(devices)
             return known[1]
-        keys = KeyMaker(self.run_context.environment, strict=self.strict_keys, devices=devices)
+        keys = KeyMaker(environment, strict=strict, devices=devices)
         keys.all(plan.actions)
-        self._keyed = (plan, keys)
+        self._keyed = (plan, keys, asked)
         self._note_unkeyed(keys)
         return keys
 
@@ -298,21 +340,30 @@ class Executor:
     def run(
         self,
         targets: Iterable[BuildDependency],
-        options: SchedulerOptions,
+        request: BuildRequest | SchedulerOptions,
         plan: Plan | None = None,
     ) -> BuildResult:
-        """Build ``targets`` (``plan``: their ``checked_plan``, when already made)."""
+        """Build ``targets`` as ``request`` asks (``SchedulerOptions``: with what this
+        executor is set to, ``request``); ``plan``: their ``checked_plan``, when
+        already made. The actions reach the request's environment and devices
+        through ``run_context``."""
+        if isinstance(request, SchedulerOptions):
+            request = self.request(request)
         plan = plan if plan is not None else self.checked_plan(targets)
-        keys = self._keys_for(plan)
-        if options.dry_run and self._store is None:
+        self.run_context.environment = request.environment
+        if request.devices is not None:
+            self.run_context.devices = request.devices
+        keys = self._keys_for(plan, request.environment, request.strict_keys)
+        options = request.options
+        if (options.dry_run or request.read_only) and self._store is None:
             self.read_only = True  # a dry run writes nothing, the state included
         if options.dry_run or self.read_only:
-            options.dry_run = True
+            options = replace(options, dry_run=True)
             output_dir_state(self.output_dir)
         else:
             claim_output_dir(self.output_dir)
         store = self.store()
-        readers = list(self.event_readers)
+        readers = list(request.readers)
         # A dry run writes nothing, its events included.
         last = None if options.dry_run else LastBuild(store.path.parent, self.reporter.message)
         if last is not None:
@@ -327,14 +378,10 @@ class Executor:
             on_interrupt=self.run_context.kill_subprocesses,
             outputs=None if options.dry_run else self.layout.tree,
             readers=readers,
-            cache=self.cache,
-            remote=self.remote,
-            environment=lambda: (
-                self.run_context.process_env(),
-                self.run_context.work_dir,
-                self.run_context.start_dir,
-            ),
-            commands=lambda: self.run_context.commands,
+            cache=request.cache,
+            remote=request.remote,
+            environment=self.run_context.program_setting,
+            commands=self.run_context.command_runner,
         )
         self.graph.runs.begin(scheduler.result.runs)
         try:
@@ -355,8 +402,8 @@ class Executor:
             self.run_context.end_build()
             if last is not None:
                 last.close()
-            if self.cache is not None and not options.dry_run:
-                self.cache.end_build()
+            if request.cache is not None and not options.dry_run:
+                request.cache.end_build()
         self.last_result = result
         return result
 
