@@ -14,11 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from kiln.base.action_env import ActionEnvironment
-from kiln.base.errors import BuildDefinitionError, DependenceException, NotRegularFile
+from kiln.base.errors import DependenceException, NotRegularFile
 from kiln.base.events import EventReader
 from kiln.base.gc_pause import gc_paused
-from kiln.devices.identity import UNDECIDED, DeviceSet
+from kiln.devices.identity import UNDECIDED
 from kiln.engine.incremental import action_id
 from kiln.engine.request import BuildRequest, SchedulerOptions
 from kiln.engine.result import BuildResult
@@ -49,7 +48,7 @@ from kiln.output_dir.layout import OutputLayout
 from kiln.output_dir.lock import OutputLock
 from kiln.output_dir.ownership import claim_output_dir, output_dir_state
 from kiln.output_dir.tree import OutputTree
-from kiln.planning.action_key import KeyMaker
+from kiln.planning.checked_plan import PlanChecker
 from kiln.planning.plan import Plan, make_plan
 from kiln.state import Produced, StateStore, stat_key
 
@@ -133,10 +132,7 @@ class Executor:
         # False: it runs on every build, never cached, and kiln says so.
         self.strict_keys = request.strict_keys
         self._store: StateStore | None = None
-        # The last plan checked, keyed, and the environment and strictness of its keys.
-        self._keyed: tuple[Plan, KeyMaker, tuple[ActionEnvironment, bool]] | None = None
-        self._noted_unkeyed: set[str] = set()  # action types said to run unkeyed
-        self._noted_outside = False  # said that actions write outside the output dir
+        self._checker = PlanChecker()
         BuildContext("", self)
 
     @property
@@ -263,79 +259,14 @@ class Executor:
     def checked_plan(self, targets: Iterable[BuildDependency]) -> Plan:
         """The plan of ``targets``, once every action in it says it can run."""
         plan = self.plan(targets)
-        outside: dict[BuildAction, list[BuildFile]] = {}
-        for action in plan.actions:
-            action.check_timeout()
-            action.check_runnable()
-            for f in plan.outputs[action]:
-                if f.source is not None:
-                    outside.setdefault(action, []).append(f)
-        if outside:
-            self._check_outside(outside)
+        self._checker.check(plan, self.reporter.message)
         # With --strict-keys, an action kiln cannot key stops here. The build's
         # devices may not be chosen yet (a cluster is connected later): the keys'
         # device parts are made when it runs.
-        self._keys_for(plan, self.run_context.environment, self.strict_keys, UNDECIDED)
-        return plan
-
-    def _check_outside(self, outside: dict[BuildAction, list[BuildFile]]) -> None:
-        """Refuse a built-in action writing outside the output directory; say once
-        that the others' files there are theirs, not kiln's."""
-        for action, files in outside.items():
-            if type(action).__module__.startswith("kiln.actions."):
-                raise BuildDefinitionError(
-                    f"'{action.desc}' (at {action.def_site}) would write {files[0].path}, "
-                    "outside the output directory; kiln's own actions write only into it: "
-                    "give the output a relative name"
-                )
-        if self._noted_outside:
-            return
-        self._noted_outside = True
-        action, files = next(iter(outside.items()))
-        more = sum(map(len, outside.values())) - 1
-        self.reporter.message(
-            f"kiln: '{action.desc}' writes {files[0].path}"
-            + (f" (and {more} more file(s) of actions like it)" if more else "")
-            + ", outside the output directory: kiln runs it, but the file is not kiln's: "
-            "kiln never deletes it nor takes it from a cache, and reruns the action when "
-            "the file is missing or changed"
+        self._checker.keys(
+            plan, self.run_context.environment, self.strict_keys, UNDECIDED, self.reporter.message
         )
-
-    def _keys_for(
-        self,
-        plan: Plan,
-        environment: ActionEnvironment,
-        strict: bool,
-        devices: DeviceSet | None = None,
-    ) -> KeyMaker:
-        """The keyed parameters of every action of ``plan`` (``strict``: as
-        ``--strict-keys``), made once per plan and environment; the device parts for
-        ``devices`` (the build's: ``run_context.devices``)."""
-        devices = devices if devices is not None else self.run_context.devices
-        known = self._keyed
-        asked = (environment, strict)
-        if known is not None and known[0] is plan and known[2] == asked:
-            if known[1].devices is not devices:
-                known[1].use_devices(devices)
-            return known[1]
-        keys = KeyMaker(environment, strict=strict, devices=devices)
-        keys.all(plan.actions)
-        self._keyed = (plan, keys, asked)
-        self._note_unkeyed(keys)
-        return keys
-
-    def _note_unkeyed(self, keys: KeyMaker) -> None:
-        """Say once per action type that its actions run on every build, and why."""
-        for action, why in keys.unkeyed.items():
-            kind = action.action_type
-            if kind in self._noted_unkeyed:
-                continue
-            self._noted_unkeyed.add(kind)
-            self.reporter.message(
-                f"kiln: {type(action).__qualname__} actions ('{action.desc}', defined at "
-                f"{action.def_site}) run on every build and are never cached: {why} "
-                "(--strict-keys makes this an error)"
-            )
+        return plan
 
     def run(
         self,
@@ -353,7 +284,13 @@ class Executor:
         self.run_context.environment = request.environment
         if request.devices is not None:
             self.run_context.devices = request.devices
-        keys = self._keys_for(plan, request.environment, request.strict_keys)
+        keys = self._checker.keys(
+            plan,
+            request.environment,
+            request.strict_keys,
+            self.run_context.devices,
+            self.reporter.message,
+        )
         options = request.options
         if (options.dry_run or request.read_only) and self._store is None:
             self.read_only = True  # a dry run writes nothing, the state included
