@@ -462,7 +462,7 @@ def test_the_api_result_says_it_and_an_action_may_opt_out(
 
 
 def _options(**options: Any) -> Any:
-    from kiln.engine.result import SchedulerOptions
+    from kiln.engine.request import SchedulerOptions
 
     return SchedulerOptions(jobs=1, **options)
 

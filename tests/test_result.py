@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.engine.result import BuildResult, SchedulerOptions
+from kiln.engine.request import SchedulerOptions
+from kiln.engine.result import BuildResult
 from kiln.executor import (
     BuildAction,
     BuildContext,

@@ -10,15 +10,17 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from kiln.base.errors import BuildDefinitionError, DependenceException, NotRegularFile
+from kiln.base.errors import DependenceException, NotRegularFile
 from kiln.base.events import EventReader
 from kiln.base.gc_pause import gc_paused
-from kiln.devices.identity import UNDECIDED, DeviceSet
+from kiln.devices.identity import UNDECIDED
 from kiln.engine.incremental import action_id
-from kiln.engine.result import BuildResult, SchedulerOptions
+from kiln.engine.request import BuildRequest, SchedulerOptions
+from kiln.engine.result import BuildResult
 from kiln.engine.scheduler import Scheduler
 from kiln.engine.unrequested import judge as judge_unrequested
 from kiln.execution.process.reaper import BuildReaper
@@ -46,13 +48,14 @@ from kiln.output_dir.layout import OutputLayout
 from kiln.output_dir.lock import OutputLock
 from kiln.output_dir.ownership import claim_output_dir, output_dir_state
 from kiln.output_dir.tree import OutputTree
-from kiln.planning.action_key import KeyMaker
+from kiln.planning.checked_plan import PlanChecker
 from kiln.planning.plan import Plan, make_plan
 from kiln.state import Produced, StateStore, stat_key
 
 if TYPE_CHECKING:
     from kiln.cache import BuildCache
     from kiln.execution.cluster.offload import ClusterOffload
+    from kiln.planning.action_key import KeyMaker
 
 __all__ = [
     "ActionConcurrency",
@@ -83,6 +86,13 @@ class Executor:
     (``layout``), the run-time services actions reach (``run_context``) and the
     build state, and runs builds.
 
+    A build runs with a ``BuildRequest`` (``run``): the command line gives the
+    executor its request when it makes it, and each build the request completed
+    with what it connected. The attributes a build module written for iree.build
+    (or a test) may still set (``cache``, ``remote``, ``event_readers``,
+    ``strict_keys``...) make the request of a build run with ``SchedulerOptions``
+    alone (``request``).
+
     Invariant: ``all`` maps every graph path to the single file or context
     defined there; the root context has the empty path. With ``read_only`` (the
     commands that must create nothing) the state is a snapshot and nothing under
@@ -94,30 +104,36 @@ class Executor:
         output_dir: Path | str,
         stderr: IO[str] | None = None,
         reporter: ProgressReporter | None = None,
+        request: BuildRequest | None = None,
+        source_root: str | None = None,
     ):
+        request = request if request is not None else BuildRequest()
         self.stderr = stderr if stderr is not None else sys.stderr
         self.layout = OutputLayout(output_dir, warn=lambda m: self.reporter.message(m))
         self.run_context = RunContext(
             self.layout, reporter if reporter is not None else ProgressReporter(), self.store
         )
+        self.run_context.environment = request.environment
+        if request.devices is not None:
+            self.run_context.devices = request.devices
         self.graph = GraphRegistry(self.layout)
-        self.verbose_level = 0
-        self.read_only = False
+        if source_root is not None:
+            self.graph.source_root = source_root
+        self.verbose_level = request.verbose
+        self.read_only = request.read_only
         self.failed_deps: set[BuildDependency] = set()
         self.last_result: BuildResult | None = None
         # Extra readers of every build's events (``--events``, ``--profile``).
-        self.event_readers: list[EventReader] = []
-        # The shared cache builds read and fill (the command line sets it; None: off).
-        self.cache: BuildCache | None = None
+        self.event_readers: list[EventReader] = list(request.readers)
+        # The shared cache builds read and fill (None: off).
+        self.cache: BuildCache | None = request.cache
         # Where remotable actions run (``--executor dask...``); None: on this machine.
-        self.remote: ClusterOffload | None = None
+        self.remote: ClusterOffload | None = request.remote
         # True: an action kiln cannot key stops the build (``--strict-keys``);
         # False: it runs on every build, never cached, and kiln says so.
-        self.strict_keys = False
+        self.strict_keys = request.strict_keys
         self._store: StateStore | None = None
-        self._keyed: tuple[Plan, KeyMaker] | None = None  # the last plan checked, keyed
-        self._noted_unkeyed: set[str] = set()  # action types said to run unkeyed
-        self._noted_outside = False  # said that actions write outside the output dir
+        self._checker = PlanChecker()
         BuildContext("", self)
 
     @property
@@ -222,6 +238,21 @@ class Executor:
         """Build ``targets`` and what they need; True when everything built."""
         return self.run(targets, SchedulerOptions(**options)).ok
 
+    def request(self, options: SchedulerOptions) -> BuildRequest:
+        """The request of a build run with ``options``, with what this executor is
+        set to (for callers that set its attributes, as iree.build's do)."""
+        return BuildRequest(
+            options=options,
+            environment=self.run_context.environment,
+            strict_keys=self.strict_keys,
+            read_only=self.read_only,
+            verbose=self.verbose_level,
+            devices=self.run_context.devices,
+            cache=self.cache,
+            remote=self.remote,
+            readers=tuple(self.event_readers),
+        )
+
     def plan(self, targets: Iterable[BuildDependency]) -> Plan:
         """What ``targets`` need, in order (cycle check included); runs nothing."""
         return make_plan(targets, self.graph.files())
@@ -229,90 +260,48 @@ class Executor:
     def checked_plan(self, targets: Iterable[BuildDependency]) -> Plan:
         """The plan of ``targets``, once every action in it says it can run."""
         plan = self.plan(targets)
-        outside: dict[BuildAction, list[BuildFile]] = {}
-        for action in plan.actions:
-            action.check_timeout()
-            action.check_runnable()
-            for f in plan.outputs[action]:
-                if f.source is not None:
-                    outside.setdefault(action, []).append(f)
-        if outside:
-            self._check_outside(outside)
+        self._checker.check(plan, self.reporter.message)
         # With --strict-keys, an action kiln cannot key stops here. The build's
         # devices may not be chosen yet (a cluster is connected later): the keys'
         # device parts are made when it runs.
-        self._keys_for(plan, UNDECIDED)
-        return plan
-
-    def _check_outside(self, outside: dict[BuildAction, list[BuildFile]]) -> None:
-        """Refuse a built-in action writing outside the output directory; say once
-        that the others' files there are theirs, not kiln's."""
-        for action, files in outside.items():
-            if type(action).__module__.startswith("kiln.actions."):
-                raise BuildDefinitionError(
-                    f"'{action.desc}' (at {action.def_site}) would write {files[0].path}, "
-                    "outside the output directory; kiln's own actions write only into it: "
-                    "give the output a relative name"
-                )
-        if self._noted_outside:
-            return
-        self._noted_outside = True
-        action, files = next(iter(outside.items()))
-        more = sum(map(len, outside.values())) - 1
-        self.reporter.message(
-            f"kiln: '{action.desc}' writes {files[0].path}"
-            + (f" (and {more} more file(s) of actions like it)" if more else "")
-            + ", outside the output directory: kiln runs it, but the file is not kiln's: "
-            "kiln never deletes it nor takes it from a cache, and reruns the action when "
-            "the file is missing or changed"
+        self._checker.keys(
+            plan, self.run_context.environment, self.strict_keys, UNDECIDED, self.reporter.message
         )
-
-    def _keys_for(self, plan: Plan, devices: DeviceSet | None = None) -> KeyMaker:
-        """The keyed parameters of every action of ``plan``, made once per plan; the
-        device parts for ``devices`` (the build's: ``run_context.devices``)."""
-        devices = devices if devices is not None else self.run_context.devices
-        known = self._keyed
-        if known is not None and known[0] is plan:
-            if known[1].devices is not devices:
-                known[1].use_devices(devices)
-            return known[1]
-        keys = KeyMaker(self.run_context.environment, strict=self.strict_keys, devices=devices)
-        keys.all(plan.actions)
-        self._keyed = (plan, keys)
-        self._note_unkeyed(keys)
-        return keys
-
-    def _note_unkeyed(self, keys: KeyMaker) -> None:
-        """Say once per action type that its actions run on every build, and why."""
-        for action, why in keys.unkeyed.items():
-            kind = action.action_type
-            if kind in self._noted_unkeyed:
-                continue
-            self._noted_unkeyed.add(kind)
-            self.reporter.message(
-                f"kiln: {type(action).__qualname__} actions ('{action.desc}', defined at "
-                f"{action.def_site}) run on every build and are never cached: {why} "
-                "(--strict-keys makes this an error)"
-            )
+        return plan
 
     def run(
         self,
         targets: Iterable[BuildDependency],
-        options: SchedulerOptions,
+        request: BuildRequest | SchedulerOptions,
         plan: Plan | None = None,
     ) -> BuildResult:
-        """Build ``targets`` (``plan``: their ``checked_plan``, when already made)."""
+        """Build ``targets`` as ``request`` asks (``SchedulerOptions``: with what this
+        executor is set to, ``request``); ``plan``: their ``checked_plan``, when
+        already made. The actions reach the request's environment and devices
+        through ``run_context``."""
+        if isinstance(request, SchedulerOptions):
+            request = self.request(request)
         plan = plan if plan is not None else self.checked_plan(targets)
-        keys = self._keys_for(plan)
-        if options.dry_run and self._store is None:
+        self.run_context.environment = request.environment
+        if request.devices is not None:
+            self.run_context.devices = request.devices
+        keys = self._checker.keys(
+            plan,
+            request.environment,
+            request.strict_keys,
+            self.run_context.devices,
+            self.reporter.message,
+        )
+        options = request.options
+        if (options.dry_run or request.read_only) and self._store is None:
             self.read_only = True  # a dry run writes nothing, the state included
         if options.dry_run or self.read_only:
-            options.dry_run = True
+            options = replace(options, dry_run=True)
             output_dir_state(self.output_dir)
         else:
             claim_output_dir(self.output_dir)
         store = self.store()
-        readers = list(self.event_readers)
+        readers = list(request.readers)
         # A dry run writes nothing, its events included.
         last = None if options.dry_run else LastBuild(store.path.parent, self.reporter.message)
         if last is not None:
@@ -327,14 +316,10 @@ class Executor:
             on_interrupt=self.run_context.kill_subprocesses,
             outputs=None if options.dry_run else self.layout.tree,
             readers=readers,
-            cache=self.cache,
-            remote=self.remote,
-            environment=lambda: (
-                self.run_context.process_env(),
-                self.run_context.work_dir,
-                self.run_context.start_dir,
-            ),
-            commands=lambda: self.run_context.commands,
+            cache=request.cache,
+            remote=request.remote,
+            environment=self.run_context.program_setting,
+            commands=self.run_context.command_runner,
         )
         self.graph.runs.begin(scheduler.result.runs)
         try:
@@ -344,7 +329,7 @@ class Executor:
                 with BuildReaper(self.reporter.message):
                     result = scheduler.run()
                     if options.check_reproducible and not result.interrupted:
-                        self._check_reproducible(plan, result, scheduler, options.jobs)
+                        self._check_reproducible(plan, result, scheduler, options.jobs, keys)
                 result.unrequested = judge_unrequested(
                     self.entrypoints, self.graph.files(), plan, keys, result.digests, store
                 )
@@ -355,13 +340,13 @@ class Executor:
             self.run_context.end_build()
             if last is not None:
                 last.close()
-            if self.cache is not None and not options.dry_run:
-                self.cache.end_build()
+            if request.cache is not None and not options.dry_run:
+                request.cache.end_build()
         self.last_result = result
         return result
 
     def _check_reproducible(
-        self, plan: Plan, result: BuildResult, scheduler: Scheduler, jobs: int
+        self, plan: Plan, result: BuildResult, scheduler: Scheduler, jobs: int, keys: KeyMaker
     ) -> None:
         """``--check-reproducible``: run the build's actions again (``kiln.engine.reproducible``);
         then withdraw from the caches what they did not reproduce, and put in what
@@ -370,7 +355,6 @@ class Executor:
 
         self.reporter.message("kiln: checking that every action reproduces its outputs ...")
         store = self.store()
-        keys = self._keys_for(plan)
         found = check_build(
             plan, result, self.run_context, jobs, store.mark_nonreproducible, keys.keys_conventions
         )

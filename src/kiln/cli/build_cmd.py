@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kiln.base.errors import UsageError
+from kiln.base.events import EventReader
 from kiln.base.terminal import user_streams
 from kiln.cli.destinations import check_destinations
 from kiln.cli.executor_options import build_devices, open_remote
@@ -20,7 +21,8 @@ from kiln.cli.requested import (
     resolve_targets,
 )
 from kiln.cli.stale import settle_stale
-from kiln.engine.result import BuildResult, SchedulerOptions
+from kiln.engine.request import SchedulerOptions
+from kiln.engine.result import BuildResult
 from kiln.graph import BuildDependency, BuildFile
 from kiln.observe.event_log import EventLog, TraceFile
 from kiln.observe.summary import format_root_causes, format_success, format_summary
@@ -34,7 +36,7 @@ def check_event_files(inv: Invocation) -> None:
     not both the same one (``check_destinations``; before the lock, so that a refused
     build writes nothing)."""
     executor = inv.executor
-    cache = executor.cache.local.root if executor.cache is not None else None
+    cache = inv.request.cache.local.root if inv.request.cache is not None else None
     named = [
         (f"--{option}", path)
         for option in ("events", "profile")
@@ -65,41 +67,22 @@ def check_event_files(inv: Invocation) -> None:
     )
 
 
-def add_event_readers(inv: Invocation) -> EventLog | None:
-    """``--events`` and ``--profile``: readers of this build's events. Returns the
-    event log to close after the build."""
-    ns = inv.ns
-    executor = inv.executor
-    if getattr(ns, "profile", None) is not None:
-        executor.event_readers.append(TraceFile(ns.profile, executor.reporter.message))
-    if getattr(ns, "events", None) is None:
-        return None
-    log = EventLog.open(ns.events)
-    executor.event_readers.append(log)
-    return log
-
-
 @contextlib.contextmanager
-def _closing(log: EventLog | None) -> Iterator[None]:
+def event_readers(inv: Invocation) -> Iterator[tuple[EventReader, ...]]:
+    """``--events`` and ``--profile``: readers of this build's events; the event log
+    is closed after the build."""
+    ns = inv.ns
+    readers: list[EventReader] = []
+    if getattr(ns, "profile", None) is not None:
+        readers.append(TraceFile(ns.profile, inv.executor.reporter.message))
+    log = EventLog.open(ns.events) if getattr(ns, "events", None) is not None else None
+    if log is not None:
+        readers.append(log)
     try:
-        yield
+        yield tuple(readers)
     finally:
         if log is not None:
             log.close()
-
-
-def options_from(inv: Invocation, dry_run: bool = False) -> SchedulerOptions:
-    ns = inv.ns
-    return SchedulerOptions(
-        jobs=ns.jobs,
-        pools=dict(ns.pool),
-        fail_fast=getattr(ns, "fail_fast", False),
-        dry_run=dry_run or getattr(ns, "dry_run", False),
-        # A dry run of ``build`` lists what would run; ``explain`` prints it itself.
-        explain=getattr(ns, "explain", False) or getattr(ns, "dry_run", False),
-        check_reproducible=getattr(ns, "check_reproducible", False),
-        retry_failed=getattr(ns, "retry_failed", False),
-    )
 
 
 def check_mp_context() -> None:
@@ -134,7 +117,7 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
     went; the result (the command line prints the outputs' paths from it)."""
     check_mp_context()
     executor = inv.executor
-    options = options_from(inv)
+    options = inv.request.options
     skipped: list[str] = []
     over_budget: list[str] = []
     plan = executor.checked_plan(targets)  # before the lock: an error creates nothing
@@ -147,18 +130,17 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
         )
     # A dry run writes nothing, not even the lock: it reads a snapshot of the state.
     lock = contextlib.nullcontext() if options.dry_run else executor.lock(wait=not inv.ns.no_wait)
-    remote = open_remote(inv.ns, executor.cache, executor.reporter.message)
+    remote = open_remote(inv.ns, inv.request.cache, executor.reporter.message)
     # The cluster first: an executor that cannot be used leaves no output directory.
     # Then the lock, before any file is opened: a build that waits for (or gives up
     # on) another truncates none of that build's files, --events included.
-    with remote as executor.remote, lock, _closing(add_event_readers(inv)):
-        executor.run_context.devices = build_devices(
-            executor.remote, getattr(inv.ns, "require_devices", False)
-        )
+    with remote as offload, lock, event_readers(inv) as readers:
+        devices = build_devices(offload, getattr(inv.ns, "require_devices", False))
+        request = inv.request.connected(offload, devices, readers)
         # What actions print goes to stderr, escaped: stdout carries only the paths
         # printed below.
         with user_streams(inv.stderr):
-            result: BuildResult = executor.run(targets, options, plan)
+            result: BuildResult = executor.run(targets, request, plan)
         if not options.dry_run:
             from kiln.compare.history import keeping_history
             from kiln.observe.manifest import skipped_checks, write_manifest

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from kiln.base.terminal import printable
-from kiln.cli.build_cmd import options_from
 from kiln.cli.invocation import Invocation
 from kiln.cli.requested import check_compile_targets, resolve_targets
 from kiln.engine.result import BuildResult
@@ -19,7 +18,7 @@ def run(inv: Invocation) -> int:
     targets = resolve_targets(executor, inv.ns.targets)
     plan = executor.checked_plan(targets)
     check_compile_targets(executor, plan.actions)
-    result = executor.run(targets, options_from(inv, dry_run=True), plan)
+    result = executor.run(targets, inv.request, plan)
 
     if inv.ns.json:
         print(json.dumps(_explained(result), indent=2), file=inv.stdout)

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
+
+from kiln.engine.request import BuildRequest
+from kiln.executor import Executor
 
 
 @dataclass
 class Invocation:
-    """Everything a command needs: parsed options, the analysed graph, streams."""
+    """Everything a command needs: parsed options, the analysed graph, what its
+    builds are asked (made once from the options), streams."""
 
     command: str
     ns: argparse.Namespace  # kiln's own options
-    executor: Any
+    executor: Executor
+    request: BuildRequest
     stdout: IO[str]
     stderr: IO[str]
     # What ``cl_arg`` defaults resolve from: kiln's options and the build module's,

@@ -13,11 +13,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO
 
-from kiln.base.action_env import ActionEnvironment
 from kiln.base.errors import BuildDefinitionError, HelpShown, UsageError
 from kiln.base.terminal import user_streams
 from kiln.cli import project_config
-from kiln.cli.cache_options import open_cache
+from kiln.cli.build_request import request_from
 from kiln.cli.invocation import Invocation
 from kiln.cli.loader import collect_entrypoints, guarded, loaded_for_command
 from kiln.cli.options import (
@@ -71,18 +70,14 @@ def _open(
     _resolve_paths(ns, start_dir)
     args = argparse.Namespace(**{**vars(ns), **values})
     reporter = make_reporter(ns, err)
-    executor = Executor(ns.output_dir, stderr=err, reporter=reporter)
-    executor.verbose_level = ns.verbose
-    executor.run_context.environment = ActionEnvironment.from_specs(
-        getattr(ns, "action_env", []), os.environ
+    request = request_from(command, ns, reporter.message, start_dir)
+    executor = Executor(
+        ns.output_dir,
+        stderr=err,
+        reporter=reporter,
+        request=request,
+        source_root=os.path.dirname(os.path.abspath(module_file)) if module_file else None,
     )
-    executor.strict_keys = bool(getattr(ns, "strict_keys", False))
-    if module_file:
-        executor.source_root = os.path.dirname(os.path.abspath(module_file))
-    executor.read_only = command in ("list", "graph", "explain") or bool(
-        getattr(ns, "dry_run", False)
-    )
-    executor.cache = open_cache(ns, reporter.message, start_dir)
     where = getattr(module, "__file__", None) or module.__name__
     with argument_namespace_context(args), user_streams(err):
         broken, declared = _analyse(executor, where, entrypoints)
@@ -92,7 +87,15 @@ def _open(
     stack.callback(executor.close)
     stack.enter_context(_graph_frozen())
     yield Invocation(
-        command, ns, executor, out, err, args, module_file=module_file, broken=frozenset(broken)
+        command,
+        ns,
+        executor,
+        request,
+        out,
+        err,
+        args,
+        module_file=module_file,
+        broken=frozenset(broken),
     )
 
 

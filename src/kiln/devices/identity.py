@@ -358,7 +358,7 @@ class DeviceSet:
 
 # The devices of a plan checked before its build has chosen where its checks run
 # (``kiln build`` connects to its cluster after checking the plan): keying with it
-# enumerates no device, and no key made with it is used (``Executor._keys_for``).
+# enumerates no device, and no key made with it is used (``PlanChecker.keys``).
 UNDECIDED = DeviceSet("(not decided yet)", None)
 
 _LOCAL: DeviceSet | None = None

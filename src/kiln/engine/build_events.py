@@ -50,7 +50,8 @@ class BuildEmitter:
     def _action_event(self, kind: str, action: BuildAction, **fields: Any) -> ev.BuildEvent:
         info = self._info.get(action)
         if info is None:
-            target = ev.target_of(f.path for f in self.plan.outputs[action])
+            outputs = self.plan.outputs[action]
+            target = ev.target_of((outputs[0].path,)) if outputs else None
             info = self._info[action] = (action.action_type, target)
         return ev.BuildEvent(
             kind,

@@ -1,7 +1,7 @@
-"""What a build is asked to do (``SchedulerOptions``) and what came of it
-(``BuildResult``): the scheduler returns the result, and the summary, the
-manifest and the command line read it. Graph nodes hold definitions only; what
-happened to a node in a build is its ``NodeRun`` in the result.
+"""What came of a build (``BuildResult``; what it was asked is a
+``kiln.engine.request.BuildRequest``): the scheduler returns the result, and the
+summary, the manifest and the command line read it. Graph nodes hold definitions
+only; what happened to a node in a build is its ``NodeRun`` in the result.
 """
 
 from __future__ import annotations
@@ -9,30 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kiln.base.cpus import usable_cpus
 from kiln.base.errors import UnchangedFailure
 
 if TYPE_CHECKING:
     from kiln.graph import BuildAction, BuildDependency, BuildFile
-
-
-@dataclass
-class SchedulerOptions:
-    """What a build is asked to do."""
-
-    jobs: int = field(default_factory=usable_cpus)
-    pools: dict[str, int] = field(default_factory=dict)
-    fail_fast: bool = False
-    dry_run: bool = False
-    explain: bool = False
-    # Start the ready action with the longest remaining path first (else: FIFO).
-    critical_path: bool = True
-    # Run every action a second time and compare (``kiln.engine.reproducible``); nothing
-    # goes into the shared cache before its second run agreed.
-    check_reproducible: bool = False
-    # Run again the actions that failed with the same key before (else they count
-    # as failed, unchanged: ``kiln.engine.failures``).
-    retry_failed: bool = False
 
 
 @dataclass(slots=True)

@@ -39,7 +39,8 @@ from kiln.engine.limits import MAX_JOBS, ResourcePools, cap_jobs
 from kiln.engine.priority import remaining_paths
 from kiln.engine.ready import ReadyQueue, Waiting
 from kiln.engine.recording import Recorder
-from kiln.engine.result import BuildResult, NodeRun, SchedulerOptions
+from kiln.engine.request import SchedulerOptions
+from kiln.engine.result import BuildResult, NodeRun
 from kiln.engine.shared import CANCELLED, ENDED, Done, Shared
 from kiln.execution.process.commands import CommandRunner
 from kiln.graph import BuildAction, BuildDependency
@@ -118,7 +119,7 @@ class Scheduler:
             self.checker.run_deps,
         )
         self.recorder = Recorder(store, self.checker.digests)
-        self._pools = ResourcePools(options.pools)
+        self._pools = ResourcePools(dict(options.pools))
         self._outputs = ActionOutputs(store, outputs)
         self._tree = outputs
         self._on_interrupt = on_interrupt

@@ -137,6 +137,15 @@ class RunContext:
                 self._commands = CommandRunner()
             return self._commands
 
+    def command_runner(self) -> CommandRunner:
+        """``commands``, as a callable the engine is handed."""
+        return self.commands
+
+    def program_setting(self) -> tuple[dict[str, str], str, str]:
+        """Where an action's programs run: their environment, working directory and
+        the directory the build runs from (``start_dir``)."""
+        return self.process_env(), self.work_dir, self.start_dir
+
     @property
     def spools(self) -> LogSpools:
         """The files commands print into while they run (``.kiln/spool/``)."""
