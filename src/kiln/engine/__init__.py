@@ -6,11 +6,15 @@ its ``Plan`` and ``CommandRunner``).
                      waiting action starts first (critical path)
     shared.py        ``Shared``: what the scheduler and the dispatch share (the
                      completions inbox, the run records, the events, stopping)
-    dispatch.py      ``Dispatcher``: where a started action runs (in-line, a worker
-                     thread, the process pool, the cluster) or is served from
-                     the cache
-    command_lanes.py ``CommandLanes``: commands started without a thread, each in a
-                     lane, finished when the build's command runner reaps them
+    runner.py        ``Runner``: the protocol of one place an action's work runs
+                     (``takes``, ``placement``, ``start``, ``cancel``, ``shutdown``)
+    runners.py       the build's runners: the cache, the cluster, a worker process,
+                     in-line, a worker thread
+    dispatch.py      ``Dispatcher``: gives a started action to the first runner that
+                     takes it, in-line or on a worker thread
+    command_lanes.py ``CommandLanes``: the runner of commands started without a
+                     thread, each in a lane, finished when the build's command
+                     runner reaps them
     recording.py     ``Recorder``: the records of finished actions and their
                      failures, written in groups (one transaction per round)
     failures.py      which failures are remembered (``judge``): only one kiln can
