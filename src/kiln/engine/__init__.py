@@ -2,16 +2,22 @@
 its parts, each behind a narrow interface.
 
     scheduler.py       ``Scheduler``: the loop that ties the parts below
-    result.py          what a build is asked (``SchedulerOptions``) and what came of
-                       it (``BuildResult``, each node's ``NodeRun``)
+    request.py         ``BuildRequest``: the front door, one frozen value of what a
+                       build is asked (its ``SchedulerOptions`` and the rest)
+    result.py          what came of a build (``BuildResult``, each node's ``NodeRun``)
     ready.py           ``ReadyQueue``: what may start; the failure cascade; which
                        waiting action starts first (``priority.py``: critical path)
     incremental.py     ``UpToDateChecker``: an action's key, and whether (and why) it
                        runs
-    dispatch.py        ``Dispatcher``: where a started action runs (in-line, a worker
-                       thread, the process pool, a command, the cluster) or is served
-                       from the cache (``cache_step.py``: what is shared)
-    command_lanes.py   ``CommandLanes``: commands started without a thread each
+    runner.py          ``Runner``: the protocol of one place an action's work runs
+                       (``takes``, ``placement``, ``start``, ``cancel``, ``shutdown``)
+    runners.py         the build's runners, in order: the cache (``cache_step.py``:
+                       what is shared), the cluster, a worker process, in-line, a
+                       worker thread
+    dispatch.py        ``Dispatcher``: gives a started action to the first runner
+                       that takes it, in-line or on a worker thread
+    command_lanes.py   ``CommandLanes``: the runner of commands started without a
+                       thread each
     limits.py          ``-j``, the named pools, which actions run in-line
     shared.py          ``Shared``: what the loop and the dispatch share
     inbox.py           the loop's inbox: what finished, from any thread

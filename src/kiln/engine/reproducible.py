@@ -22,6 +22,11 @@ one at a time, after the build). A PROCESS action or a command is given a fixed,
 keyed environment (``kiln.base.action_env``), the same on both runs; only the
 scratch directory it is given as its home and temporary directory differs.
 
+Which of these a second run is, the first of the check's own runners that takes
+the action says (``first_taking``, as the build's dispatcher picks its runners;
+``kiln.engine.runner``): a command in a scratch directory, a worker process's
+thunk in one, a worker process in place, kiln's own process in place.
+
 An action whose outputs differ is listed with the first differing byte; its key
 is marked in the build state (``StateStore.mark_nonreproducible``) and neither
 this build nor a later one puts its results into, or takes them from, a shared
@@ -41,10 +46,12 @@ import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from kiln.base.action_env import other_conventions
 from kiln.base.errors import KilnError
 from kiln.engine.result import BuildResult
+from kiln.engine.runner import Takes, first_taking
 from kiln.execution.process.pool import ProcessPool
 from kiln.execution.run_context import RunContext
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
@@ -109,12 +116,19 @@ class ReproducibilityCheck:
         self.jobs = max(1, jobs)
         self.root = context.layout.kiln_dir / CHECK_DIR
         self._pool: ProcessPool | None = None
+        self.runners: list[SecondRun] = [
+            CommandInSandbox(context),
+            ThunkInSandbox(self._process_pool),
+            ProcessInPlace(self._process_pool),
+            InPlaceKeyed(keys_conventions),
+            InPlace(),
+        ]
 
     def run(self, actions: Iterable[BuildAction]) -> list[Difference]:
         """Run each of ``actions`` again; what it did not reproduce."""
         actions = list(actions)
-        sandboxed = [a for a in actions if _sandbox_form(a)]
-        in_place = [a for a in actions if not _sandbox_form(a)]
+        sandboxed = [a for a in actions if first_taking(self.runners, a).sandboxed]
+        in_place = [a for a in actions if not first_taking(self.runners, a).sandboxed]
         self._clear()
         found: list[Difference] = []
         try:
@@ -156,7 +170,7 @@ class ReproducibilityCheck:
                 _copy(Path(f.fs_str), _place(workdir, paths[f]))
             for f in outputs:
                 _place(workdir, paths[f]).parent.mkdir(parents=True, exist_ok=True)
-            self._second_run(action, paths, workdir)
+            first_taking(self.runners, action).run(action, workdir, paths, _unsaid)
         except (OSError, KilnError) as e:
             return [Difference(action, outputs[0], f"could not be made again: {e}", where)]
         return [
@@ -164,29 +178,6 @@ class ReproducibilityCheck:
             for f in outputs
             if (d := _compare(action, f, _place(workdir, paths[f]), where)) is not None
         ]
-
-    def _second_run(self, action: BuildAction, paths: dict[BuildFile, str], workdir: Path) -> None:
-        command = sandbox_command(action)
-        if command is not None:
-            argv = command[0]
-            env = self.context.process_env(getattr(action, "env", None))
-            with open(workdir / _OUTPUT_LOG, "wb") as log:
-                proc = subprocess.run(
-                    argv,
-                    cwd=workdir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    timeout=getattr(action, "timeout", None),
-                    start_new_session=True,
-                )
-            if proc.returncode != 0:
-                raise KilnError(f"its command exited with status {proc.returncode}")
-            return
-        thunk = sandbox_thunk(action, paths.__getitem__)
-        assert thunk is not None  # _sandbox_form chose it
-        self._process_pool().run(thunk, action.desc, action.timeout, cwd=str(workdir))
 
     # -- in place --------------------------------------------------------------
 
@@ -201,28 +192,166 @@ class ReproducibilityCheck:
                 keep = aside / str(i)
                 os.replace(f.fs_str, keep)
                 moved.append((f, keep))
+            said = [where]
             try:
-                if action.concurrency is ActionConcurrency.PROCESS:  # a fixed environment
-                    self._process_pool().run_action(action)
-                elif self.keys_conventions(action):  # keyed: the same ones again
-                    action._invoke()
-                else:
-                    with other_conventions() as changed:
-                        where = f"run again in place, with {changed}"
-                        action._invoke()
+                first_taking(self.runners, action).run(action, aside, {}, said.append)
             except Exception as e:  # noqa: BLE001 - the second run's failure is a finding
-                return [Difference(action, outputs[0], f"could not be made again: {e}", where)]
+                return [Difference(action, outputs[0], f"could not be made again: {e}", said[-1])]
+            where = said[-1]
             return [d for f, keep in moved if (d := _compare(action, f, keep, where, swap=True))]
         finally:
             for f, keep in moved:
                 os.replace(keep, f.fs_str)  # the build's outputs, as recorded
 
 
-def _sandbox_form(action: BuildAction) -> bool:
-    """Whether ``action`` can run with its files at places kiln chooses."""
-    if isinstance(action, RemotableCommand):
+class SecondRun(Takes, Protocol):
+    """One way to run an action a second time. ``sandboxed``: in a scratch
+    directory ``workdir``, every file at its place ``paths`` there (these run side
+    by side); else in place, the first outputs set aside (these run one at a
+    time). ``say`` takes how the run differs from the build's, when it says more
+    than where it ran."""
+
+    sandboxed: bool
+
+    def run(
+        self,
+        action: BuildAction,
+        workdir: Path,
+        paths: dict[BuildFile, str],
+        say: Callable[[str], None],
+    ) -> None: ...
+
+
+class CommandInSandbox:
+    """A command (``RemotableCommand``), its output into a log in the scratch
+    directory; a nonzero exit status fails the second run."""
+
+    sandboxed = True
+
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+
+    def takes(self, action: BuildAction) -> bool:
+        return isinstance(action, RemotableCommand)
+
+    def run(
+        self,
+        action: BuildAction,
+        workdir: Path,
+        paths: dict[BuildFile, str],
+        say: Callable[[str], None],
+    ) -> None:
+        command = sandbox_command(action)
+        assert command is not None  # a RemotableCommand's
+        env = self.context.process_env(getattr(action, "env", None))
+        with open(workdir / _OUTPUT_LOG, "wb") as log:
+            proc = subprocess.run(
+                command[0],
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                timeout=getattr(action, "timeout", None),
+                start_new_session=True,
+            )
+        if proc.returncode != 0:
+            raise KilnError(f"its command exited with status {proc.returncode}")
+
+
+class ThunkInSandbox:
+    """A process action that can say where its files are (``sandbox_thunk``): its
+    thunk in a worker process, in the scratch directory."""
+
+    sandboxed = True
+
+    def __init__(self, pool: Callable[[], ProcessPool]) -> None:
+        self._pool = pool
+
+    def takes(self, action: BuildAction) -> bool:
+        return action.concurrency is ActionConcurrency.PROCESS and remotable(action)
+
+    def run(
+        self,
+        action: BuildAction,
+        workdir: Path,
+        paths: dict[BuildFile, str],
+        say: Callable[[str], None],
+    ) -> None:
+        thunk = sandbox_thunk(action, paths.__getitem__)
+        assert thunk is not None  # a remotable process action's
+        self._pool().run(thunk, action.desc, action.timeout, cwd=str(workdir))
+
+
+class ProcessInPlace:
+    """Any other process action, in place, in a worker process (its environment is
+    fixed)."""
+
+    sandboxed = False
+
+    def __init__(self, pool: Callable[[], ProcessPool]) -> None:
+        self._pool = pool
+
+    def takes(self, action: BuildAction) -> bool:
+        return action.concurrency is ActionConcurrency.PROCESS
+
+    def run(
+        self,
+        action: BuildAction,
+        workdir: Path,
+        paths: dict[BuildFile, str],
+        say: Callable[[str], None],
+    ) -> None:
+        self._pool().run_action(action)
+
+
+class InPlaceKeyed:
+    """An in-process action whose key holds kiln's time zone and locale, in place,
+    under the same ones: what is keyed may change its output, so the check does
+    not vary it."""
+
+    sandboxed = False
+
+    def __init__(self, keys_conventions: Callable[[BuildAction], bool]) -> None:
+        self.keys_conventions = keys_conventions
+
+    def takes(self, action: BuildAction) -> bool:
+        return self.keys_conventions(action)
+
+    def run(
+        self,
+        action: BuildAction,
+        workdir: Path,
+        paths: dict[BuildFile, str],
+        say: Callable[[str], None],
+    ) -> None:
+        action._invoke()
+
+
+class InPlace:
+    """Any other action (kiln's own in-process actions, whose keys do not hold the
+    time zone and locale), in place, in kiln's process with another time zone and
+    locale (``other_conventions``)."""
+
+    sandboxed = False
+
+    def takes(self, action: BuildAction) -> bool:
         return True
-    return action.concurrency is ActionConcurrency.PROCESS and remotable(action)
+
+    def run(
+        self,
+        action: BuildAction,
+        workdir: Path,
+        paths: dict[BuildFile, str],
+        say: Callable[[str], None],
+    ) -> None:
+        with other_conventions() as changed:
+            say(f"run again in place, with {changed}")
+            action._invoke()
+
+
+def _unsaid(where: str) -> None:
+    """A second run in a scratch directory is told apart by its place alone."""
 
 
 def _place(workdir: Path, rel: str) -> Path:

@@ -238,11 +238,12 @@ class Scheduler:
         while ready.waiting and busy + len(chosen) < 2 * jobs and len(inline) < _INLINE_BATCH:
             entry = ready.next_waiting()
             action = entry[2]
-            here = dispatch.runs_inline(action)
+            place = dispatch.placement(action)
+            here = place.in_line
             # With in-line actions to run, one of the ``jobs`` places is theirs. A
             # command holds its place until it is reaped: no queuing ahead for it.
             room = jobs if here or not inline else jobs - 1
-            if (here or inline or dispatch.spawns(action)) and busy + len(chosen) >= room:
+            if (here or inline or place.holds_place) and busy + len(chosen) >= room:
                 ready.put_back(entry)  # the best waits for a free place
                 break
             if not self._pools.take(action):

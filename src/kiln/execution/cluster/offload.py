@@ -43,12 +43,15 @@ class ClusterOffload:
         self._lock = threading.Lock()
 
     def takes(self, action: BuildAction) -> bool:
-        """Whether ``action`` runs on the cluster: a remotable command or thunk; an
-        in-process action never; a process action that cannot be remapped, or that
-        reads a directory (the remote cache holds files), stays here, with a note."""
+        """Whether ``action`` runs on the cluster: a remotable command or thunk; a
+        process action that cannot be remapped, or that reads a directory (the
+        remote cache holds files), stays here (``stays``)."""
+        return remotable(action) and not _reads_a_directory(action)
+
+    def stays(self, action: BuildAction) -> None:
+        """``action``, which the cluster does not take, runs on this machine: a
+        process action's type is noted once (an in-process action never goes)."""
         kind = type(action).__qualname__
-        if remotable(action) and not _reads_a_directory(action):
-            return True
         if action.concurrency is ActionConcurrency.PROCESS:
             self._note(
                 kind,
@@ -56,7 +59,6 @@ class ClusterOffload:
                 "they define no sandbox_thunk(path) to say where their files are "
                 "in a remote sandbox",
             )
-        return False
 
     def _note(self, topic: str, text: str) -> None:
         with self._lock:
