@@ -171,11 +171,17 @@ def test_the_check_picks_its_second_runs_from_its_own_list(tmp_path: Path) -> No
     )
     try:
         plan = g.executor.checked_plan(list(g.files.values()))
-        check = ReproducibilityCheck(plan, g.executor.run_context, 1)
+        check = ReproducibilityCheck(plan, g.executor.run_context, 1, lambda a: False)
         kinds = {
             name: type(first_taking(check.runners, a)).__name__ for name, a in g.actions.items()
+        }
+        # An action whose key holds the time zone and locale runs under the same ones.
+        keyed = ReproducibilityCheck(plan, g.executor.run_context, 1, lambda a: True)
+        keyed_kinds = {
+            name: type(first_taking(keyed.runners, a)).__name__ for name, a in g.actions.items()
         }
     finally:
         g.executor.close()
     assert kinds == {"thread": "InPlace", "process": "ProcessInPlace"}
-    assert not any(r.sandboxed for r in check.runners if type(r).__name__.endswith("InPlace"))
+    assert keyed_kinds == {"thread": "InPlaceKeyed", "process": "ProcessInPlace"}
+    assert not any(r.sandboxed for r in check.runners if "InPlace" in type(r).__name__)
