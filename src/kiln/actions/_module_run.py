@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiln.actions import _devices
-from kiln.actions._params import parameters_arg
 from kiln.actions._runtime import Loads
 from kiln.actions.iree import CompileAction
 from kiln.actions.onnx import ImportOnnxAction
+from kiln.actions.params import parameters_arg
 from kiln.actions.torch_export import TorchExportAction, torch_exporter
 from kiln.devices.identity import STAND_IN_VAR, is_stand_in, need_for_driver, need_for_flags
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
@@ -126,7 +126,7 @@ def declare_run(
     kind: str = "run",
 ) -> ModuleRun:
     """Resolve the files and the device of a run of ``module`` (a ``kind``, for
-    errors): the archives are ``parameters`` when given (``kiln.actions._params.
+    errors): the archives are ``parameters`` when given (``kiln.actions.params.
     parameters_arg``), else those of the module's program."""
     context = BuildContext.current()
     module_file = context.file(module)

@@ -11,7 +11,7 @@ are added from there).
 
 The program names each archived weight ``#stream.parameter.named<SCOPE::NAME>``
 (NAME: the initializer's name, ``:`` written ``_``). Which weights go to the
-archive is `kiln.actions._params.Params`'s rule; with the default every
+archive is `kiln.actions.params.Params`'s rule; with the default every
 floating-point weight goes, so the program text is a function of the architecture
 alone. An external-data file the model names must be one of the import's declared
 inputs (``data_files``): a file kiln does not know of could change without

@@ -14,7 +14,7 @@ from kiln.actions._devices import MACHINE_POOL, driver_for_flags
 from kiln.actions._gpu_probe import check_target
 from kiln.actions._host import depends_on_host, explicit_flags, resolve
 from kiln.actions._host import save as save_host_answers
-from kiln.actions._params import program_archives
+from kiln.actions.params import program_archives
 from kiln.base.compile_targets import target_flags, target_name
 from kiln.base.errors import BuildDefinitionError, ToolError, UsageError
 from kiln.graph import (

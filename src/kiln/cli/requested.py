@@ -35,11 +35,11 @@ def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependenc
 
 def check_compile_targets(executor: Executor, actions: list[BuildAction]) -> None:
     """A ``--target`` that no compile among ``actions`` compiles for is a usage error
-    (``kiln.actions._target_use``), spelled as this module's command line spells it;
+    (``kiln.actions.compile_target_use``), spelled as this module's command line spells it;
     compiles that fix targets leaving out one asked for are named in a warning."""
     if not actions:
         return
-    from kiln.actions._target_use import check_targets_used
+    from kiln.actions.compile_target_use import check_compile_targets_used
 
     module_flags = {
         d.flag
@@ -47,7 +47,7 @@ def check_compile_targets(executor: Executor, actions: list[BuildAction]) -> Non
         for d in getattr(getattr(ep, "entrypoint", None), "cl_arg_defs", ())
     }
     flag = "--kiln-target" if "--target" in module_flags else "--target"
-    warning = check_targets_used(actions, flag)
+    warning = check_compile_targets_used(actions, flag)
     if warning is not None:
         executor.reporter.message(warning)
 
