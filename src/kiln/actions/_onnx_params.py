@@ -27,10 +27,11 @@ from typing import Any
 
 from kiln.actions._logs import short_diagnostic, shown_path
 from kiln.actions._onnx_import import (
-    _uses_external,
-    check_declared,
+    checking_model,
     load_tensor_data,
+    read_model,
     upgrade,
+    uses_external,
     write_program,
 )
 from kiln.base.errors import ToolError
@@ -51,22 +52,14 @@ def _load_graph(
     (``check_declared``)."""
     import onnx
 
-    try:
-        model = onnx.load(source, load_external_data=False)
-    except Exception as e:
-        raise ToolError(
-            f"cannot read ONNX model {shown_path(source)}: {short_diagnostic(e)}"
-        ) from e
-    locations = check_declared(model, source, data_files)
-    try:
+    model, locations = read_model(source, data_files)
+    with checking_model(source):
         if not locations:  # the checker would look for external data from here
             onnx.checker.check_model(model)
         if not model.graph.name:
             model.graph.name = "main_graph"
         model = upgrade(model, opset_version)
         return onnx.shape_inference.infer_shapes(model, data_prop=True), locations
-    except Exception as e:
-        raise ToolError(f"invalid ONNX model {shown_path(source)}: {short_diagnostic(e)}") from e
 
 
 def _element_count(tensor: Any) -> int:
@@ -102,7 +95,7 @@ def _importer_class() -> Any:
             if isinstance(initializer, onnx.TensorProto) and (
                 extern_name is not None or not archived(initializer, self.kiln_threshold)
             ):
-                if _uses_external(initializer):
+                if uses_external(initializer):
                     load_tensor_data(initializer, self.kiln_locations[initializer.name])
                 return onnx_importer.NodeImporter.import_initializer(self, initializer, extern_name)
             return super().import_initializer(initializer, extern_name)

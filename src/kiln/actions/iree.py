@@ -12,8 +12,8 @@ from typing import Any
 from kiln.actions._compiler import compile_module, compiler_version
 from kiln.actions._devices import MACHINE_POOL, driver_for_flags
 from kiln.actions._gpu_probe import check_target
-from kiln.actions._host import depends_on_host, explicit_flags, resolve
-from kiln.actions._host import save as save_host_answers
+from kiln.actions._host_cpu import depends_on_host, explicit_flags, resolve
+from kiln.actions._host_cpu import save as save_host_answers
 from kiln.actions.params import program_archives
 from kiln.base.compile_targets import target_flags, target_name
 from kiln.base.errors import BuildDefinitionError, ToolError, UsageError
@@ -171,7 +171,7 @@ class CompileAction(BuildAction):
         self.flags = [*target.flags, *flags]
         self.deps.add(input_file)
         output_file.deps.add(self)
-        # What the host-dependent flags mean here (``kiln.actions._host``), once asked.
+        # What the host-dependent flags mean here (``kiln.actions._host_cpu``), once asked.
         self._host: dict[str, str] | None = None
 
     @property

@@ -46,7 +46,7 @@ OUTSIDE_VIEW = f"{KILN_DIR}/outside"
 # (logs, command spools, the programs' scratch, the source links, the
 # reproducibility check's scratch): ``kiln clean`` removes them whole.
 KILN_TREES = ("logs", "spool", "tmp", "src", "outside", "check")
-# What the host CPU target resolves to here (``kiln.actions._host``).
+# What the host CPU target resolves to here (``kiln.actions._host_cpu``).
 HOST_MEMO = "host-targets.json"
 
 
