@@ -156,13 +156,14 @@ def read_model(source: str, data_files: Sequence[str]) -> tuple[Any, dict[str, s
 
 
 @contextmanager
-def checking_model(source: str) -> Iterator[None]:
-    """Any error raised inside (checking, upgrading, inferring shapes) becomes the
-    ToolError that says the model at ``source`` is invalid."""
+def model_errors(source: str, saying: str) -> Iterator[None]:
+    """Any error raised inside becomes a ToolError: ``saying`` (``invalid ONNX
+    model`` while checking, upgrading and inferring shapes; ``cannot import ONNX
+    model`` while importing), the model at ``source``, and the error."""
     try:
         yield
     except Exception as e:
-        raise ToolError(f"invalid ONNX model {shown_path(source)}: {short_diagnostic(e)}") from e
+        raise ToolError(f"{saying} {shown_path(source)}: {short_diagnostic(e)}") from e
 
 
 def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str] = ()) -> Any:
@@ -171,7 +172,7 @@ def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str]
     model, locations = read_model(source, data_files)
     if locations:
         load_external(model, locations)
-    with checking_model(source):
+    with model_errors(source, "invalid ONNX model"):
         if not model.graph.name:  # the checker rejects it; the function needs a name
             model.graph.name = "main_graph"
         return _infer_shapes(upgrade(model, opset_version), source)
@@ -190,15 +191,11 @@ def import_onnx(
     from iree.compiler.ir import Context
 
     model = _load_onnx(source, opset_version, data_files)
-    try:
+    with model_errors(source, "cannot import ONNX model"):
         info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=Context()).operation
         onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
         module.verify()
-    except Exception as e:
-        raise ToolError(
-            f"cannot import ONNX model {shown_path(source)}: {short_diagnostic(e)}"
-        ) from e
     write_program(module, output)
 
 

@@ -25,10 +25,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from kiln.actions._logs import short_diagnostic, shown_path
+from kiln.actions._logs import shown_path
 from kiln.actions._onnx_import import (
-    checking_model,
     load_tensor_data,
+    model_errors,
     read_model,
     upgrade,
     uses_external,
@@ -53,7 +53,7 @@ def _load_graph(
     import onnx
 
     model, locations = read_model(source, data_files)
-    with checking_model(source):
+    with model_errors(source, "invalid ONNX model"):
         if not locations:  # the checker would look for external data from here
             onnx.checker.check_model(model)
         if not model.graph.name:
@@ -130,7 +130,7 @@ def import_onnx_params(
     importer.kiln_threshold = threshold
     importer.kiln_base = os.path.dirname(source) or "."
     importer.kiln_locations = locations
-    try:
+    with model_errors(source, "cannot import ONNX model"):
         info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=Context()).operation
         data = ParamData(None, 0, scope, importer.kiln_base, archive, None)
@@ -139,10 +139,6 @@ def import_onnx_params(
         imp.__class__ = importer
         imp.import_all()
         module.verify()
-    except Exception as e:
-        raise ToolError(
-            f"cannot import ONNX model {shown_path(source)}: {short_diagnostic(e)}"
-        ) from e
     write_program(module, output)
     tensors = [(symbol, info.main_graph.initializer_map[name]) for name, symbol in imp.globals]
     write_archive(archive, tensors, locations)
