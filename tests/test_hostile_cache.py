@@ -506,10 +506,11 @@ def test_a_claim_completing_while_the_cache_is_looked_at_is_seen(
     """The moment ``kiln cache clear`` (or another build) finds ``.kiln`` but not yet
     its marker, and the claiming build then writes it: the directory is kiln's,
     never refused as another program's (exit 2 once in CI, racing a build)."""
-    from kiln.cache import ownership
+    from kiln.cache import claim
+    from kiln.output_dir import ownership
 
     root = tmp_path / "cache"
-    ownership.claim_cache_dir(root)
+    claim.claim_cache_dir(root)
     real = ownership.read_regular
     looks: list[Path] = []
 
@@ -520,7 +521,7 @@ def test_a_claim_completing_while_the_cache_is_looked_at_is_seen(
         return real(path, limit=limit)
 
     monkeypatch.setattr(ownership, "read_regular", marker_not_yet_there)
-    assert ownership.cache_dir_state(root) == "kiln"
+    assert claim.cache_dir_state(root) == "kiln"
     assert len(looks) == 2
 
 

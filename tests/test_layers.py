@@ -6,9 +6,12 @@ Every import counts: those inside functions and those under ``if TYPE_CHECKING:`
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import grimp
@@ -111,3 +114,77 @@ def test_the_package_does_not_import_the_command_line() -> None:
     """``import kiln`` stays fast: the command line is imported on first use."""
     graph = import_graph()
     assert not {m for m in graph["kiln"] if m == "kiln.cli" or m.startswith("kiln.cli.")}
+
+
+def private_imports(src: Path) -> list[str]:
+    """Imports of a private module or name (a segment with one leading underscore)
+    from outside the package that holds it, as ``file:line: dotted.name``.
+
+    A private module ``kiln.a._m`` (and all in it) belongs to ``kiln.a``; a private
+    name ``_n`` of the module ``kiln.a.m`` belongs to ``kiln.a`` as well. Importers
+    inside that package (its subpackages included) may use it; others may not. The
+    lazy table of ``kiln/__init__.py`` counts too: any string constant that is a
+    dotted ``kiln.`` name is read as an import of it."""
+    found: list[str] = []
+    for path in sorted(src.rglob("*.py")):
+        importer = path.relative_to(src).with_suffix("").parts
+        package = importer[:-1]
+        for lineno, dotted in _imported_names(ast.parse(path.read_text(), str(path))):
+            owner = _private_owner(src, dotted)
+            if owner is not None and package[: len(owner)] != owner:
+                found.append(f"{path.relative_to(src)}:{lineno}: {'.'.join(dotted)}")
+    return found
+
+
+def _imported_names(tree: ast.AST) -> Iterator[tuple[int, tuple[str, ...]]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                yield node.lineno, (*node.module.split("."), alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, tuple(alias.name.split("."))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"kiln(\.\w+)+", node.value)
+        ):
+            yield node.lineno, tuple(node.value.split("."))
+
+
+def _private_owner(src: Path, dotted: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The package a private part of ``dotted`` belongs to, or None when all of
+    ``dotted`` is public (or it is not kiln's)."""
+    if dotted[0] != "kiln":
+        return None
+    for i, part in enumerate(dotted):
+        if part.startswith("_") and not part.startswith("__"):
+            holder = dotted[:i]
+            is_package = (src.joinpath(*holder) / "__init__.py").is_file()
+            return holder if is_package else holder[:-1]
+    return None
+
+
+def test_no_private_module_or_name_is_imported_across_packages() -> None:
+    assert private_imports(ROOT / "src") == []
+
+
+def test_the_private_import_check_is_able_to_fail(tmp_path: Path) -> None:
+    """Planted in a copy of kiln: a private module of ``actions`` imported by the
+    command line, a private name of ``cache.index`` imported by the engine, and a
+    private module named in a lazy table's string. Each is found; an import of a
+    private name from inside its own package is not."""
+    shutil.copytree(
+        ROOT / "src" / "kiln", tmp_path / "kiln", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / "kiln" / "cli" / "planted.py").write_text(
+        "from kiln.actions._http import x\n"
+        "from kiln.cache.index import _y\n"
+        'LAZY = {"Z": "kiln.actions._reference"}\n'
+    )
+    (tmp_path / "kiln" / "cache" / "planted.py").write_text("from kiln.cache.index import _y\n")
+    assert private_imports(tmp_path) == [
+        "kiln/cli/planted.py:1: kiln.actions._http.x",
+        "kiln/cli/planted.py:2: kiln.cache.index._y",
+        "kiln/cli/planted.py:3: kiln.actions._reference",
+    ]

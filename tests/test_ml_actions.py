@@ -79,7 +79,7 @@ def test_import_compile_verify_for_two_targets_and_manifest(pipeline, kiln, tmp_
     assert cpu["sha256"] == hashlib.sha256(data).hexdigest()
     assert cpu["size"] == len(data)
     assert cpu["target"] == "cpu-host" and cpu["namespace"] == "bin"
-    # "host" is spelled out as what it means on this machine (kiln.actions._host).
+    # "host" is spelled out as what it means on this machine (kiln.actions._host_cpu).
     host = cpu["host"]
     assert host["cpu"] and host["cpu_features"] and host["triple"]
     assert f"--iree-llvmcpu-target-cpu={host['cpu']}" in cpu["flags"]

@@ -108,7 +108,7 @@ _LAZY = {
     "verify": "kiln.actions.verify",
     "benchmark": "kiln.actions.bench",
     "torch_export": "kiln.actions.torch_export",
-    "Params": "kiln.actions._params",
+    "Params": "kiln.actions.params",
 }
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+import tempfile
+from collections.abc import Sequence
 
 from kiln.actions._logs import open_log, read_tail, short_diagnostic, shown_path
 from kiln.base.errors import ToolError, ToolMissing
@@ -16,6 +18,12 @@ from kiln.output_dir.writing import atomic_output
 from kiln.planning.code_key import distribution_version
 
 DIAGNOSTIC_TAIL_LINES = 40
+# The least program that makes iree-compile configure an executable for a target.
+_PROBE_PROGRAM = """func.func @probe(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = arith.addf %a, %a : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
 
 
 @functools.cache
@@ -68,3 +76,31 @@ def compile_module(
             raise ToolError(
                 f"iree-compile finished without writing its output {shown_path(output)}"
             )
+
+
+def configure_probe(
+    flags: Sequence[str], output: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Compile a one-line program with ``flags`` up to ``executable-configurations``
+    (what the installed iree-compile makes of a target, in well under a second),
+    writing that to ``output`` (``-``: its stdout). The finished process is returned
+    whatever its status; ToolMissing when there is no iree-compile."""
+    from iree.compiler.tools.binaries import find_tool
+
+    try:
+        exe = find_tool("iree-compile")
+    except ValueError as e:
+        raise ToolMissing(f"cannot find iree-compile: {e}") from e
+    with tempfile.TemporaryDirectory(prefix="kiln-probe-") as tmp:
+        source = os.path.join(tmp, "probe.mlir")
+        with open(source, "w", encoding="utf-8") as f:
+            f.write(_PROBE_PROGRAM)
+        cmd = [exe, source, *flags, "--compile-to=executable-configurations", "-o", output]
+        return subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+        )

@@ -12,11 +12,10 @@ to try: what is supported is always the installed compiler's answer.
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
 
+from kiln.actions._compiler import configure_probe
 from kiln.base.compile_targets import parse_target, target_flags
-from kiln.base.errors import ToolMissing, UsageError
+from kiln.base.errors import UsageError
 from kiln.graph import BuildDependency, BuildMeta
 
 # Names to probe, newest first, for the suggestion after a rejected target.
@@ -25,11 +24,6 @@ CANDIDATES = {
     "hip": ("gfx950", "gfx942", "gfx90a", "gfx1201", "gfx1200", "gfx1100", "gfx908"),
     "vulkan": ("rdna4", "rdna3", "ampere", "valhall4", "adreno"),
 }
-_PROBE = """func.func @probe(%a: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = arith.addf %a, %a : tensor<4xf32>
-  return %0 : tensor<4xf32>
-}
-"""
 
 
 class _ProbeMeta(BuildMeta):
@@ -44,25 +38,7 @@ class _ProbeMeta(BuildMeta):
 
 def probe(flags: list[str]) -> str | None:
     """None when the installed compiler can compile for ``flags``, else its error."""
-    from iree.compiler.tools.binaries import find_tool
-
-    try:
-        exe = find_tool("iree-compile")
-    except ValueError as e:
-        raise ToolMissing(f"cannot find iree-compile: {e}") from e
-    with tempfile.TemporaryDirectory(prefix="kiln-probe-") as tmp:
-        source = os.path.join(tmp, "probe.mlir")
-        with open(source, "w", encoding="utf-8") as f:
-            f.write(_PROBE)
-        cmd = [exe, source, *flags, "--compile-to=executable-configurations", "-o", os.devnull]
-        proc = subprocess.run(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=120,
-        )
+    proc = configure_probe(flags, os.devnull, timeout=120)
     if proc.returncode == 0:
         return None
     lines = (proc.stdout + proc.stderr).splitlines()

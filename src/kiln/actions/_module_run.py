@@ -7,18 +7,21 @@ the example inputs to generate inputs from)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kiln.actions import _devices
-from kiln.actions._params import parameters_arg
-from kiln.actions._runtime import Loads
+from kiln.actions._runtime import Loads, RunSpec
 from kiln.actions.iree import CompileAction
 from kiln.actions.onnx import ImportOnnxAction
+from kiln.actions.params import parameters_arg
 from kiln.actions.torch_export import TorchExportAction, torch_exporter
 from kiln.devices.identity import STAND_IN_VAR, is_stand_in, need_for_driver, need_for_flags
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
+
+_Spec = TypeVar("_Spec", bound=RunSpec)
 
 
 class ModuleRunAction(BuildAction):
@@ -90,6 +93,24 @@ class ModuleRunAction(BuildAction):
             seed_file=path(exporter.weights) if exporter is not None else None,
         )
 
+    def spec_at(self, spec: _Spec, path: Callable[[BuildFile], str]) -> _Spec:
+        """``spec`` with every path of the action's files (its result, the module,
+        the model, the inputs, what it loads) at ``path(file)``: a remote sandbox's,
+        or here."""
+        where = self.paths_at(path)
+        return dataclasses.replace(
+            spec,
+            result_path=path(self.output_file),
+            module=where.get(spec.module, spec.module),
+            model=where.get(spec.model, spec.model) if spec.model is not None else None,
+            inputs=[where.get(p, p) for p in spec.inputs],
+            loads=self.loads(path),
+        )
+
+    def paths_at(self, path: Callable[[BuildFile], str]) -> dict[str, str]:
+        """``path(file)`` of each of the action's files, by its ``action_path``."""
+        return {f.action_path: path(f) for f in [*self.files, self.output_file]}
+
     def params(self) -> dict[str, Any] | None:
         out = super().params()
         if out is not None:
@@ -126,7 +147,7 @@ def declare_run(
     kind: str = "run",
 ) -> ModuleRun:
     """Resolve the files and the device of a run of ``module`` (a ``kind``, for
-    errors): the archives are ``parameters`` when given (``kiln.actions._params.
+    errors): the archives are ``parameters`` when given (``kiln.actions.params.
     parameters_arg``), else those of the module's program."""
     context = BuildContext.current()
     module_file = context.file(module)

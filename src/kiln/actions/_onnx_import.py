@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from kiln.actions._logs import short_diagnostic, shown_path
@@ -17,7 +18,8 @@ from kiln.output_dir.ownership import open_regular
 from kiln.output_dir.writing import atomic_write
 
 
-def _uses_external(tensor: Any) -> bool:
+def uses_external(tensor: Any) -> bool:
+    """Whether the initializer ``tensor`` keeps its data in another file."""
     return bool(tensor.HasField("data_location") and tensor.data_location == 1)
 
 
@@ -29,7 +31,7 @@ def external_locations(model: Any, source: str) -> dict[str, str]:
     base = os.path.dirname(source)
     found = {}
     for tensor in model.graph.initializer:
-        if _uses_external(tensor):
+        if uses_external(tensor):
             location = ExternalDataInfo(tensor).location
             found[tensor.name] = os.path.normpath(os.path.join(base, location))
     return found
@@ -138,9 +140,10 @@ def _infer_shapes(model: Any, source: str) -> Any:
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
 
 
-def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str] = ()) -> Any:
-    """Load (with its external data, which must be among ``data_files``), optionally
-    upgrade, check and shape-infer an ONNX model."""
+def read_model(source: str, data_files: Sequence[str]) -> tuple[Any, dict[str, str]]:
+    """The ONNX model at ``source`` without its external data, and where its external
+    initializers are (``check_declared``); a ToolError naming it when it cannot be
+    read."""
     import onnx
 
     try:
@@ -149,15 +152,30 @@ def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str]
         raise ToolError(
             f"cannot read ONNX model {shown_path(source)}: {short_diagnostic(e)}"
         ) from e
-    locations = check_declared(model, source, data_files)
+    return model, check_declared(model, source, data_files)
+
+
+@contextmanager
+def model_errors(source: str, saying: str) -> Iterator[None]:
+    """Any error raised inside becomes a ToolError: ``saying`` (``invalid ONNX
+    model`` while checking, upgrading and inferring shapes; ``cannot import ONNX
+    model`` while importing), the model at ``source``, and the error."""
+    try:
+        yield
+    except Exception as e:
+        raise ToolError(f"{saying} {shown_path(source)}: {short_diagnostic(e)}") from e
+
+
+def _load_onnx(source: str, opset_version: int | None, data_files: Sequence[str] = ()) -> Any:
+    """Load (with its external data, which must be among ``data_files``), optionally
+    upgrade, check and shape-infer an ONNX model."""
+    model, locations = read_model(source, data_files)
     if locations:
         load_external(model, locations)
-    try:
+    with model_errors(source, "invalid ONNX model"):
         if not model.graph.name:  # the checker rejects it; the function needs a name
             model.graph.name = "main_graph"
         return _infer_shapes(upgrade(model, opset_version), source)
-    except Exception as e:
-        raise ToolError(f"invalid ONNX model {shown_path(source)}: {short_diagnostic(e)}") from e
 
 
 @template_modules("onnx", "iree.compiler.extras.onnx_importer", "iree.compiler.ir")
@@ -173,15 +191,11 @@ def import_onnx(
     from iree.compiler.ir import Context
 
     model = _load_onnx(source, opset_version, data_files)
-    try:
+    with model_errors(source, "cannot import ONNX model"):
         info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=Context()).operation
         onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
         module.verify()
-    except Exception as e:
-        raise ToolError(
-            f"cannot import ONNX model {shown_path(source)}: {short_diagnostic(e)}"
-        ) from e
     write_program(module, output)
 
 

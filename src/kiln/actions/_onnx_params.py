@@ -11,7 +11,7 @@ are added from there).
 
 The program names each archived weight ``#stream.parameter.named<SCOPE::NAME>``
 (NAME: the initializer's name, ``:`` written ``_``). Which weights go to the
-archive is `kiln.actions._params.Params`'s rule; with the default every
+archive is `kiln.actions.params.Params`'s rule; with the default every
 floating-point weight goes, so the program text is a function of the architecture
 alone. An external-data file the model names must be one of the import's declared
 inputs (``data_files``): a file kiln does not know of could change without
@@ -25,12 +25,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from kiln.actions._logs import short_diagnostic, shown_path
+from kiln.actions._logs import shown_path
 from kiln.actions._onnx_import import (
-    _uses_external,
-    check_declared,
     load_tensor_data,
+    model_errors,
+    read_model,
     upgrade,
+    uses_external,
     write_program,
 )
 from kiln.base.errors import ToolError
@@ -51,22 +52,14 @@ def _load_graph(
     (``check_declared``)."""
     import onnx
 
-    try:
-        model = onnx.load(source, load_external_data=False)
-    except Exception as e:
-        raise ToolError(
-            f"cannot read ONNX model {shown_path(source)}: {short_diagnostic(e)}"
-        ) from e
-    locations = check_declared(model, source, data_files)
-    try:
+    model, locations = read_model(source, data_files)
+    with model_errors(source, "invalid ONNX model"):
         if not locations:  # the checker would look for external data from here
             onnx.checker.check_model(model)
         if not model.graph.name:
             model.graph.name = "main_graph"
         model = upgrade(model, opset_version)
         return onnx.shape_inference.infer_shapes(model, data_prop=True), locations
-    except Exception as e:
-        raise ToolError(f"invalid ONNX model {shown_path(source)}: {short_diagnostic(e)}") from e
 
 
 def _element_count(tensor: Any) -> int:
@@ -102,7 +95,7 @@ def _importer_class() -> Any:
             if isinstance(initializer, onnx.TensorProto) and (
                 extern_name is not None or not archived(initializer, self.kiln_threshold)
             ):
-                if _uses_external(initializer):
+                if uses_external(initializer):
                     load_tensor_data(initializer, self.kiln_locations[initializer.name])
                 return onnx_importer.NodeImporter.import_initializer(self, initializer, extern_name)
             return super().import_initializer(initializer, extern_name)
@@ -137,7 +130,7 @@ def import_onnx_params(
     importer.kiln_threshold = threshold
     importer.kiln_base = os.path.dirname(source) or "."
     importer.kiln_locations = locations
-    try:
+    with model_errors(source, "cannot import ONNX model"):
         info = onnx_importer.ModelInfo(model)
         module = info.create_module(context=Context()).operation
         data = ParamData(None, 0, scope, importer.kiln_base, archive, None)
@@ -146,10 +139,6 @@ def import_onnx_params(
         imp.__class__ = importer
         imp.import_all()
         module.verify()
-    except Exception as e:
-        raise ToolError(
-            f"cannot import ONNX model {shown_path(source)}: {short_diagnostic(e)}"
-        ) from e
     write_program(module, output)
     tensors = [(symbol, info.main_graph.initializer_map[name]) for name, symbol in imp.globals]
     write_archive(archive, tensors, locations)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from kiln.actions._logs import shown_path
 from kiln.actions._tensors import (
@@ -32,7 +32,7 @@ from kiln.planning.code_key import distribution_version
 if TYPE_CHECKING:
     import numpy as np
 
-    from kiln.actions._runtime import Loads
+    from kiln.actions._runtime import RunSpec
     from kiln.graph import BuildContext
 
 
@@ -129,22 +129,7 @@ def check_inputs(
     return arrays, {"source": "generated", "seed": seed, "shapes": chosen}
 
 
-class RunInputs(Protocol):
-    """What says a run's inputs: a verify's ``Check``, a benchmark's ``Bench``."""
-
-    @property
-    def model(self) -> str | None: ...
-    @property
-    def inputs(self) -> list[str]: ...
-    @property
-    def shapes(self) -> dict[str, Any]: ...
-    @property
-    def input_names(self) -> list[str]: ...
-    @property
-    def loads(self) -> Loads: ...
-
-
-def run_inputs(run: RunInputs) -> tuple[list[np.ndarray], dict[str, Any]]:
+def run_inputs(run: RunSpec) -> tuple[list[np.ndarray], dict[str, Any]]:
     """``check_inputs`` for a verify's or a benchmark's run: given, else generated."""
     return check_inputs(
         run.model,

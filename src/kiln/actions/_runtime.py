@@ -31,6 +31,29 @@ class Loads:
     seed_file: str | None = None
 
 
+@dataclass(kw_only=True)
+class RunSpec:
+    """What every run of a compiled module (a verify's ``Check``, a benchmark's
+    ``Bench``) is told, as plain values (it pickles into a worker): where its result
+    goes, the module and how it runs (target, driver, function), its inputs (given
+    files, else generated from ``model`` or ``loads``' example inputs, by
+    ``shapes``), and, once placed, the id of its device or why it runs no module
+    (``ModuleRunAction.placed``)."""
+
+    result_path: str
+    module: str
+    target: str
+    driver: str
+    function: str | None
+    model: str | None
+    inputs: list[str]
+    shapes: dict[str, Any]
+    input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
+    loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
+    device: str | None = None
+    absent: str | None = None
+
+
 def write_result(path: str, result: dict[str, Any]) -> None:
     """Write a run's JSON result (a verify's, a benchmark's) at ``path``, atomically."""
     with atomic_write(path, "w") as f:

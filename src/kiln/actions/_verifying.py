@@ -23,34 +23,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.actions._reference import output_names, read_reference, run_inputs
-from kiln.actions._runtime import Loads, run_module, write_result
+from kiln.actions._runtime import RunSpec, run_module, write_result
 from kiln.actions._tensors import compare_all, load_tensor
 from kiln.base.errors import VerificationFailed
 
 
-@dataclass
-class Check:
-    """Everything one verification needs, as plain values (it pickles into a worker)."""
+@dataclass(kw_only=True)
+class Check(RunSpec):
+    """Everything one verification needs: the run (``RunSpec``) and its references."""
 
-    result_path: str
-    module: str
     label: str  # the model (or module) as the user named it in the build
-    target: str
-    driver: str
-    function: str | None
-    model: str | None
-    inputs: list[str]
-    shapes: dict[str, Any]
     expected: list[str]
     reference: str | None  # the onnxruntime outputs (.npz), if asked for
     tolerances: dict[str, list[float]] = field(default_factory=dict)
-    input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
     reference_name: str = "onnxruntime"  # what computed ``reference``
-    loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
-    # The id of the device it runs on, and why it runs no module (set when it runs:
-    # ``ModuleRunAction.placed``).
-    device: str | None = None
-    absent: str | None = None
 
 
 def run_check(check: Check) -> None:

@@ -32,13 +32,13 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kiln.actions import _devices
 from kiln.actions._logs import read_tail, shown_path
 from kiln.actions._module_run import ModuleRunAction, declare_run
-from kiln.actions._runtime import Loads, write_result
+from kiln.actions._runtime import RunSpec, write_result
 from kiln.base.errors import BuildDefinitionError, ToolError
 from kiln.graph import BuildFile
 from kiln.graph.manifest_meta import ManifestMeta
@@ -47,27 +47,14 @@ _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MAX_RESULTS = 64 << 20  # bytes of JSON results read back; more is not results
 
 
-@dataclass
-class Bench:
-    """Everything one benchmark needs, as plain values (it pickles into a worker)."""
+@dataclass(kw_only=True)
+class Bench(RunSpec):
+    """Everything one benchmark needs: the run (``RunSpec``) and how to time it."""
 
-    result_path: str
-    module: str
-    target: str
-    driver: str
-    function: str | None
-    model: str | None
-    inputs: list[str]
-    shapes: dict[str, Any]
     repetitions: int
     min_time_s: float
     flags: list[str]
     time_budget_s: float = 5.0
-    input_names: list[str] = field(default_factory=list)  # the inputs' graph paths
-    loads: Loads = field(default_factory=Loads)  # archives; torch's example inputs
-    # The id of the device it runs on, and why it runs no module (set when it runs).
-    device: str | None = None
-    absent: str | None = None
 
 
 def _function(bench: Bench) -> str:
@@ -229,19 +216,8 @@ class BenchmarkAction(ModuleRunAction):
     def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The benchmark with its files at ``path(file)`` (a remote sandbox's, or
         here), on the device the build's devices place it on."""
-        where = {f.action_path: path(f) for f in [*self.files, self.output_file]}
-        b = self.bench
         device, absent = self.placed()
-        bench = dataclasses.replace(
-            b,
-            result_path=path(self.output_file),
-            module=where.get(b.module, b.module),
-            model=where.get(b.model, b.model) if b.model is not None else None,
-            inputs=[where.get(p, p) for p in b.inputs],
-            loads=self.loads(path),
-            device=device,
-            absent=absent,
-        )
+        bench = dataclasses.replace(self.spec_at(self.bench, path), device=device, absent=absent)
         return functools.partial(run_benchmark, bench)
 
 
@@ -333,6 +309,33 @@ def measure_module(
     """One ``iree-benchmark-module`` run of ``function`` on the inputs ``0.npy`` ...
     in ``input_dir``: each repetition's mean latency in µs (``kiln compare --measure``
     measures with this, as the benchmark action does)."""
-    bench = Bench("", module, "", driver, function, None, [], {}, repetitions, min_time_s, [])
+    bench = Bench(
+        result_path="",
+        module=module,
+        target="",
+        driver=driver,
+        function=function,
+        model=None,
+        inputs=[],
+        shapes={},
+        repetitions=repetitions,
+        min_time_s=min_time_s,
+        flags=[],
+    )
     runs = _measure(bench, function, input_dir, count, repetitions, f"{min_time_s:g}s")
     return _samples(bench, runs)
+
+
+def module_signature(module: str, driver: str) -> tuple[str, str]:
+    """The function ``module`` exports (the one a benchmark times) and its ABI
+    declaration (``iree.abi.declaration``: its arguments' tensor types)."""
+    from kiln.actions._runtime import bind_function
+
+    invoker, name = bind_function(module, driver, None)
+    reflection: dict[str, str] = getattr(getattr(invoker, "vm_function", None), "reflection", {})
+    return name, reflection.get("iree.abi.declaration", "")
+
+
+def driver_for_flags(flags: list[str]) -> str:
+    """The runtime driver a module compiled with ``flags`` runs on."""
+    return _devices.driver_for_flags(flags)

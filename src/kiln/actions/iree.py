@@ -12,9 +12,9 @@ from typing import Any
 from kiln.actions._compiler import compile_module, compiler_version
 from kiln.actions._devices import MACHINE_POOL, driver_for_flags
 from kiln.actions._gpu_probe import check_target
-from kiln.actions._host import depends_on_host, explicit_flags, resolve
-from kiln.actions._host import save as save_host_answers
-from kiln.actions._params import program_archives
+from kiln.actions._host_cpu import depends_on_host, explicit_flags, resolve
+from kiln.actions._host_cpu import save as save_host_answers
+from kiln.actions.params import program_archives
 from kiln.base.compile_targets import target_flags, target_name
 from kiln.base.errors import BuildDefinitionError, ToolError, UsageError
 from kiln.graph import (
@@ -44,7 +44,7 @@ class CompileSourceMeta(BuildMeta):
 
 
 @dataclass(frozen=True)
-class Target:
+class CompileTarget:
     """One device to compile for: ``name`` goes into the artifact's file name."""
 
     name: str
@@ -103,7 +103,7 @@ def _device_spec(device: str, ns: Any) -> str:
     )
 
 
-def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
+def targets_from_options(explicit: Sequence[str] | None = None) -> list[CompileTarget]:
     """The targets of ``explicit`` specs, else of the command line (``--target``,
     ``--iree-hal-target-device``); possibly none."""
     ns = current_args_namespace()
@@ -111,14 +111,14 @@ def targets_from_options(explicit: Sequence[str] | None = None) -> list[Target]:
     root = BuildContext.current().registry.get_context("")
     for spec in specs:
         check_target(spec, root)
-    found = [Target(target_name(s), tuple(target_flags(s))) for s in specs]
+    found = [CompileTarget(target_name(s), tuple(target_flags(s))) for s in specs]
     if explicit is None:
         for device in getattr(ns, "iree_hal_target_device", None) or []:
             found.append(hal_device_target(device, ns))
     return found
 
 
-def hal_device_target(device: str, ns: Any) -> Target:
+def hal_device_target(device: str, ns: Any) -> CompileTarget:
     """iree.build's ``--iree-hal-target-device`` spelling of a target, named as
     iree.build names it: ``cpu-<cpu or generic>``, ``hip-<chip>``, else the device."""
     if device in ("llvm-cpu", "cpu"):
@@ -130,13 +130,15 @@ def hal_device_target(device: str, ns: Any) -> Target:
         ]
         flags += [f"--iree-llvmcpu-target-cpu={cpu}"] if cpu else []
         flags += [f"--iree-llvmcpu-target-cpu-features={features}"] if features else []
-        return Target(f"cpu-{cpu or 'generic'}", tuple(flags))
+        return CompileTarget(f"cpu-{cpu or 'generic'}", tuple(flags))
     if device == "hip":
         chip = getattr(ns, "iree_hip_target", None)
         if not chip:
             raise UsageError("--iree-hal-target-device=hip needs --iree-rocm-target=gfx...")
-        return Target(f"hip-{chip}", ("--iree-hal-target-device=hip", f"--iree-rocm-target={chip}"))
-    return Target(device.replace("/", "_"), (f"--iree-hal-target-device={device}",))
+        return CompileTarget(
+            f"hip-{chip}", ("--iree-hal-target-device=hip", f"--iree-rocm-target={chip}")
+        )
+    return CompileTarget(device.replace("/", "_"), (f"--iree-hal-target-device={device}",))
 
 
 class CompileAction(BuildAction):
@@ -152,7 +154,7 @@ class CompileAction(BuildAction):
         *,
         input_file: BuildFile,
         output_file: BuildFile,
-        target: Target | None,
+        target: CompileTarget | None,
         flags: list[str],
         fixed: bool = False,
         **kwargs: Any,
@@ -166,12 +168,12 @@ class CompileAction(BuildAction):
         # Whether the module chose this target itself (``targets=``, or
         # ``target_default=False``) rather than taking the command line's.
         self.fixed_target = fixed
-        target = target if target is not None else Target("", ())
+        target = target if target is not None else CompileTarget("", ())
         self.target = target
         self.flags = [*target.flags, *flags]
         self.deps.add(input_file)
         output_file.deps.add(self)
-        # What the host-dependent flags mean here (``kiln.actions._host``), once asked.
+        # What the host-dependent flags mean here (``kiln.actions._host_cpu``), once asked.
         self._host: dict[str, str] | None = None
 
     @property
@@ -261,8 +263,8 @@ def compile(  # noqa: A001 - iree.build's public name
             f"compile of {input_file.path}: targets=[] names no target; "
             "give one, or leave targets out to take the command line's"
         )
-    chosen: list[Target | None] = (
-        [*targets_from_options(targets)] if target_default else [Target("", ())]
+    chosen: list[CompileTarget | None] = (
+        [*targets_from_options(targets)] if target_default else [CompileTarget("", ())]
     )
     if not chosen:
         chosen = [None]  # listed without a target; building it is an error
@@ -291,7 +293,7 @@ def compile(  # noqa: A001 - iree.build's public name
 
 
 def _compile_desc(
-    name: str, input_file: BuildFile, target: Target | None, target_default: bool
+    name: str, input_file: BuildFile, target: CompileTarget | None, target_default: bool
 ) -> str:
     """iree.build's description of a compile (``Compiling BuildFile[gen](x.mlir) (for
     cpu-host)``; ``Compiling NAME`` without targets), which its users' scripts see."""

@@ -11,8 +11,8 @@ from kiln.actions._compiler import compiler_version
 from kiln.actions._devices import MACHINE_POOL
 from kiln.actions._onnx_import import import_onnx
 from kiln.actions._onnx_params import import_onnx_params
-from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.actions.iree import CompileSourceMeta
+from kiln.actions.params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile
 from kiln.planning.code_key import distribution_version
 

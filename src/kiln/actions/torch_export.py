@@ -33,9 +33,9 @@ from importlib.machinery import ModuleSpec
 from typing import Any
 
 from kiln.actions import _devices
-from kiln.actions._params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.actions._reference import reference_name
 from kiln.actions._torch_worker import export_model, write_torch_reference, write_weights
+from kiln.actions.params import Params, ParamsMeta, allocate_archive, params_spec
 from kiln.base.errors import BuildDefinitionError, NotRegularFile
 from kiln.graph import ActionConcurrency, BuildAction, BuildContext, BuildFile, BuildMeta
 from kiln.output_dir.digests import hash_file

@@ -149,21 +149,14 @@ class VerifyAction(ModuleRunAction):
 
     def sandbox_thunk(self, path: Callable[[BuildFile], str]) -> Callable[[], None]:
         """The check with every path of its files replaced by ``path(file)``."""
-        where = {f.action_path: path(f) for f in [*self.files, self.output_file]}
-        c = self.check
-
-        def moved(p: str | None) -> str | None:
-            return where.get(p, p) if p is not None else None
-
+        where = self.paths_at(path)
+        check = self.spec_at(self.check, path)
         check = dataclasses.replace(
-            c,
-            result_path=path(self.output_file),
-            module=where.get(c.module, c.module),
-            model=moved(c.model),
-            inputs=[where.get(p, p) for p in c.inputs],
-            expected=[where.get(p, p) for p in c.expected],
-            reference=moved(c.reference),
-            loads=self.loads(path),
+            check,
+            expected=[where.get(p, p) for p in check.expected],
+            reference=(
+                where.get(check.reference, check.reference) if check.reference is not None else None
+            ),
         )
         return functools.partial(run_check, self._placed(check))
 

@@ -1,7 +1,7 @@
 """kiln's shared, content-addressed cache (docs/caching.md; docs/cluster.md).
 
 entry.py           the action-cache entry format (``kiln-ac/1``), served modes
-ownership.py       whose a cache directory is (``.kiln/format``)
+claim.py           whose a cache directory is (``.kiln/format``), and claiming it
 cache_dir.py       every open, write, rename, delete and scan in the cache directory
 local.py           the cache directory's contents: action cache, CAS, eviction, build log
 index.py           the entries and the size accounting, in one SQLite database

@@ -16,7 +16,7 @@ holds the trust model of the output directory (``kiln.output_dir``) for it, by
 construction: nothing else in kiln touches the cache directory by path.
 
 - **Ownership.** kiln uses a cache directory only when it is kiln's
-  (``kiln.cache.ownership``): the ``OutputTree`` below claims it, marking it,
+  (``kiln.cache.claim``): the ``OutputTree`` below claims it, marking it,
   before the first directory is made; any other non-empty directory is refused.
 - **Confinement.** Directories below the root are made and checked one component
   at a time (``OutputTree``: ``lstat`` before ``mkdir``); files are opened with
@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from kiln.base.errors import ConfinementError, NotRegularFile, StateError
+from kiln.cache.claim import FORMAT_DIR, cache_dir_state, claim_cache_dir
 from kiln.cache.entry import is_digest, is_entry_name
 from kiln.cache.index import INDEX, CacheIndex
-from kiln.cache.ownership import FORMAT_DIR, cache_dir_state, claim_cache_dir
 from kiln.output_dir.ownership import open_own_file, open_regular
 from kiln.output_dir.tree import OutputTree
 from kiln.output_dir.writing import file_kind, link_text

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from kiln.base.terminal import printable
 from kiln.cache import LocalCache, format_size
-from kiln.cache.ownership import cache_dir_state, claim_cache_dir
+from kiln.cache.claim import cache_dir_state, claim_cache_dir
 from kiln.cli import project_config
 from kiln.cli.cache_options import cache_dir, max_size
 from kiln.cli.plain_parsers import cache_parser

@@ -107,7 +107,7 @@ def max_size(ns: argparse.Namespace, name: str = "cache_max_size") -> int:
 def check_cache_dir(root: Path) -> None:
     """UsageError unless kiln may use ``root`` as its cache (reads only); a directory
     kiln cannot read is left for the build to report."""
-    from kiln.cache.ownership import cache_dir_state
+    from kiln.cache.claim import cache_dir_state
 
     with contextlib.suppress(OSError):
         cache_dir_state(root)

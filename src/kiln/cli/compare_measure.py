@@ -45,11 +45,9 @@ def recorded_shapes(art: Artifact) -> list[list[int]]:
 
 def _signature(module: Path, driver: str) -> tuple[str, list[str]]:
     """The exported function's name and its arguments' tensor types (``?x3xf32``)."""
-    from kiln.actions._runtime import bind_function
+    from kiln.actions.bench import module_signature
 
-    invoker, name = bind_function(str(module), driver, None)
-    reflection: dict[str, str] = getattr(getattr(invoker, "vm_function", None), "reflection", {})
-    declaration = reflection.get("iree.abi.declaration", "")
+    name, declaration = module_signature(str(module), driver)
     head = declaration.split("->", 1)[0]
     return name, _TENSOR.findall(head)
 
@@ -85,8 +83,7 @@ class Measurer:
     def __call__(self, module: Path, flags: list[str]) -> list[float]:
         import numpy as np
 
-        from kiln.actions._devices import driver_for_flags
-        from kiln.actions.bench import measure_module
+        from kiln.actions.bench import driver_for_flags, measure_module
 
         driver = driver_for_flags(flags)
         function, types = _signature(module, driver)

@@ -208,7 +208,7 @@ def _kiln_file(
 def _kind(root: Path) -> str | None:
     """``output`` or ``cache`` when ``root`` is a kiln output directory or a kiln
     cache, else None."""
-    from kiln.cache.ownership import cache_dir_state
+    from kiln.cache.claim import cache_dir_state
 
     try:
         if output_dir_state(root) == "kiln":

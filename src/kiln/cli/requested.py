@@ -35,11 +35,11 @@ def resolve_targets(executor: Executor, names: list[str]) -> list[BuildDependenc
 
 def check_compile_targets(executor: Executor, actions: list[BuildAction]) -> None:
     """A ``--target`` that no compile among ``actions`` compiles for is a usage error
-    (``kiln.actions._target_use``), spelled as this module's command line spells it;
+    (``kiln.actions.compile_target_use``), spelled as this module's command line spells it;
     compiles that fix targets leaving out one asked for are named in a warning."""
     if not actions:
         return
-    from kiln.actions._target_use import check_targets_used
+    from kiln.actions.compile_target_use import check_compile_targets_used
 
     module_flags = {
         d.flag
@@ -47,26 +47,26 @@ def check_compile_targets(executor: Executor, actions: list[BuildAction]) -> Non
         for d in getattr(getattr(ep, "entrypoint", None), "cl_arg_defs", ())
     }
     flag = "--kiln-target" if "--target" in module_flags else "--target"
-    warning = check_targets_used(actions, flag)
+    warning = check_compile_targets_used(actions, flag)
     if warning is not None:
         executor.reporter.message(warning)
 
 
 def output_paths(
-    targets: list[BuildDependency], result: BuildResult, output_dir: Path | None = None
+    requested: list[BuildDependency], result: BuildResult, output_dir: Path | None = None
 ) -> list[str]:
     """The files the build that gave ``result`` hands to the user: those of the
-    ``targets`` that did not fail, nor were skipped (``BuildResult.absent``). An
+    ``requested`` nodes that did not fail, nor were skipped (``BuildResult.absent``). An
     output is shown under ``output_dir`` as the user gave it (a relative one gives
     relative paths, as iree.build prints them), else by its absolute path."""
     files: list[BuildFile] = []
-    for t in targets:
-        if result.failure(t) is not None:
+    for node in requested:
+        if result.failure(node) is not None:
             continue
-        if isinstance(t, BuildEntrypoint):
-            files += t.outputs
-        elif isinstance(t, BuildFile):
-            files.append(t)
+        if isinstance(node, BuildEntrypoint):
+            files += node.outputs
+        elif isinstance(node, BuildFile):
+            files.append(node)
     skipped = set(result.absent)  # their device is absent: no file to hand out
     files = [f for f in files if not any(d in skipped for d in f.deps)]
     return [_shown(f, output_dir) for f in files]

@@ -71,7 +71,7 @@ class BuildEmitter:
             "actions": len(actions),
             "jobs": jobs,
             "pid": os.getpid(),
-            "targets": [node_name(t) for t in self.plan.targets],
+            "targets": [node_name(n) for n in self.plan.requested],
         }
         self.stream.emit(ev.BuildEvent(ev.BUILD_STARTED, data=data, subject=set(self.plan.order)))
         if any(getattr(r, "wants_planned", False) for r in self.stream.readers):

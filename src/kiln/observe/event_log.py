@@ -12,7 +12,6 @@ kiln's resident memory.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import resource
@@ -24,8 +23,8 @@ from typing import IO, Any
 
 from kiln.base import events as ev
 from kiln.base.errors import NotRegularFile, StateError, UsageError
-from kiln.output_dir.ownership import open_own_file
-from kiln.output_dir.writing import atomic_output, file_kind
+from kiln.output_dir.ownership import open_own_file, open_regular
+from kiln.output_dir.writing import atomic_output
 
 LAST_EVENTS = "last-events.jsonl"
 LAST_TRACE = "last-trace.json"
@@ -64,18 +63,7 @@ def open_for_writing(path: Path) -> IO[str]:
     """Open ``path`` new or truncated, never following a symlink at its name, never
     blocking on a FIFO: anything but a regular file there is NotRegularFile, and is
     left as it was (it is truncated only once it is known to be a regular file)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link; a FIFO, socket
-            raise NotRegularFile(f"{path} is {file_kind(os.lstat(path).st_mode)}") from None
-        raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise NotRegularFile(f"{path} is {file_kind(mode)}")
-    os.set_blocking(fd, True)
+    fd = open_regular(path, flags=os.O_WRONLY | os.O_CREAT)
     os.ftruncate(fd, 0)
     return os.fdopen(fd, "w", encoding="utf-8")
 
@@ -103,7 +91,7 @@ class EventLog:
             return cls(open_for_writing(path))
         except NotRegularFile as e:
             raise UsageError(
-                f"{option} {path}: cannot write it: {e}, not a regular file (kiln never "
+                f"{option} {path}: cannot write it: {e} (kiln never "
                 "writes through a link, nor waits on a FIFO); name a regular file"
             ) from None
         except OSError as e:

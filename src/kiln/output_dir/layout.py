@@ -47,7 +47,7 @@ OUTSIDE_VIEW = f"{KILN_DIR}/outside"
 # reproducibility check's scratch, the earlier builds' manifests: ``kiln.compare.history``):
 # ``kiln clean`` removes them whole.
 KILN_TREES = ("logs", "spool", "tmp", "src", "outside", "check", "manifests")
-# What the host CPU target resolves to here (``kiln.actions._host``).
+# What the host CPU target resolves to here (``kiln.actions._host_cpu``).
 HOST_MEMO = "host-targets.json"
 
 

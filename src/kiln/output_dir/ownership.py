@@ -105,22 +105,37 @@ def output_dir_state(root: Path) -> str:
 
 
 def _check_marker(root: Path, kiln_dir: Path) -> None:
-    marker = kiln_dir / MARKER
     try:
-        text = read_regular(marker, limit=256).decode(errors="replace").strip()
+        why = marker_problem(kiln_dir, FORMAT_NAME, FORMAT_VERSION)
     except FileNotFoundError:
         if _unmarked_is_kilns(kiln_dir):
             return  # killed while claiming it, or made by a kiln before the marker
         raise _refuse(
             root, f"{kiln_dir} has no {MARKER} and holds files kiln did not make"
         ) from None
+    if why is not None:
+        raise _refuse(root, why)
+
+
+def marker_problem(kiln_dir: Path, format_name: str, format_version: int) -> str | None:
+    """Why the marker in ``kiln_dir`` (``MARKER``, holding ``NAME/VERSION``) does not
+    mark a directory of ``format_name`` that this kiln reads (``format_version`` or
+    older), or None when it does. FileNotFoundError when there is no marker: what
+    that means (a claim killed before its marker, or one under way) is the caller's
+    to judge. Used for the output directory and the cache alike."""
+    marker = kiln_dir / MARKER
+    try:
+        text = read_regular(marker, limit=256).decode(errors="replace").strip()
+    except FileNotFoundError:
+        raise
     except (NotRegularFile, OSError) as e:
-        raise _refuse(root, f"its marker {marker} is unreadable ({e})") from None
+        return f"its marker {marker} is unreadable ({e})"
     name, _, version = text.partition("/")
-    if name != FORMAT_NAME or not version.isdigit():
-        raise _refuse(root, f"its marker {marker} is not kiln's ({text[:40]!r})")
-    if int(version) > FORMAT_VERSION:
-        raise _refuse(root, f"it was made by a newer kiln (format {version})")
+    if name != format_name or not version.isdigit():
+        return f"its marker {marker} says {text[:40]!r}, not {format_name}"
+    if int(version) > format_version:
+        return f"it was made by a newer kiln (format {version})"
+    return None
 
 
 def _unmarked_is_kilns(kiln_dir: Path) -> bool:
@@ -281,23 +296,27 @@ def clear_for_own_file(path: Path | str) -> None:
 # -- reading ---------------------------------------------------------------------
 
 
-def open_regular(path: Path | str, *, follow: bool = False) -> int:
-    """A read-only descriptor of ``path`` if it is a regular file; else NotRegularFile.
-    Never blocks on a FIFO; with ``follow`` false never follows a final symlink."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+def open_regular(
+    path: Path | str, *, follow: bool = False, flags: int = os.O_RDONLY, mode: int = 0o666
+) -> int:
+    """A descriptor of ``path`` (opened with ``flags``, read-only unless told, and
+    ``mode`` for a file it creates) if it is a regular file; else NotRegularFile,
+    and what is there is left as it was. Never blocks on a FIFO; with ``follow``
+    false never follows a final symlink."""
+    flags |= os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, mode)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise NotRegularFile(f"{path} is a symbolic link, not a regular file") from None
-        if e.errno in (errno.ENXIO, errno.EISDIR):  # a socket; a directory
+        if e.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO or socket; a directory
             st = os.lstat(path)
             raise NotRegularFile(f"{path} is {file_kind(st.st_mode)}, not a regular file") from None
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    kind = os.fstat(fd).st_mode
+    if not stat.S_ISREG(kind):
         os.close(fd)
-        raise NotRegularFile(f"{path} is {file_kind(mode)}, not a regular file")
+        raise NotRegularFile(f"{path} is {file_kind(kind)}, not a regular file")
     os.set_blocking(fd, True)
     return fd
 

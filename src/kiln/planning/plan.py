@@ -1,4 +1,4 @@
-"""Graph analysis: what the requested targets need, in what order.
+"""Graph analysis: what the requested nodes need, in what order.
 
 Everything here is O(nodes + edges): one iterative depth-first walk collects the
 nodes, finds a cycle if there is one, and yields a topological order.
@@ -25,14 +25,14 @@ def node_name(node: BuildDependency) -> str:
 
 @dataclass
 class Plan:
-    """The subgraph needed by some targets.
+    """The subgraph needed by the ``requested`` nodes (entrypoints, files).
 
     Invariants: ``order`` is topological (every node after all its deps);
     ``consumers[n]`` lists the nodes whose ``deps`` contain ``n``; ``outputs[a]``
     are the files produced by action ``a``, ``inputs[a]`` the files it reads.
     """
 
-    targets: list[BuildDependency]
+    requested: list[BuildDependency]
     order: list[BuildDependency] = field(default_factory=list)
     consumers: dict[BuildDependency, list[BuildDependency]] = field(default_factory=dict)
     outputs: dict[BuildAction, list[BuildFile]] = field(default_factory=dict)
@@ -44,27 +44,27 @@ class Plan:
 
 
 def make_plan(
-    targets: Iterable[BuildDependency],
+    requested: Iterable[BuildDependency],
     files: Iterable[BuildFile],
     known: Collection[BuildDependency] = (),
 ) -> Plan:
-    """Analyse the graph under ``targets``; a cycle is a BuildDefinitionError.
+    """Analyse the graph under the ``requested`` nodes; a cycle is a BuildDefinitionError.
 
     ``files`` are all files of the graph: an action's outputs are the files that
-    depend on it, whether or not the targets need them. Nodes in ``known`` (another
+    depend on it, whether or not the requested nodes need them. Nodes in ``known`` (another
     plan's) are not walked again: they are left out of this plan, as are the nodes
     only they lead to.
     """
     with gc_paused():
-        return _make_plan(targets, files, known)
+        return _make_plan(requested, files, known)
 
 
 def _make_plan(
-    targets: Iterable[BuildDependency],
+    requested: Iterable[BuildDependency],
     files: Iterable[BuildFile],
     known: Collection[BuildDependency],
 ) -> Plan:
-    plan = Plan([t for t in dict.fromkeys(targets) if t not in known])
+    plan = Plan([n for n in dict.fromkeys(requested) if n not in known])
     # A node is reached once it has an entry in ``consumers``; ``on_path`` holds the
     # nodes on the walk's stack (few, whatever the graph's size), so meeting one of
     # them again closes a cycle. One dict per node keeps the walk's memory traffic
@@ -72,7 +72,7 @@ def _make_plan(
     consumers = plan.consumers
     order = plan.order
     on_path: set[BuildDependency] = set()
-    for root in plan.targets:
+    for root in plan.requested:
         if root in consumers:
             continue
         consumers[root] = []

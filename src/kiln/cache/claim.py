@@ -17,8 +17,8 @@ import os
 import stat
 from pathlib import Path
 
-from kiln.base.errors import NotRegularFile, StateError, UsageError
-from kiln.output_dir.ownership import KILN_DIR, MARKER, own_dir_checked, read_regular
+from kiln.base.errors import StateError, UsageError
+from kiln.output_dir.ownership import KILN_DIR, MARKER, marker_problem, own_dir_checked
 from kiln.output_dir.writing import atomic_write, is_temporary, link_text
 
 FORMAT_DIR = "v1"
@@ -60,7 +60,7 @@ def cache_dir_state(root: Path, again: bool = True) -> str:
         what = link_text(marker_dir) if stat.S_ISLNK(kst.st_mode) else str(marker_dir)
         raise _refuse(root, f"{what} is not a directory kiln made")
     try:
-        text = read_regular(marker_dir / MARKER, limit=256).decode(errors="replace").strip()
+        why = marker_problem(marker_dir, FORMAT_NAME, FORMAT_VERSION)
     except FileNotFoundError:
         # Killed while claiming it, or claimed by another build this very moment: then
         # the marker may be there by now, and a second look reads it.
@@ -72,13 +72,8 @@ def cache_dir_state(root: Path, again: bool = True) -> str:
         if claiming and (not rest or (rest == {FORMAT_DIR} and _is_legacy(root / FORMAT_DIR))):
             return "legacy"
         raise _refuse(root, f"{marker_dir} holds no {MARKER} file") from None
-    except (NotRegularFile, OSError) as e:
-        raise _refuse(root, f"its marker {marker_dir / MARKER} is unreadable ({e})") from None
-    name, _, version = text.partition("/")
-    if name != FORMAT_NAME or not version.isdigit():
-        raise _refuse(root, f"its marker says {text[:40]!r}, not {FORMAT_NAME}")
-    if int(version) > FORMAT_VERSION:
-        raise _refuse(root, f"it was made by a newer kiln (format {version})")
+    if why is not None:
+        raise _refuse(root, why)
     return "kiln"
 
 

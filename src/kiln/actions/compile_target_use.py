@@ -24,7 +24,9 @@ from kiln.graph.args import current_args_namespace
 _SITES_SHOWN = 5
 
 
-def check_targets_used(actions: Iterable[BuildAction], target_flag: str = "--target") -> str | None:
+def check_compile_targets_used(
+    actions: Iterable[BuildAction], target_flag: str = "--target"
+) -> str | None:
     """Raise UsageError when a target the command line asks for is compiled by none
     of the compiles among ``actions`` (the actions of the requested targets); when
     each is used but some compiles fix targets that leave one out, return a warning

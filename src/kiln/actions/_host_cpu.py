@@ -22,28 +22,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import platform
 import re
-import subprocess
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.base.errors import ToolError, ToolMissing
+from kiln.actions._compiler import configure_probe
+from kiln.base.errors import ToolError
 from kiln.output_dir.layout import HOST_MEMO as _MEMO
 
 _CPU = "--iree-llvmcpu-target-cpu="
 _FEATURES = "--iree-llvmcpu-target-cpu-features="
 _TRIPLE = "--iree-llvmcpu-target-triple="
 _MEMO_MAX = 1 << 20
-_PROBE = """func.func @probe(%a: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = arith.addf %a, %a : tensor<4xf32>
-  return %0 : tensor<4xf32>
-}
-"""
 _TARGET = re.compile(r'#hal\.executable\.target<"llvm-cpu",\s*"[^"]*",\s*\{(?P<attrs>[^}]*)\}>')
 _ATTR = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 # The lines of /proc/cpuinfo that say which CPU this is (x86, then Arm).
@@ -161,25 +154,7 @@ def _fingerprint() -> str:
 
 def _probe(target: list[str]) -> dict[str, str]:
     """Ask iree-compile which llvm-cpu target ``target`` configures here."""
-    from iree.compiler.tools.binaries import find_tool
-
-    try:
-        exe = find_tool("iree-compile")
-    except ValueError as e:
-        raise ToolMissing(f"cannot find iree-compile: {e}") from e
-    with tempfile.TemporaryDirectory(prefix="kiln-host-") as tmp:
-        source = os.path.join(tmp, "probe.mlir")
-        with open(source, "w", encoding="utf-8") as f:
-            f.write(_PROBE)
-        cmd = [exe, source, *target, "--compile-to=executable-configurations", "-o", "-"]
-        proc = subprocess.run(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=300,
-        )
+    proc = configure_probe(target, "-", timeout=300)
     match = _TARGET.search(proc.stdout)
     if proc.returncode != 0 or match is None:
         lines = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
