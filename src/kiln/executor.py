@@ -179,6 +179,7 @@ class Executor:
             entrypoints=tuple(self.entrypoints),
             nodes=tuple(self.all.values()),
             store=self.store(),
+            warn=self.reporter.message,
         )
 
     def register(self, path: str, node: BuildContext | BuildFile) -> None:

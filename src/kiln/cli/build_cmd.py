@@ -142,12 +142,10 @@ def build(inv: Invocation, targets: list[BuildDependency]) -> BuildResult:
         with user_streams(inv.stderr):
             result: BuildResult = executor.run(targets, request, plan)
         if not options.dry_run:
-            from kiln.compare.history import keeping_history
             from kiln.observe.manifest import skipped_checks, write_manifest
 
             inputs = executor.manifest_inputs()
-            with keeping_history(executor.output_dir, executor.reporter.message):
-                statuses = write_manifest(inputs, result)
+            statuses = write_manifest(inputs, result)
             skipped, over_budget = skipped_checks(inputs, result, statuses)
             if not inv.broken:
                 settle_stale(

@@ -9,14 +9,12 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from kiln.base.errors import UsageError
 from kiln.cli.cache_options import seconds_option
 from kiln.devices.identity import DeviceSet
 from kiln.execution.cluster.spec import parse_executor
 
 if TYPE_CHECKING:  # imported when a build runs on a cluster, not on every build
     from kiln.cache import BuildCache
-    from kiln.cache.remote import RemoteCache
     from kiln.execution.cluster.offload import ClusterOffload
 
 
@@ -51,53 +49,11 @@ def open_remote(
     if not spec.remote or getattr(ns, "dry_run", False):
         yield None
         return
-    if cache is None:
-        raise UsageError(
-            f"--executor {text} moves inputs and outputs through a cache: drop --no-cache"
-        )
-    with _workers_cas(text, spec.kind, cache, warn) as cas:
-        from kiln.execution.cluster.dask_executor import DaskExecutor
-        from kiln.execution.cluster.offload import ClusterOffload
+    from kiln.execution.cluster.connect import open_cluster
 
-        executor = DaskExecutor(
-            spec, cas.url, connect_timeout_s=getattr(ns, "executor_timeout", 10.0)
-        )
-        try:
-            warn(f"kiln: {executor.describe()}")
-            yield ClusterOffload(executor, cache, cas, warn)
-        finally:
-            executor.close()
-            if cas is not cache.remote:
-                cas.close()
-
-
-@contextlib.contextmanager
-def _workers_cas(
-    text: str, kind: str, cache: BuildCache, warn: Callable[[str], None]
-) -> Iterator[RemoteCache]:
-    """The CAS the workers share: the remote cache; for ``dask-local`` without one,
-    kiln's local cache, served on 127.0.0.1 while the build lasts
-    (``kiln.cache.cas_server``)."""
-    remote = cache.remote
-    if remote is not None:
-        if not remote.uploads:
-            raise UsageError(
-                f"--executor {text} needs uploads to the remote cache: "
-                "drop --remote-cache-upload no"
-            )
-        yield remote
-        return
-    if kind != "dask-local":
-        raise UsageError(
-            f"--executor {text} needs --remote-cache URL: workers on other machines fetch "
-            "inputs and store outputs in the remote cache's CAS (dask-local:N, on this "
-            "machine, needs none)"
-        )
-    from kiln.cache.cas_server import serving
-    from kiln.cache.remote import RemoteCache
-
-    with serving(cache.local, cache.max_size) as url:
-        yield RemoteCache(url, warn=warn)
+    timeout = getattr(ns, "executor_timeout", 10.0)
+    with open_cluster(text, spec, cache, timeout, warn) as offload:
+        yield offload
 
 
 def build_devices(remote: ClusterOffload | None, require: bool) -> DeviceSet:

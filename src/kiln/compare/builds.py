@@ -2,7 +2,7 @@
 
 A build is named one of three ways: an output directory (its ``manifest.json``), a
 manifest file, or ``@-N`` (``@0`` the last build of ``--output-dir``, ``@-1`` the one
-before: ``kiln.compare.history``). Everything a manifest says is checked for its
+before: ``kiln.observe.manifest_history``). Everything a manifest says is checked for its
 type before it is used; a field of the wrong type reads as absent, and a file that
 is not a kiln manifest at all (not JSON, another format, a link, a FIFO, too large)
 is a ``UsageError`` naming the file and what to do.
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from kiln.base.errors import NotRegularFile, UsageError
-from kiln.compare.history import KEPT_MANIFESTS, MAX_MANIFEST_BYTES, kept_manifest
 from kiln.observe.manifest import FORMAT
+from kiln.observe.manifest_history import KEPT_MANIFESTS, MAX_MANIFEST_BYTES, kept_manifest
 from kiln.output_dir.layout import MANIFEST
 from kiln.output_dir.ownership import read_regular
 

@@ -7,6 +7,7 @@
                     record of the last builds kept in ``.kiln/``
     manifest.py     ``manifest.json``: what each entrypoint produced, written from
                     values (``ManifestInputs`` and the ``BuildResult``)
+    manifest_history.py  the manifests of the builds before the last (``.kiln/manifests/``)
     report_data.py  what ``kiln report`` shows, read back from the kept builds
     report_html.py  ``kiln report``'s page: one static HTML file
 

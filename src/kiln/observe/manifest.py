@@ -68,19 +68,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kiln.base.errors import NotRegularFile, StateError
 from kiln.engine.incremental import action_id
 from kiln.graph import BuildAction, BuildFile
 from kiln.graph.manifest_meta import ManifestMeta
+from kiln.observe.manifest_history import keeping_history
 from kiln.output_dir.ownership import clear_for_own_file, read_regular
 from kiln.output_dir.writing import TemporarySweeper, atomic_write
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from kiln.engine.result import BuildResult
     from kiln.graph import BuildContext, BuildEntrypoint
     from kiln.state import StateStore
@@ -100,6 +101,8 @@ class ManifestInputs:
     nodes: tuple[BuildContext | BuildFile, ...]
     # The build state: each output's digest, each action's record and duration.
     store: StateStore
+    # Where a warning goes (the previous manifest that cannot be kept).
+    warn: Callable[[str], None]
 
 
 class Statuses:
@@ -351,14 +354,16 @@ def write_manifest(inputs: ManifestInputs, result: BuildResult) -> Statuses:
         for ep in inputs.entrypoints
     }
     path = inputs.manifest_path
-    clear_for_own_file(path)
-    # What a writer killed mid-write left beside it (this build holds the lock).
-    TemporarySweeper().sweep(path)
-    try:
-        with atomic_write(path, "w") as f:
-            f.write(_manifest_text(outputs))
-    except OSError as e:  # a full disk: the old manifest stays, whole
-        raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
+    # The manifest it replaces, when they differ, is kept for ``kiln compare @-1``.
+    with keeping_history(Path(inputs.output_dir), inputs.warn):
+        clear_for_own_file(path)
+        # What a writer killed mid-write left beside it (this build holds the lock).
+        TemporarySweeper().sweep(path)
+        try:
+            with atomic_write(path, "w") as f:
+                f.write(_manifest_text(outputs))
+        except OSError as e:  # a full disk: the old manifest stays, whole
+            raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
     return statuses
 
 

@@ -44,8 +44,8 @@ SOURCE_VIEW = f"{KILN_DIR}/src"
 OUTSIDE_VIEW = f"{KILN_DIR}/outside"
 # kiln's own directories under ``.kiln/`` that hold nothing but what kiln made
 # (logs, command spools, the programs' scratch, the source links, the
-# reproducibility check's scratch, the earlier builds' manifests: ``kiln.compare.history``):
-# ``kiln clean`` removes them whole.
+# reproducibility check's scratch, the earlier builds' manifests:
+# ``kiln.observe.manifest_history``): ``kiln clean`` removes them whole.
 KILN_TREES = ("logs", "spool", "tmp", "src", "outside", "check", "manifests")
 # What the host CPU target resolves to here (``kiln.actions._host_cpu``).
 HOST_MEMO = "host-targets.json"

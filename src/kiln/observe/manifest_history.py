@@ -1,5 +1,6 @@
 """The manifests of the builds before the last, kept in ``OUTPUT_DIR/.kiln/manifests/``
-so that ``kiln compare @-1 @0`` can compare two builds of one output directory.
+so that ``kiln compare @-1 @0`` can compare two builds of one output directory. The
+manifest's writer keeps them (``write_manifest``); ``kiln.compare`` reads them.
 
 Format: ``.kiln/manifests/<n>.json`` is, byte for byte, the ``manifest.json`` that the
 build ``n`` builds before the last left (``1``: the one just before); at most
