@@ -16,6 +16,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import TypeVar
 
+from kiln.base.bytecode import user_code
 from kiln.base.errors import BuildDefinitionError, BuildInterrupted, UsageError
 from kiln.base.iree_shim import activated as iree_build_shim
 from kiln.base.modnames import (
@@ -74,7 +75,7 @@ def _load(spec: str, as_module: bool) -> ModuleType:
     hide_build_module(path)
     sys.path.insert(0, str(path.parent))
     loader = module_spec.loader
-    with no_bytecode_written():
+    with user_code():
         guarded(str(path), lambda: loader.exec_module(module))
     import cloudpickle
 
@@ -129,23 +130,6 @@ def _is_users(name: str, module: ModuleType, dotted: str | None, user_dirs: list
         return True
     where = getattr(module, "__file__", None) or ""
     return any(where.startswith(os.path.join(d, "")) for d in user_dirs if d)
-
-
-@contextlib.contextmanager
-def no_bytecode_written() -> Iterator[None]:
-    """While the block runs, Python writes no ``__pycache__``: kiln writes nothing
-    into the user's source tree, only into its output and cache directories. Around
-    a build module's load, and around every command in kiln's process
-    (``kiln.cli.main.run_cli``: what in-process actions import while they run);
-    kiln's worker processes set it for their whole life (``kiln.execution.process.worker``).
-    Modules with no bytecode yet are compiled on each run instead: the user's,
-    small, and any of kiln's own not compiled at its install."""
-    before = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
-    try:
-        yield
-    finally:
-        sys.dont_write_bytecode = before
 
 
 class _SourceCheckedLoader(importlib.machinery.SourceFileLoader):

@@ -28,7 +28,7 @@ from kiln._version import __version__
 from kiln.base.errors import BuildInterrupted, HelpShown, KilnError, UsageError, signal_name
 from kiln.base.iree_shim import activated as iree_build_shim
 from kiln.base.terminal import PrintableOutput, TerminalStream, printable
-from kiln.cli.loader import no_bytecode_written, user_line
+from kiln.cli.loader import user_line
 from kiln.cli.options import COMMAND_HELP, parser_streams
 from kiln.graph.args import argument_namespace_context
 
@@ -174,7 +174,6 @@ def run_cli(
             _signals_interrupt(out, err),
             parser_streams(out, err),
             iree_build_shim(shim),
-            no_bytecode_written(),  # what in-process actions import writes nothing
         ):
             code = _dispatch(argv, module, out, err)
             out.flush()  # here, where a closed pipe is recognised, not at exit

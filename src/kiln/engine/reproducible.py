@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kiln.base.action_env import other_conventions
+from kiln.base.bytecode import user_code
 from kiln.base.errors import KilnError
 from kiln.engine.result import BuildResult
 from kiln.engine.runner import Takes, first_taking
@@ -325,7 +326,8 @@ class InPlaceKeyed:
         paths: dict[BuildFile, str],
         say: Callable[[str], None],
     ) -> None:
-        action._invoke()
+        with user_code():
+            action._invoke()
 
 
 class InPlace:
@@ -345,7 +347,7 @@ class InPlace:
         paths: dict[BuildFile, str],
         say: Callable[[str], None],
     ) -> None:
-        with other_conventions() as changed:
+        with other_conventions() as changed, user_code():
             say(f"run again in place, with {changed}")
             action._invoke()
 

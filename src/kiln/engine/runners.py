@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kiln.base.bytecode import user_code
 from kiln.base.reached import ModuleWatch, Reached
 from kiln.engine.action_outputs import ActionOutputs
 from kiln.engine.command_lanes import CommandLanes
@@ -285,10 +286,11 @@ class ThreadRunner(RunsWork):
         """Run the action here; the modules imported since the build started (and,
         when it fails, the files its traceback went through) go to ``reached``."""
         try:
-            if action.timeout is not None and not action.enforces_own_timeout:
-                run_with_deadline(action._invoke, action.desc, action.timeout)
-            else:
-                action._invoke()
+            with user_code():  # what it imports writes no bytecode beside it
+                if action.timeout is not None and not action.enforces_own_timeout:
+                    run_with_deadline(action._invoke, action.desc, action.timeout)
+                else:
+                    action._invoke()
         except BaseException as e:
             reached.modules = self._imports.loaded()
             reached.note_failure(e)

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from kiln.base.bytecode import user_code
 from kiln.base.errors import BuildDefinitionError
 from kiln.graph import BuildContext, BuildEntrypoint, BuildFile, join_namespace
 from kiln.graph.args import ClArg, expand_cl_arg_defaults, extract_cl_arg_defs
@@ -27,7 +28,7 @@ class Entrypoint:
         parent = BuildContext.current()
         bep = BuildEntrypoint(join_namespace(parent.path, self.name), parent.executor, self)
         bep.registry.add_entrypoint(bep)
-        with bep:
+        with bep, user_code():  # what it imports writes no bytecode beside it
             results = self._wrapped(*args, **kwargs)
             if results is None:
                 return None
