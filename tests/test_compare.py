@@ -36,7 +36,7 @@ WRONG = """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 BUILD = """
 import json
-from kiln.observe.manifest import ManifestMeta
+from kiln.graph.manifest_meta import ManifestMeta
 
 DEVICE = "cpu:test@0123456789ab"
 
@@ -231,6 +231,40 @@ def test_history_at_minus_one(project: Path, kiln: Any, tmp_path: Path) -> None:
     )
     assert kiln("clean").returncode == 0
     assert not (tmp_path / "kiln-out/.kiln/manifests").exists()
+
+
+def test_kiln_report_compares_the_last_build_with_the_one_before_in_chromium(
+    project: Path, kiln: Any, tmp_path: Path
+) -> None:
+    """``kiln report``'s page of the last build has a section comparing it with the
+    build before (``@-1 @0``): each module's latency ratio on a log scale; a page of
+    the first build, or of a build before the last, has none."""
+    from test_report import run_chromium
+
+    assert kiln("build", str(project)).returncode == 0
+    first = kiln("report")
+    assert first.returncode == 0, first.stderr
+    assert "id='comparison'" not in (tmp_path / "kiln-out/report.html").read_text()
+    kiln("build", str(project), "--after", "1")
+    r = kiln("report")
+    assert r.returncode == 0, r.stderr
+    page = tmp_path / "kiln-out/report.html"
+    dom = run_chromium(["--dump-dom", page.as_uri()], tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    section = html[html.index('<section id="comparison">') :]
+    assert "Compared with the build before" in section
+    assert re.search(r'id="latency-chart" data-modules="1"', section), section[:2000]
+    (group,) = re.findall(r'<g class="ratio"[^>]*>', section)
+    assert 'data-verdict="slower"' in group and "slowed_vmvx" in group
+    assert kiln("report", "--build", "1").returncode == 0
+    assert "id='comparison'" not in (tmp_path / "kiln-out/report-1.html").read_text()
+    # A damaged earlier manifest: the report is written, and says why it compares nothing.
+    (tmp_path / "kiln-out/.kiln/manifests/1.json").write_text("{")
+    again = kiln("report")
+    assert again.returncode == 0, again.stderr
+    written = (tmp_path / "kiln-out/report.html").read_text()
+    assert "id='comparison'" in written and "latency-chart" not in written
 
 
 def test_an_older_manifest_says_why_is_unknown(kiln: Any, two_builds: tuple[Path, Path]) -> None:

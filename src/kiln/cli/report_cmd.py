@@ -10,13 +10,14 @@ never goes over one of kiln's own files (``kiln.cli.destinations``).
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from kiln.base.errors import StateError, UsageError
+from kiln.base.errors import KilnError, StateError, UsageError
 from kiln.base.terminal import printable
 from kiln.cache.config import default_cache_dir
 from kiln.cli import project_config
@@ -47,7 +48,8 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
         inputs=lambda: [p for p in (ns.module, ns.project_file) if p],
         warn=_printer(err),
     )
-    page = render(report, ns.output_dir.absolute())
+    comparison = "" if ns.build else _comparison(ns.output_dir)
+    page = render(report, ns.output_dir.absolute(), comparison)
     _claim(ns.output_dir.absolute(), written, err)
     try:
         with atomic_output(target) as tmp:
@@ -58,6 +60,27 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     which = "the last build" if not ns.build else f"build {ns.build} before the last"
     print(f"kiln: report of {which} in {ns.output_dir} written to {target}", file=err)
     return 0
+
+
+def _comparison(output_dir: Path) -> str:
+    """The last build compared with the one before it (``kiln compare @-1 @0``), as a
+    section of the page; nothing when no earlier build is kept, a line saying why
+    when the two cannot be compared (the report is written all the same)."""
+    from kiln.compare.builds import load_build
+    from kiln.compare.diff import Pools, compare_builds
+    from kiln.compare.page import report_section
+    from kiln.observe.manifest_history import kept_manifest
+
+    try:
+        os.lstat(kept_manifest(output_dir, 1))
+    except OSError:
+        return ""
+    try:
+        a, b = load_build("@-1", output_dir), load_build("@0", output_dir)
+    except KilnError as e:
+        why = html.escape(str(e), quote=True)
+        return f"<section id='comparison'><h2>Compared with the build before</h2><p>{why}</p></section>"
+    return report_section(a, b, compare_builds(a, b, Pools([a, b])), [])
 
 
 def _list(output_dir: Path, out: IO[str], as_json: bool = False) -> int:

@@ -14,7 +14,7 @@ from kiln.compare.table import latency_text, pct, verify_text
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 main{max-width:1200px;margin:0 auto;padding:16px 24px}
-h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}h3{font-size:15px}
 table{border-collapse:collapse;width:100%;background:#fff}
 td,th{border-bottom:1px solid #e3e6ea;padding:4px 8px;text-align:left;vertical-align:top}
 tr.regressed td{background:#fdecec}.why{color:#5b6475;font-size:12px}
@@ -34,16 +34,38 @@ def render_page(a: Build, b: Build, rows: list[Row], notes: list[str]) -> str:
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>kiln compare: {_e(a.label)} vs {_e(b.label)}</title><style>{_CSS}</style>",
         "</head><body><main>",
-        f"<h1>kiln compare</h1><p>A: {_e(a.label)} ({_e(a.manifest)})<br>"
-        f"B: {_e(b.label)} ({_e(b.manifest)})</p>",
-        "<h2>Latency, B over A (log scale)</h2>",
-        chart(rows),
-        "<h2>Artifacts</h2>",
-        _table(rows),
-        "".join(f"<p class='why'>{_e(n)}</p>" for n in notes),
+        "<h1>kiln compare</h1>",
+        _body(a, b, rows, notes),
         "</main></body></html>\n",
     ]
     return "\n".join(parts)
+
+
+def report_section(a: Build, b: Build, rows: list[Row], notes: list[str]) -> str:
+    """The comparison as a section of ``kiln report``'s page (its own small style:
+    the report's sets none of the rows' classes)."""
+    return "\n".join(
+        [
+            "<section id='comparison'><h2>Compared with the build before</h2>",
+            "<style>tr.regressed td{background:#fdecec}.why{color:#5b6475;font-size:12px}"
+            "svg text{font:12px system-ui,sans-serif;fill:#1d2330}</style>",
+            _body(a, b, rows, notes),
+            "</section>",
+        ]
+    )
+
+
+def _body(a: Build, b: Build, rows: list[Row], notes: list[str]) -> str:
+    return "\n".join(
+        [
+            f"<p>A: {_e(a.label)} ({_e(a.manifest)})<br>B: {_e(b.label)} ({_e(b.manifest)})</p>",
+            "<h3>Latency, B over A (log scale)</h3>",
+            chart(rows),
+            "<h3>Artifacts</h3>",
+            _table(rows),
+            "".join(f"<p class='why'>{_e(n)}</p>" for n in notes),
+        ]
+    )
 
 
 def chart(rows: list[Row]) -> str:

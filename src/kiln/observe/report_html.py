@@ -144,8 +144,9 @@ def embedded_json(data: Any) -> str:
     return json.dumps(data).translate(_SCRIPT_UNSAFE)
 
 
-def render(report: BuildReport, output_dir: Path) -> str:
-    """The whole page."""
+def render(report: BuildReport, output_dir: Path, comparison: str = "") -> str:
+    """The whole page; ``comparison``: the section comparing this build with the one
+    before (``kiln.compare.page.report_section``, already escaped), or nothing."""
     data = {
         "wall": report.wall_s or 0.0,
         "lanes": report.lanes,
@@ -175,6 +176,7 @@ def render(report: BuildReport, output_dir: Path) -> str:
         _slowest(report),
         _failures(report),
         _artifacts(report),
+        comparison,
         _kept(report),
         "</main><div id='tip'></div>",
         f"<script type='application/json' id='kiln-data'>{blob}</script>",
