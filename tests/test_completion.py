@@ -81,6 +81,8 @@ def _bash(project: Path, *words: str) -> list[str]:
         (("kiln", "cache", ""), ["clear", "gc", "stats"]),
         (("kiln", "cache", "stats", "--j"), ["--json"]),
         (("kiln", "report", "--li"), ["--list"]),
+        (("kiln", "compare", "--fa"), ["--fail-if"]),
+        (("kiln", "devices", "--ex"), ["--executor"]),
         (("kiln", "completion", "--h"), []),
     ],
 )

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import IO
 
 from kiln.base.errors import UsageError
 from kiln.base.terminal import printable
+from kiln.cli import project_config
 from kiln.cli.cache_options import directory_path
 from kiln.cli.compare_measure import Measurer, recorded_shapes
 from kiln.cli.options import KilnArgumentParser
@@ -79,7 +81,7 @@ def _seconds(text: str) -> float:
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
-    ns = compare_parser().parse_args(argv)
+    ns = project_config.parse(compare_parser(), argv, os.getcwd())
     conditions = parse_conditions(ns.fail_if)
     a = load_build(ns.a, ns.output_dir)
     b = load_build(ns.b, ns.output_dir)

@@ -19,6 +19,8 @@ import argparse
 import shlex
 from typing import IO
 
+from kiln.cli.compare_cmd import compare_parser
+from kiln.cli.devices_cmd import make_parser as devices_parser
 from kiln.cli.options import COMMAND_HELP, KilnArgumentParser, command_parser
 from kiln.cli.plain_parsers import cache_parser, clean_parser, report_parser
 
@@ -44,7 +46,12 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
     parsers: dict[str, argparse.ArgumentParser] = {
         c: command_parser(c, "kiln", None) for c in ("build", "list", "explain", "graph")
     }
-    parsers.update(clean=clean_parser(), report=report_parser())
+    parsers.update(
+        clean=clean_parser(),
+        report=report_parser(),
+        compare=compare_parser(),
+        devices=devices_parser(),
+    )
     for action in cache_parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():

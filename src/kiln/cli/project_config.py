@@ -250,7 +250,11 @@ def _every_parser() -> list[argparse.ArgumentParser]:
     parsers: list[argparse.ArgumentParser] = [
         command_parser(c, "kiln", None) for c in ("build", "list", "explain", "graph")
     ]
-    parsers += [clean_parser(), report_parser(), cache_parser()]
+    from kiln.cli.compare_cmd import compare_parser
+    from kiln.cli.devices_cmd import make_parser as devices_parser
+
+    parsers += [clean_parser(), report_parser(), cache_parser(), compare_parser()]
+    parsers.append(devices_parser())
     return [p for parser in parsers for p in _with_subparsers(parser)]
 
 

@@ -79,7 +79,8 @@ def _comparison(output_dir: Path) -> str:
         a, b = load_build("@-1", output_dir), load_build("@0", output_dir)
     except KilnError as e:
         why = html.escape(str(e), quote=True)
-        return f"<section id='comparison'><h2>Compared with the build before</h2><p>{why}</p></section>"
+        head = "<section id='comparison'><h2>Compared with the build before</h2>"
+        return f"{head}<p>{why}</p></section>"
     return report_section(a, b, compare_builds(a, b, Pools([a, b])), [])
 
 
