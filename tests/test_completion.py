@@ -82,7 +82,7 @@ def _bash(project: Path, *words: str) -> list[str]:
         (("kiln", "cache", "stats", "--j"), ["--json"]),
         (("kiln", "report", "--li"), ["--list"]),
         (("kiln", "compare", "--fa"), ["--fail-if"]),
-        (("kiln", "devices", "--ex"), ["--executor"]),
+        (("kiln", "devices", "--ex"), ["--executor", "--executor-timeout"]),
         (("kiln", "completion", "--h"), []),
     ],
 )
