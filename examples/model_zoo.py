@@ -107,7 +107,8 @@ def _model_build(model: ZooModel):  # type: ignore[no-untyped-def]
                     name=f"bench_{target}.json",
                     module=module,
                     inputs=inputs,
-                    repetitions=3,
+                    # Ten: what kiln compare needs to class a change (docs/compare.md).
+                    repetitions=10,
                     min_time_s=0.01,
                 )
             )

@@ -226,7 +226,7 @@ def benchmark(
     name: str,
     module: BuildFile | str,
     inputs: Sequence[BuildFile | str] | None = None,
-    repetitions: int = 5,
+    repetitions: int = 10,
     model: BuildFile | str | None = None,
     shapes: Mapping[str, Any] | None = None,
     min_time_s: float = 0.1,
