@@ -367,3 +367,42 @@ def test_the_page_draws_each_ratio_on_a_log_scale_in_chromium(
     (group,) = re.findall(r'<g class="ratio"[^>]*>', html)
     assert 'data-verdict="slower"' in group and "slowed_vmvx" in group
     assert re.search(r"<circle [^>]*cx=", html) and 'data-change="unchanged"' in html
+
+
+SECRET_ACTION = """
+class Stamp(BuildAction):
+    def __init__(self, out, token, **kwargs):
+        super().__init__(**kwargs)
+        self.out, self.token = out, token
+    def _invoke(self):
+        self.out.get_fs_path().write_text(str(sum(map(ord, self.token))))
+
+@entrypoint
+def stamp(token=cl_arg("token", default="s3cret-one", help="a secret")):
+    context = BuildContext.current()
+    out = context.allocate_file("stamp.txt")
+    out.deps.add(Stamp(out, token + "x" * 5, desc="stamp", executor=context.executor))
+    return [out]
+"""
+
+
+def test_a_user_actions_parameters_reach_the_manifest_as_digests_only(
+    kiln: Any, tmp_path: Path
+) -> None:
+    """A user's action may hold a token: manifest.json (often published with the
+    artifacts) shows each of its parameters by digest, and kiln compare still says
+    which one changed."""
+    from conftest import HEADER
+
+    (tmp_path / "build.py").write_text(HEADER + SECRET_ACTION)
+    assert kiln("build", "build.py").returncode == 0
+    assert kiln("build", "build.py", "--token", "s3cret-two").returncode == 0
+    manifest = (tmp_path / "kiln-out/manifest.json").read_text()
+    kept = (tmp_path / "kiln-out/.kiln/manifests/1.json").read_text()
+    assert "s3cret" not in manifest and "s3cret" not in kept
+    (row,) = json.loads(manifest)["entrypoints"]["stamp"]["outputs"]
+    assert row["key"]["params"]["token"].startswith("sha256:")
+    code, rows, _ = _rows(kiln, "@-1", "@0")
+    assert code == 0
+    changed = rows["genfiles/stamp/stamp.txt"]
+    assert changed["change"] == "changed" and "token" in changed["why"], changed

@@ -16,9 +16,9 @@ with kiln).
 
 from __future__ import annotations
 
+import json
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -114,15 +114,22 @@ def write_sources(root: Path, variant: int) -> None:
 
 def tree(out_dir: Path) -> dict[str, bytes]:
     """Every file under ``out_dir`` but kiln's own state, by relative path; in the
-    manifest, whether an output came from the shared cache is left out."""
+    manifest, the facts of one build rather than of its outputs are left out: whether
+    an output came from the shared cache, how long its action last ran, and its
+    action's key parts (a thunk of absolute paths, as this module's, is keyed by
+    where its output directory is)."""
     found = {
         str(p.relative_to(out_dir)): p.read_bytes()
         for p in sorted(out_dir.rglob("*"))
         if p.is_file() and p.relative_to(out_dir).parts[0] != ".kiln"
     }
     if "manifest.json" in found:
-        manifest = found["manifest.json"]
-        found["manifest.json"] = re.sub(rb'\s*"cached": (true|false),?', b"", manifest)
+        manifest = json.loads(found["manifest.json"])
+        for entrypoint in manifest["entrypoints"].values():
+            for output in entrypoint["outputs"]:
+                for fact in ("cached", "duration_s", "key"):
+                    output.pop(fact, None)
+        found["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
     return found
 
 

@@ -28,8 +28,9 @@ Format (``"format": "kiln-manifest/2"``)::
              archives it loads); an output whose action has a record in the build
              state also has "key": {"digest", "params", "inputs"} (its action's key
              and what it was made of: ``kiln compare`` says from them why an
-             artifact changed between two builds) and "duration_s" (how long that
-             action last ran)}
+             artifact changed between two builds; a user's action's parameters by
+             their values' digests only, ``_digested``) and "duration_s" (how long
+             that action last ran)}
           ]
         }
       }
@@ -66,6 +67,7 @@ while its digest is unchanged). The file is replaced atomically after each build
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -311,13 +313,28 @@ def _key_parts(inputs: ManifestInputs, statuses: Statuses, action: BuildAction) 
     record = store.records().get(aid) if aid is not None else None
     if record is None or record.damaged or not record.looks_intact():
         return {}
+    params = record.params
+    if params is not None and not type(action).__module__.startswith("kiln."):
+        params = _digested(params)
     found: dict[str, Any] = {
-        "key": {"digest": record.key, "params": record.params, "inputs": record.inputs}
+        "key": {"digest": record.key, "params": params, "inputs": record.inputs}
     }
     took = store.durations().get(aid) if aid is not None else None
     if isinstance(took, int | float):
         found["duration_s"] = float(took)
     return found
+
+
+def _digested(params: dict[str, Any]) -> dict[str, Any]:
+    """A user's action's parameters as the manifest shows them: each value by the
+    digest of its canonical form, never the value itself (``manifest.json`` is
+    often published with the artifacts; a parameter may be a token). kiln's own
+    actions' parameters are shown as they are: they hold flags, targets and
+    shapes, and a fetch's URL only redacted."""
+    return {
+        name: "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+        for name, value in params.items()
+    }
 
 
 def _action_ids(inputs: ManifestInputs) -> dict[BuildAction, str]:
