@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -318,10 +319,35 @@ def _param_changes(name: str, old: Any, new: Any) -> list[str]:
             if a != b
             for change in _param_changes(f"{name}[{i}]", a, b)
         ]
+    if isinstance(old, list) and isinstance(new, list):
+        edits = _list_edits(name, old, new)
+        if edits:
+            return edits
     if _only_code_differs(old, new):
         return [f"the code of parameter {name}'s class changed"]
     before, after = _around_difference(_text(old), _text(new))
     return [f"parameter {name} changed from {before} to {after}"]
+
+
+_EDITS_SHOWN = 3  # a list that gained or lost more is shown as a whole change
+
+
+def _list_edits(name: str, old: list[Any], new: list[Any]) -> list[str]:
+    """A list of plain values (an argv, flags) of another length, as the values it
+    gained and lost (``parameter flags gained '--iree-opt-level=O3'``); nothing
+    when it holds other values or changed more than that."""
+    plain = (str, int, float, bool, type(None))
+    if not all(isinstance(v, plain) for v in (*old, *new)):
+        return []
+    had, has = Counter(map(_text, old)), Counter(map(_text, new))
+    gained, lost = list((has - had).elements()), list((had - has).elements())
+    if not gained and not lost:
+        return []  # the same values in another order: the whole change says it
+    if len(gained) + len(lost) > _EDITS_SHOWN:
+        return []
+    return [f"parameter {name} gained {v}" for v in gained] + [
+        f"parameter {name} lost {v}" for v in lost
+    ]
 
 
 class _Pairs(dict[str, Any]):
