@@ -406,3 +406,41 @@ def test_a_user_actions_parameters_reach_the_manifest_as_digests_only(
     assert code == 0
     changed = rows["genfiles/stamp/stamp.txt"]
     assert changed["change"] == "changed" and "token" in changed["why"], changed
+
+
+ONNX_BENCH = """
+@entrypoint
+def add(after=cl_arg("after", default="0", help="1: the build after")):
+    mlir = onnx_import(name="add.mlir", source=source_file("add.onnx"))
+    flags = ["--iree-vm-emit-polyglot-zip=false"] if after == "1" else []
+    (given,) = compile(name="given", source=mlir, targets=["vmvx"], flags=flags)
+    (made,) = compile(name="made", source=mlir, targets=["cpu"], flags=flags)
+    return [
+        given, benchmark(name="given.json", module=given, inputs=[source_file("x.pb")],
+                         repetitions=2, min_time_s=0.001),
+        made, benchmark(name="made.json", module=made, repetitions=2, min_time_s=0.001,
+                        shapes={"N": 2}),
+    ]
+"""
+
+
+def test_measure_runs_an_imported_onnx_module_on_the_inputs_its_benchmark_recorded(
+    kiln: Any, tmp_path: Path
+) -> None:
+    """A module imported from ONNX declares no argument types for the runtime to
+    read: --measure runs it on what its build's benchmark ran it on, the given
+    file read again below the output directory, or the inputs generated from the
+    model made again."""
+    from conftest import HEADER
+    from test_verify_bench import _write_models
+
+    _write_models(tmp_path)
+    (tmp_path / "build.py").write_text(HEADER + ONNX_BENCH)
+    assert kiln("build", "build.py", "--output-dir", "a").returncode == 0
+    assert kiln("build", "build.py", "--output-dir", "b", "--after", "1").returncode == 0
+    r = kiln("compare", "a", "b", "--measure", "--budget", "20", "--json")
+    assert r.returncode == 0, r.stderr
+    notes = json.loads(r.stdout)["notes"]
+    assert not any("not measured" in n for n in notes), notes
+    runs = [n for n in notes if "benchmark run(s)" in n]
+    assert runs and "given_vmvx.vmfb" in runs[0] and "made_cpu" in runs[0], notes

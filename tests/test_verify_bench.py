@@ -150,6 +150,7 @@ def test_generated_inputs_are_deterministic_and_recorded(build, kiln, tmp_path: 
             "source": "generated",
             "seed": seed,
             "shapes": {"a": [3, 4]},
+            "model": ".kiln/src/two.onnx",  # below the output directory: made again there
         }
         shape_out = result["references"]["onnxruntime"]["outputs"][1]
         assert shape_out["dtype"] == "int64" and (shape_out["rtol"], shape_out["atol"]) == (0, 0)

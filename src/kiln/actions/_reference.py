@@ -117,7 +117,10 @@ def check_inputs(
     from ``signature`` ((name, dtype, dims) per input) seeded by ``seed_file``."""
     if inputs:
         files = list(names) if names else list(inputs)
-        return [load_tensor(p) for p in inputs], {"source": "given", "files": files}
+        # ``paths``: where they were read, relative to the output directory (or the
+        # sandbox laid out as it): ``kiln compare --measure`` reads them there again.
+        how: dict[str, Any] = {"source": "given", "files": files, "paths": list(inputs)}
+        return [load_tensor(p) for p in inputs], how
     if signature is not None and seed_file is not None:
         specs = [InputSpec(name, dtype, tuple(dims)) for name, dtype, dims in signature]
         seed = file_seed(seed_file)
@@ -126,7 +129,10 @@ def check_inputs(
     else:
         raise ToolError("no inputs given and no ONNX model to generate them from")
     arrays, chosen = generate_inputs(specs, seed, shapes)
-    return arrays, {"source": "generated", "seed": seed, "shapes": chosen}
+    how = {"source": "generated", "seed": seed, "shapes": chosen}
+    if model is not None and signature is None:
+        how["model"] = model  # relative to the output directory, as ``paths`` above
+    return arrays, how
 
 
 def run_inputs(run: RunSpec) -> tuple[list[np.ndarray], dict[str, Any]]:

@@ -339,3 +339,29 @@ def module_signature(module: str, driver: str) -> tuple[str, str]:
 def driver_for_flags(flags: list[str]) -> str:
     """The runtime driver a module compiled with ``flags`` runs on."""
     return _devices.driver_for_flags(flags)
+
+
+def recorded_inputs(inputs: dict[str, Any], root: str) -> list[Any] | None:
+    """The arrays a benchmark ran on, made again from what its result recorded
+    (``inputs``: given files by ``paths``, or generated from ``model`` with
+    ``shapes``), reading below the output directory ``root``; None when the result
+    recorded too little (an older kiln, a PyTorch module's example inputs)."""
+    from kiln.actions._reference import check_inputs
+
+    def inside(rel: Any) -> str | None:
+        parts = rel.split("/") if isinstance(rel, str) else []
+        if not parts or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            return None  # only a plain relative path below the output directory
+        return os.path.join(root, *parts)
+
+    if inputs.get("source") == "given":
+        paths = inputs.get("paths")
+        found = [inside(p) for p in paths] if isinstance(paths, list) and paths else [None]
+        if any(f is None for f in found):
+            return None
+        return check_inputs(None, [f for f in found if f is not None], {})[0]
+    model = inside(inputs.get("model"))
+    shapes = inputs.get("shapes")
+    if inputs.get("source") != "generated" or model is None or not isinstance(shapes, dict):
+        return None
+    return check_inputs(model, [], shapes)[0]

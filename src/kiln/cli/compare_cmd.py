@@ -19,7 +19,7 @@ from kiln.base.errors import UsageError
 from kiln.base.terminal import printable
 from kiln.cli import project_config
 from kiln.cli.cache_options import directory_path
-from kiln.cli.compare_measure import Measurer, recorded_shapes
+from kiln.cli.compare_measure import Measurer, recorded_inputs_of, recorded_shapes
 from kiln.cli.options import KilnArgumentParser
 from kiln.compare.builds import Build, load_build
 from kiln.compare.diff import Pools, compare_builds
@@ -112,6 +112,10 @@ def _measure(a: Build, b: Build, pools: Pools, budget: float) -> list[str]:
     for job in jobs:
         runner.shapes[job.file_a] = recorded_shapes(job.a)
         runner.shapes[job.file_b] = recorded_shapes(job.b)
+        for art, file, build in ((job.a, job.file_a, a), (job.b, job.file_b, b)):
+            inputs = recorded_inputs_of(art)
+            if inputs is not None and build.root is not None:
+                runner.recorded[file] = (inputs, build.root)
     measure(jobs, pools, measured, runner, budget)
     notes = [
         f"--measure: {runner.runs} benchmark run(s) on {measured.device}, "

@@ -1,7 +1,10 @@
 """``kiln compare --measure``'s measuring on this machine: ``iree-benchmark-module``
 through the benchmark action's own code (``kiln.actions.bench.measure_module``), on
-inputs of the shapes the module's function declares (zeros; a dynamic dimension
-takes the size the build's checks recorded for that input)."""
+the inputs the build's benchmark recorded (its given files, read again below the
+output directory, or its generated inputs made again from the model, seed and
+shapes: ``kiln.actions.bench.recorded_inputs``); else on inputs of the shapes the
+module's function declares (zeros; a dynamic dimension takes the size the build's
+checks recorded for that input)."""
 
 from __future__ import annotations
 
@@ -73,11 +76,23 @@ def _arrays(types: list[str], shapes: list[list[int]]) -> list[Any]:
     return arrays
 
 
+def recorded_inputs_of(art: Artifact) -> dict[str, Any] | None:
+    """What the build's benchmark of ``art`` recorded of its inputs."""
+    for entry in art.benchmark:
+        inputs = entry.get("inputs")
+        if isinstance(inputs, dict):
+            return inputs
+    return None
+
+
 class Measurer:
     """Runs one module's benchmark here; counts the runs (``runs``)."""
 
     def __init__(self, shapes: dict[Path, list[list[int]]]):
         self.shapes = shapes
+        # Per module file: what its build's benchmark recorded of its inputs, and
+        # the output directory that holds them.
+        self.recorded: dict[Path, tuple[dict[str, Any], Path]] = {}
         self.runs = 0
 
     def __call__(self, module: Path, flags: list[str]) -> list[float]:
@@ -87,7 +102,14 @@ class Measurer:
 
         driver = driver_for_flags(flags)
         function, types = _signature(module, driver)
-        arrays = _arrays(types, self.shapes.get(module, []))
+        arrays = self._recorded(module)
+        if arrays is None:
+            if not types:
+                raise ToolError(
+                    "its benchmark recorded no inputs kiln can read again, and its "
+                    "function declares no argument types"
+                )
+            arrays = _arrays(types, self.shapes.get(module, []))
         with tempfile.TemporaryDirectory(prefix="kiln-compare-") as tmp:
             for i, array in enumerate(arrays):
                 np.save(os.path.join(tmp, f"{i}.npy"), array)
@@ -95,3 +117,14 @@ class Measurer:
             return measure_module(
                 str(module), driver, function, tmp, len(arrays), REPETITIONS, MIN_TIME_S
             )
+
+    def _recorded(self, module: Path) -> list[Any] | None:
+        from kiln.actions.bench import recorded_inputs
+
+        found = self.recorded.get(module)
+        if found is None:
+            return None
+        try:
+            return recorded_inputs(found[0], str(found[1]))
+        except (OSError, ValueError, ToolError):
+            return None  # moved or damaged since: the declared shapes, if any

@@ -19,7 +19,7 @@ def largest_difference(
         (ca, cb)
         for ca in checks_a
         for cb in checks_b
-        if isinstance(ca.get("inputs"), dict) and ca.get("inputs") == cb.get("inputs")
+        if _which_inputs(ca) is not None and _which_inputs(ca) == _which_inputs(cb)
     ]
     if not pairs:
         return None, "no check on the same inputs in both"
@@ -59,3 +59,16 @@ def _difference(a: dict[str, Any], b: dict[str, Any]) -> float | str:
 
 def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# Where a check's inputs were read (``paths``, ``model``): places, not which inputs.
+_PLACES = ("paths", "model")
+
+
+def _which_inputs(check: dict[str, Any]) -> dict[str, Any] | None:
+    """What says which inputs a check ran on (given files by name, or the seed and
+    shapes they were generated with), without where they were read."""
+    inputs = check.get("inputs")
+    if not isinstance(inputs, dict):
+        return None
+    return {k: v for k, v in inputs.items() if k not in _PLACES}

@@ -23,7 +23,8 @@ Format (``"format": "kiln-manifest/2"``)::
              failed)}] (one per verify) and "benchmark": [{"status"
              ("measured", "skipped", "failed", ...), "reason", "device", "device_id",
              "median", "mean", "stddev", "min", "max", "time_unit" ("us"),
-             "repetitions", "machine", "devices", "samples" (per repetition)}], and
+             "repetitions", "machine", "devices", "samples" (per repetition),
+             "inputs" (as verify's)}], and
              "parameters": [{"scope", "path", "status", "sha256", "size"}] (the
              archives it loads); an output whose action has a record in the build
              state also has "key": {"digest", "params", "inputs"} (its action's key
@@ -209,6 +210,7 @@ _BENCH_FIELDS = (
     "machine",
     "devices",
     "samples",
+    "inputs",  # what it ran on: kiln compare --measure runs the module on them again
 )
 
 
