@@ -126,6 +126,15 @@ CHECKS: dict[str, str | Syntax | Covered] = {
         f"{_NET} (the peers Ninja and doit) and runs for 25 minutes",
         ".venv/bin/python benchmarks/run.py --help",
     ),
+    # The README's comparison of two zoo builds.
+    "kiln build examples/model_zoo.py --output-dir zoo-a -j 2": Syntax(
+        _ZOO, ".venv/bin/kiln build --help"
+    ),
+    "kiln build examples/model_zoo.py --output-dir zoo-b -j 2 "
+    "--iree-compile-extra-args=--iree-opt-level=O3": Syntax(_ZOO, ".venv/bin/kiln build --help"),
+    "kiln compare zoo-a zoo-b --measure --budget 300": Syntax(
+        "needs the two zoo builds above", ".venv/bin/kiln compare --help"
+    ),
     # docs/cluster.md.
     "kiln build build.py --executor dask-local:4": RUN,
     "dask scheduler --host 0.0.0.0 --port 8786": RUN,
