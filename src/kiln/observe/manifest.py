@@ -131,6 +131,9 @@ class Statuses:
         self.results: dict[BuildFile, dict[str, Any]] = {}
         # Each producing action's id in the build state (``kiln.engine.incremental.action_id``).
         self.action_ids: dict[BuildAction, str] = {}
+        # The previous manifest's "key" of each output, by path: reused for an
+        # output whose action's key is the same (a no-op build re-reads no record).
+        self.old_keys: dict[str, dict[str, Any]] = {}
 
     def action(self, action: BuildAction) -> str:
         return self.of.get(action, "not built")
@@ -288,7 +291,7 @@ def describe_output(
         entry.update(sha256=digest, size=os.lstat(path).st_size)
         entry["cached"] = (entry["path"], digest) in (cached or set())
         if producers:
-            entry.update(_key_parts(inputs, statuses, producers[0]))
+            entry.update(_key_parts(inputs, statuses, producers[0], entry["path"]))
     meta = ManifestMeta.get(f)
     entry.update(meta.fields)
     if meta.verifications:
@@ -306,21 +309,28 @@ def describe_output(
     return entry
 
 
-def _key_parts(inputs: ManifestInputs, statuses: Statuses, action: BuildAction) -> dict[str, Any]:
+def _key_parts(
+    inputs: ManifestInputs, statuses: Statuses, action: BuildAction, path: str
+) -> dict[str, Any]:
     """What ``action``'s record in the build state says it was made of (its key, its
     keyed parameters, its inputs' digests) and how long it last ran; nothing when it
-    has no record (it never succeeded here)."""
+    has no record (it never succeeded here). The previous manifest's parts of the
+    output at ``path`` serve again while the record's key is theirs."""
     aid = statuses.action_ids.get(action)
     store = inputs.store
     record = store.records().get(aid) if aid is not None else None
-    if record is None or record.damaged or not record.looks_intact():
+    if record is None:
         return {}
-    params = record.params
-    if params is not None and not type(action).__module__.startswith("kiln."):
-        params = _digested(params)
-    found: dict[str, Any] = {
-        "key": {"digest": record.key, "params": params, "inputs": record.inputs}
-    }
+    known = statuses.old_keys.get(path)
+    if known is not None and known.get("digest") == record.key and record.key:
+        found: dict[str, Any] = {"key": known}
+    elif record.damaged or not record.looks_intact():
+        return {}
+    else:
+        params = record.params
+        if params is not None and not type(action).__module__.startswith("kiln."):
+            params = _digested(params)
+        found = {"key": {"digest": record.key, "params": params, "inputs": record.inputs}}
     took = store.durations().get(aid) if aid is not None else None
     if isinstance(took, int | float):
         found["duration_s"] = float(took)
@@ -334,9 +344,15 @@ def _digested(params: dict[str, Any]) -> dict[str, Any]:
     actions' parameters are shown as they are: they hold flags, targets and
     shapes, and a fetch's URL only redacted."""
     return {
-        name: "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+        name: "sha256:"
+        + hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:_SHOWN]
         for name, value in params.items()
     }
+
+
+# Hex digits of a parameter's digest kept: enough to tell a change (this is no key;
+# the key's own digest is whole), a quarter of the bytes a manifest line would take.
+_SHOWN = 16
 
 
 def _action_ids(inputs: ManifestInputs) -> dict[BuildAction, str]:
@@ -367,7 +383,9 @@ def write_manifest(inputs: ManifestInputs, result: BuildResult) -> Statuses:
     statuses it was written from."""
     statuses = Statuses(result)
     statuses.action_ids = _action_ids(inputs)
-    cached = _cached_outputs(inputs, result)
+    old = _old_manifest(inputs)
+    statuses.old_keys = _old_keys(old)
+    cached = _cached_outputs(inputs, result, old)
     outputs = {
         ep.path: [describe_output(inputs, statuses, f, cached) for f in ep.outputs]
         for ep in inputs.entrypoints
@@ -408,13 +426,36 @@ def _manifest_text(outputs: dict[str, list[dict[str, Any]]]) -> str:
     return f'{{\n  "entrypoints": {{\n{body}\n  }},\n  "format": {line(FORMAT)}\n}}\n'
 
 
-def _cached_outputs(inputs: ManifestInputs, result: BuildResult | None) -> set[tuple[str, str]]:
+_BROKEN = (OSError, NotRegularFile, ValueError, TypeError, AttributeError, KeyError)
+
+
+def _old_manifest(inputs: ManifestInputs) -> Any:
+    """The manifest this one replaces, parsed (None: none, or not JSON)."""
+    with contextlib.suppress(*_BROKEN):
+        return json.loads(read_regular(inputs.manifest_path))
+    return None
+
+
+def _old_keys(old: Any) -> dict[str, dict[str, Any]]:
+    """Each output's "key" in the manifest ``old``, by path (what is not shaped as
+    kiln writes it is left out)."""
+    found: dict[str, dict[str, Any]] = {}
+    with contextlib.suppress(*_BROKEN):
+        for ep in old["entrypoints"].values():
+            for o in ep["outputs"]:
+                key = o.get("key")
+                if isinstance(key, dict) and isinstance(o["path"], str):
+                    found[o["path"]] = key
+    return found
+
+
+def _cached_outputs(
+    inputs: ManifestInputs, result: BuildResult | None, old: Any = None
+) -> set[tuple[str, str]]:
     """(path, sha256) of the outputs that came from the cache: served in this build, or
-    so marked in the previous manifest (an up-to-date output keeps its origin)."""
+    so marked in the previous manifest ``old`` (an up-to-date output keeps its origin)."""
     found: dict[str, str] = {}
-    broken = (OSError, NotRegularFile, ValueError, TypeError, AttributeError, KeyError)
-    with contextlib.suppress(*broken):
-        old = json.loads(read_regular(inputs.manifest_path))
+    with contextlib.suppress(*_BROKEN):
         for ep in old["entrypoints"].values():
             found.update((o["path"], o["sha256"]) for o in ep["outputs"] if o.get("cached"))
     served = set(result.cached) if result is not None else set()
