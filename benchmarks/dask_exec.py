@@ -128,7 +128,7 @@ def bench_dask(
 def cluster_env(dask_defaults: bool) -> dict[str, str]:
     """The environment of the benchmark's ``dask scheduler`` and ``dask worker``s:
     kiln's recommended settings (``LOCAL_CLUSTER_CONFIG``) as Dask variables."""
-    from kiln.execution.cluster.dask_executor import LOCAL_CLUSTER_CONFIG
+    from kiln.execution.cluster.dask_client import LOCAL_CLUSTER_CONFIG
 
     env = dict(os.environ)
     if dask_defaults:

@@ -519,7 +519,7 @@ def test_an_action_run_on_a_worker_keeps_its_key_in_the_next_build(
     the action: the same executor builds again and finds everything up to date."""
     from kiln.cache import BuildCache, LocalCache
     from kiln.cache.remote import RemoteCache
-    from kiln.execution.cluster.dask_executor import DaskExecutor
+    from kiln.execution.cluster.dask_client import DaskClient
     from kiln.execution.cluster.offload import ClusterOffload
     from kiln.execution.cluster.spec import parse_executor
     from kiln.executor import BuildContext, Executor, SchedulerOptions
@@ -540,7 +540,7 @@ def test_an_action_run_on_a_worker_keeps_its_key_in_the_next_build(
 
     executor.analyze(ep)
     (target,) = [f for f in executor.graph.files() if f.path.endswith("x.txt")]
-    cluster = DaskExecutor(parse_executor(dask_cluster.url), nginx_cache.url)
+    cluster = DaskClient(parse_executor(dask_cluster.url), nginx_cache.url)
     try:
         executor.remote = ClusterOffload(cluster, executor.cache, executor.cache.remote, print)
         first = executor.run([target], SchedulerOptions(jobs=1))

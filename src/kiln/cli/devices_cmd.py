@@ -49,10 +49,10 @@ def _here() -> list[dict[str, Any]]:
 
 
 def _cluster(spec: Any, timeout_s: float) -> dict[str, list[dict[str, Any]]]:
-    from kiln.execution.cluster.dask_executor import DaskExecutor
+    from kiln.execution.cluster.dask_client import DaskClient
     from kiln.execution.cluster.worker_devices import described
 
-    executor = DaskExecutor(spec, "", connect_timeout_s=timeout_s)
+    executor = DaskClient(spec, "", connect_timeout_s=timeout_s)
     try:
         answers = executor.client.run(described, on_error="return")
     finally:

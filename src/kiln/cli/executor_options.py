@@ -60,5 +60,5 @@ def build_devices(remote: ClusterOffload | None, require: bool) -> DeviceSet:
     """The devices a build's checks run on: the cluster's workers' (``remote``), or
     this machine's; ``require``: one whose device is absent fails."""
     if remote is not None:
-        return remote.executor.device_set(require)
+        return remote.client.device_set(require)
     return DeviceSet.local(require)  # one per build: KILN_DEVICES is read again

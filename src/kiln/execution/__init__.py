@@ -3,7 +3,7 @@
     process/          programs run for actions: ``CommandRunner`` (commands started
                       with ``posix_spawn``, reaped in one place), the worker template
                       and ``ProcessPool``, process groups, the reaper
-    cluster/          a Dask cluster: the client (``DaskExecutor``), what a worker runs
+    cluster/          a Dask cluster: the client (``DaskClient``), what a worker runs
                       in its sandbox (``RemoteTask``), which actions go and how their
                       outputs come back (``ClusterOffload``), worker versions, devices
     threads.py        ``ThreadWorkers``: the threads THREAD actions run on

@@ -7,7 +7,7 @@ paths) and its inputs' digests and relative paths; the worker fetches the inputs
 from the remote CAS into a private sandbox under its local directory, runs there,
 puts the outputs into the CAS and returns their digests
 (``kiln.execution.cluster.task``). kiln then materializes the outputs as for a cache hit
-(``kiln.execution.cluster.dask_executor``).
+(``kiln.execution.cluster.dask_client``).
 
 An action is remotable when it can say where its files are in a sandbox:
 ``CommandAction`` through ``sandbox_command``, the built-in process actions

@@ -32,15 +32,15 @@ def open_cluster(
             f"--executor {text} moves inputs and outputs through a cache: drop --no-cache"
         )
     with _workers_cas(text, spec.kind, cache, warn) as cas:
-        from kiln.execution.cluster.dask_executor import DaskExecutor
+        from kiln.execution.cluster.dask_client import DaskClient
         from kiln.execution.cluster.offload import ClusterOffload
 
-        executor = DaskExecutor(spec, cas.url, connect_timeout_s=connect_timeout_s)
+        client = DaskClient(spec, cas.url, connect_timeout_s=connect_timeout_s)
         try:
-            warn(f"kiln: {executor.describe()}")
-            yield ClusterOffload(executor, cache, cas, warn)
+            warn(f"kiln: {client.describe()}")
+            yield ClusterOffload(client, cache, cas, warn)
         finally:
-            executor.close()
+            client.close()
             if cas is not cache.remote:
                 cas.close()
 

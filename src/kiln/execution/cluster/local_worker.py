@@ -5,7 +5,7 @@ Those processes are in kiln's process group, so a Ctrl-C at the terminal reaches
 each of them too, and each would print its own KeyboardInterrupt traceback while
 kiln shuts the cluster down. A worker of kiln's own cluster ignores the terminal's
 Ctrl-C and Ctrl-\\; kiln, which gets them as well, stops the build and closes the
-cluster (``DaskExecutor.close``).
+cluster (``DaskClient.close``).
 """
 
 from __future__ import annotations

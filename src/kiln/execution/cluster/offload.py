@@ -14,7 +14,7 @@ from kiln.base.errors import ClusterFailure
 from kiln.base.reached import Reached
 from kiln.cache import BuildCache
 from kiln.cache.remote import RemoteCache
-from kiln.execution.cluster.dask_executor import DaskExecutor
+from kiln.execution.cluster.dask_client import DaskClient
 from kiln.execution.cluster.task import RemoteResult
 from kiln.graph import ActionConcurrency, BuildAction, BuildFile
 from kiln.planning.sandbox import remotable, sandbox_paths
@@ -22,7 +22,7 @@ from kiln.state import Produced
 
 
 class ClusterOffload:
-    """Runs remotable actions on ``executor`` and materializes their outputs through
+    """Runs remotable actions through ``client`` and materializes their outputs through
     ``cache``; ``cas`` is the CAS the workers share (the remote cache, or for
     ``dask-local`` without one kiln's local cache served to them,
     ``kiln.cache.cas_server``). Invariant: each action type that stays local is
@@ -30,12 +30,12 @@ class ClusterOffload:
 
     def __init__(
         self,
-        executor: DaskExecutor,
+        client: DaskClient,
         cache: BuildCache,
         cas: RemoteCache,
         warn: Callable[[str], None],
     ):
-        self.executor = executor
+        self.client = client
         self.cache = cache
         self.cas = cas
         self._warn = warn
@@ -72,7 +72,7 @@ class ClusterOffload:
     ) -> tuple[Produced, str, Reached]:
         """Run ``action`` remotely; its outputs, materialized, the worker, and what
         it reached while it ran (``kiln.base.reached``)."""
-        result = self.executor.run(action, inputs, outputs, self._upload)
+        result = self.client.run(action, inputs, outputs, self._upload)
         paths = sandbox_paths(action, list(inputs), outputs)
         digests = {f: result.outputs[paths[f]] for f in outputs}
         self._keep_inline(result, digests, paths)
@@ -106,7 +106,7 @@ class ClusterOffload:
         return remote.known(digest) and not remote.disabled
 
     def cancel_all(self) -> None:
-        self.executor.cancel_all()
+        self.client.cancel_all()
 
 
 def _reads_a_directory(action: BuildAction) -> bool:

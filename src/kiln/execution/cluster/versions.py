@@ -16,7 +16,7 @@ build and the caches under that key, so it must have been built by the same:
 - kiln takes a result only when the versions it came with are the ones the key
   holds (``differences``): a worker that joined the cluster since kiln connected,
   or one that runs an older kiln and says nothing, is refused too, naming the
-  worker and both versions (``DaskExecutor``).
+  worker and both versions (``DaskClient``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each device of the worker's machine (``kiln.devices.identity.local_devices``: its CPU, the
 GPUs iree.runtime finds, the stand-ins of its ``KILN_DEVICES``) becomes one
 resource ``kiln-device:<device id>``; the scheduler then places a check only on a
-worker with that resource (``DaskExecutor``), and reschedules it, if that worker is
+worker with that resource (``DaskClient``), and reschedules it, if that worker is
 lost, only on another with the same device.
 
 Two ways in, one function (``publish``): ``dask worker --preload

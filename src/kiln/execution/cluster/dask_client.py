@@ -1,6 +1,6 @@
 """kiln's side of remote execution: a Dask client that runs remotable actions.
 
-The scheduler hands an action to ``DaskExecutor.run`` on one of its ``-j`` worker
+The scheduler hands an action to ``DaskClient.run`` on one of its ``-j`` worker
 threads, so ``-j`` bounds the actions in flight on the cluster. ``run`` makes sure
 the action's inputs are in the remote CAS, queues a ``RemoteTask`` (submitted in
 batches, ``kiln.execution.cluster.batching``), waits for its ``RemoteResult`` and
@@ -73,7 +73,7 @@ LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
 }
 
 
-class DaskExecutor:
+class DaskClient:
     """One build's connection to a Dask scheduler (and the LocalCluster behind it,
     for ``dask-local:N``).
 
