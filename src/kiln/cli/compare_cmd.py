@@ -8,7 +8,6 @@ met (the rows that meet it are named on stderr), 2 when a build cannot be read.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -18,9 +17,8 @@ from typing import IO
 from kiln.base.errors import UsageError
 from kiln.base.terminal import printable
 from kiln.cli import project_config
-from kiln.cli.cache_options import directory_path
 from kiln.cli.compare_measure import Measurer, recorded_inputs_of, recorded_shapes
-from kiln.cli.options import KilnArgumentParser
+from kiln.cli.plain_parsers import compare_parser
 from kiln.compare.builds import Build, load_build
 from kiln.compare.diff import Pools, compare_builds
 from kiln.compare.gate import failing, parse_conditions
@@ -28,56 +26,6 @@ from kiln.compare.measure import Measured, measure, plan_jobs
 from kiln.compare.page import render_page
 from kiln.compare.table import render_table, to_json
 from kiln.output_dir.writing import atomic_output
-
-
-def compare_parser() -> KilnArgumentParser:
-    parser = KilnArgumentParser(
-        prog="kiln compare",
-        description="Compare two builds: each artifact added, removed, renamed, unchanged or "
-        "changed (and why), and per compiled module its size, compile time, latency (ratio "
-        "B/A with an interval), verification and outputs. A and B: output directories, "
-        "manifest files, or @-N (@0 the last build of --output-dir, @-1 the one before).",
-    )
-    parser.add_argument("a", metavar="A", help="the build before")
-    parser.add_argument("b", metavar="B", help="the build after")
-    parser.add_argument(
-        "--output-dir",
-        type=directory_path,
-        default=Path("kiln-out"),
-        help="the output directory whose builds @-N name (default: ./kiln-out)",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument(
-        "--fail-if",
-        action="append",
-        default=[],
-        metavar="CONDITIONS",
-        help="exit 1 when a row meets one: slower[>P%%], size[>P%%], accuracy, new-failures "
-        "(comma-separated, or repeated)",
-    )
-    parser.add_argument(
-        "--measure",
-        action="store_true",
-        help="benchmark here the modules whose digest or device differ, A and B "
-        "interleaved, until each is classed or --budget runs out",
-    )
-    parser.add_argument(
-        "--budget", type=_seconds, default=120.0, metavar="SECONDS", help="for --measure"
-    )
-    parser.add_argument(
-        "--html", type=Path, default=None, metavar="FILE", help="also write the comparison page"
-    )
-    return parser
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value < 86400:
-        raise argparse.ArgumentTypeError("expected a number of seconds above 0, under a day")
-    return value
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:

@@ -19,10 +19,9 @@ import argparse
 import shlex
 from typing import IO
 
-from kiln.cli.compare_cmd import compare_parser
 from kiln.cli.devices_cmd import make_parser as devices_parser
 from kiln.cli.options import COMMAND_HELP, KilnArgumentParser, command_parser
-from kiln.cli.plain_parsers import cache_parser, clean_parser, report_parser
+from kiln.cli.plain_parsers import cache_parser, clean_parser, compare_parser, report_parser
 
 _SHELLS = ("bash", "zsh")
 

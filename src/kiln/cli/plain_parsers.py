@@ -120,3 +120,53 @@ def cache_parser() -> KilnArgumentParser:
                 help="default: $KILN_CACHE_MAX_SIZE, else 10G",
             )
     return parser
+
+
+def compare_parser() -> KilnArgumentParser:
+    parser = KilnArgumentParser(
+        prog="kiln compare",
+        description="Compare two builds: each artifact added, removed, renamed, unchanged or "
+        "changed (and why), and per compiled module its size, compile time, latency (ratio "
+        "B/A with an interval), verification and outputs. A and B: output directories, "
+        "manifest files, or @-N (@0 the last build of --output-dir, @-1 the one before).",
+    )
+    parser.add_argument("a", metavar="A", help="the build before")
+    parser.add_argument("b", metavar="B", help="the build after")
+    parser.add_argument(
+        "--output-dir",
+        type=directory_path,
+        default=Path("kiln-out"),
+        help="the output directory whose builds @-N name (default: ./kiln-out)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="CONDITIONS",
+        help="exit 1 when a row meets one: slower[>P%%], size[>P%%], accuracy, new-failures "
+        "(comma-separated, or repeated)",
+    )
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="benchmark here the modules whose digest or device differ, A and B "
+        "interleaved, until each is classed or --budget runs out",
+    )
+    parser.add_argument(
+        "--budget", type=_seconds, default=120.0, metavar="SECONDS", help="for --measure"
+    )
+    parser.add_argument(
+        "--html", type=Path, default=None, metavar="FILE", help="also write the comparison page"
+    )
+    return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < 86400:
+        raise argparse.ArgumentTypeError("expected a number of seconds above 0, under a day")
+    return value
