@@ -444,3 +444,33 @@ def test_measure_runs_an_imported_onnx_module_on_the_inputs_its_benchmark_record
     assert not any("not measured" in n for n in notes), notes
     runs = [n for n in notes if "benchmark run(s)" in n]
     assert runs and "given_vmvx.vmfb" in runs[0] and "made_cpu" in runs[0], notes
+
+
+def test_measure_never_blocks_on_a_fifo_where_a_recorded_input_was(
+    kiln: Any, tmp_path: Path
+) -> None:
+    """A build's recorded input replaced by a FIFO (an output directory from someone
+    else): --measure does not open it; the module is not measured, and says why."""
+    import subprocess
+    import sys
+
+    from conftest import HEADER
+    from test_verify_bench import _write_models
+
+    _write_models(tmp_path)
+    (tmp_path / "build.py").write_text(HEADER + ONNX_BENCH)
+    assert kiln("build", "build.py", "--output-dir", "a").returncode == 0
+    assert kiln("build", "build.py", "--output-dir", "b", "--after", "1").returncode == 0
+    link = tmp_path / "b/.kiln/src/x.pb"
+    link.unlink()
+    os.mkfifo(link)
+    r = subprocess.run(
+        [sys.executable, "-m", "kiln", "compare", "a", "b", "--measure", "--budget", "20"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert "given_vmvx.vmfb not measured: its benchmark recorded no inputs" in r.stdout

@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import json
 import os
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -352,7 +353,11 @@ def recorded_inputs(inputs: dict[str, Any], root: str) -> list[Any] | None:
         parts = rel.split("/") if isinstance(rel, str) else []
         if not parts or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
             return None  # only a plain relative path below the output directory
-        return os.path.join(root, *parts)
+        path = os.path.join(root, *parts)
+        try:  # a regular file (kiln's links to sources followed): a FIFO never blocks
+            return path if stat.S_ISREG(os.stat(path).st_mode) else None
+        except OSError:
+            return None
 
     if inputs.get("source") == "given":
         paths = inputs.get("paths")

@@ -75,13 +75,17 @@ def _comparison(output_dir: Path) -> str:
         os.lstat(kept_manifest(output_dir, 1))
     except OSError:
         return ""
+    head = "<section id='comparison'><h2>Compared with the build before</h2>"
     try:
         a, b = load_build("@-1", output_dir), load_build("@0", output_dir)
+        rows = compare_builds(a, b, Pools([a, b]))
     except KilnError as e:
-        why = html.escape(str(e), quote=True)
-        head = "<section id='comparison'><h2>Compared with the build before</h2>"
+        return f"{head}<p>{html.escape(str(e), quote=True)}</p></section>"
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        # A kept manifest shaped as no kiln writes it: the page is written all the same.
+        why = f"cannot compare the two builds' manifests ({type(e).__name__})"
         return f"{head}<p>{why}</p></section>"
-    return report_section(a, b, compare_builds(a, b, Pools([a, b])), [])
+    return report_section(a, b, rows, [])
 
 
 def _list(output_dir: Path, out: IO[str], as_json: bool = False) -> int:
