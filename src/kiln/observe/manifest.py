@@ -80,7 +80,7 @@ from kiln.base.errors import NotRegularFile, StateError
 from kiln.engine.incremental import action_id
 from kiln.graph import BuildAction, BuildFile
 from kiln.graph.manifest_meta import ManifestMeta
-from kiln.observe.manifest_history import keeping_history
+from kiln.observe.manifest_history import keep_previous, read_manifest_bytes
 from kiln.output_dir.ownership import clear_for_own_file, read_regular
 from kiln.output_dir.writing import TemporarySweeper, atomic_write
 
@@ -383,7 +383,10 @@ def write_manifest(inputs: ManifestInputs, result: BuildResult) -> Statuses:
     statuses it was written from."""
     statuses = Statuses(result)
     statuses.action_ids = _action_ids(inputs)
-    old = _old_manifest(inputs)
+    # The manifest it replaces, read once: its keys and cache marks serve again, and
+    # it is kept for ``kiln compare @-1`` when the new one differs.
+    old_bytes = read_manifest_bytes(inputs.manifest_path)
+    old = _parsed(old_bytes)
     statuses.old_keys = _old_keys(old)
     cached = _cached_outputs(inputs, result, old)
     outputs = {
@@ -391,16 +394,19 @@ def write_manifest(inputs: ManifestInputs, result: BuildResult) -> Statuses:
         for ep in inputs.entrypoints
     }
     path = inputs.manifest_path
-    # The manifest it replaces, when they differ, is kept for ``kiln compare @-1``.
-    with keeping_history(Path(inputs.output_dir), inputs.warn):
-        clear_for_own_file(path)
-        # What a writer killed mid-write left beside it (this build holds the lock).
-        TemporarySweeper().sweep(path)
-        try:
-            with atomic_write(path, "w") as f:
-                f.write(_manifest_text(outputs))
-        except OSError as e:  # a full disk: the old manifest stays, whole
-            raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
+    text = _manifest_text(outputs).encode()
+    # What a writer killed mid-write left beside it (this build holds the lock).
+    TemporarySweeper().sweep(path)
+    if text == old_bytes:
+        return statuses  # a no-op build: the manifest there is this one, byte for byte
+    clear_for_own_file(path)
+    try:
+        with atomic_write(path, "wb") as f:
+            f.write(text)
+    except OSError as e:  # a full disk: the old manifest stays, whole
+        raise StateError(f"cannot write the manifest {path}: {e.strerror}") from e
+    if old_bytes is not None:
+        keep_previous(Path(inputs.output_dir), old_bytes, inputs.warn)
     return statuses
 
 
@@ -429,10 +435,10 @@ def _manifest_text(outputs: dict[str, list[dict[str, Any]]]) -> str:
 _BROKEN = (OSError, NotRegularFile, ValueError, TypeError, AttributeError, KeyError)
 
 
-def _old_manifest(inputs: ManifestInputs) -> Any:
+def _parsed(data: bytes | None) -> Any:
     """The manifest this one replaces, parsed (None: none, or not JSON)."""
     with contextlib.suppress(*_BROKEN):
-        return json.loads(read_regular(inputs.manifest_path))
+        return json.loads(data) if data is not None else None
     return None
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from kiln.base.errors import NotRegularFile, StateError
@@ -40,7 +40,7 @@ def kept_manifest(output_dir: Path, n: int) -> Path:
     return output_dir / MANIFEST if n == 0 else history_dir(output_dir) / f"{n}.json"
 
 
-def _read_manifest_bytes(path: Path) -> bytes | None:
+def read_manifest_bytes(path: Path) -> bytes | None:
     """``path``'s bytes if it is a regular file of a manifest's size, else None."""
     try:
         data = read_regular(path, MAX_MANIFEST_BYTES + 1)
@@ -49,14 +49,9 @@ def _read_manifest_bytes(path: Path) -> bytes | None:
     return data if len(data) <= MAX_MANIFEST_BYTES else None
 
 
-@contextlib.contextmanager
-def keeping_history(output_dir: Path, warn: Callable[[str], None]) -> Iterator[None]:
-    """Around the writing of a build's manifest: when the new one differs from the one
-    it replaces, keep the old one as ``1.json``, the others shifted one place back."""
-    old = _read_manifest_bytes(output_dir / MANIFEST)
-    yield
-    if old is None or old == _read_manifest_bytes(output_dir / MANIFEST):
-        return
+def keep_previous(output_dir: Path, old: bytes, warn: Callable[[str], None]) -> None:
+    """Keep ``old``, the manifest a build just replaced with another, as ``1.json``,
+    the others shifted one place back; what cannot be kept is a warning."""
     try:
         _push(history_dir(output_dir), old)
     except (OSError, StateError) as e:
