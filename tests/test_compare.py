@@ -474,3 +474,32 @@ def test_measure_never_blocks_on_a_fifo_where_a_recorded_input_was(
     )
     assert r.returncode == 0, r.stderr
     assert "given_vmvx.vmfb not measured: its benchmark recorded no inputs" in r.stdout
+
+
+def test_html_never_goes_over_kilns_own_files(kiln: Any, two_builds: tuple[Path, Path]) -> None:
+    """--html goes through the check every file-writing option takes: a page over a
+    build's manifest (or its kept history) is refused before anything is written."""
+    a, _ = two_builds
+    before = (a / "manifest.json").read_bytes()
+    r = kiln("compare", "a", "b", "--html", "a/manifest.json")
+    assert r.returncode == 2 and "--html" in r.stderr, r.stderr
+    assert (a / "manifest.json").read_bytes() == before
+
+
+def test_measure_refuses_a_module_path_that_leaves_the_output_directory(
+    kiln: Any, two_builds: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A foreign manifest naming a module outside its output directory: --measure
+    reads nothing there; the module is not measured, and says why."""
+    outside = tmp_path / "outside.vmfb"
+    outside.write_bytes(b"not a module")
+    for build in two_builds:
+        text = (build / "manifest.json").read_text()
+        text = text.replace('"bin/zoo/slowed_vmvx.vmfb"', '"../outside.vmfb"')
+        (build / "manifest.json").write_text(text)
+    r = kiln("compare", "a", "b", "--measure", "--budget", "5", "--json")
+    assert r.returncode == 0, r.stderr
+    notes = json.loads(r.stdout)["notes"]
+    assert any("'../outside.vmfb' is not a path below its output directory" in n for n in notes), (
+        notes
+    )

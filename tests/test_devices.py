@@ -151,3 +151,12 @@ def test_a_stand_in_model_with_a_control_character_is_refused(kiln: Any, model: 
     assert r.returncode == 2, r.stdout
     assert "a model name is printable text" in r.stderr
     assert "\n" not in r.stderr.rstrip("\n") and "\x1b" not in r.stderr
+
+
+def test_a_device_line_shows_what_a_worker_reports_escaped() -> None:
+    """A worker's report (an nvidia-smi model name, say) reaches the listing escaped,
+    one line per device: a newline in it forges no line of its own."""
+    from kiln.cli.devices_cmd import _line
+
+    line = _line({"id": "cuda:sm_90@1", "model": "H100\nkiln: all good \x1b[2J"})
+    assert "\n" not in line and "\x1b" not in line and "H100" in line

@@ -14,6 +14,7 @@ whole shape, or by symbolic dimension name, one size), else ``DEFAULT_DIM``.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from kiln.actions._exact import exact_errors
 from kiln.actions._logs import shown_path
 from kiln.base.errors import ToolError
 from kiln.output_dir.digests import hash_file
+from kiln.output_dir.ownership import open_regular
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,13 +64,14 @@ def _short(error: BaseException | str, max_chars: int = 300) -> str:
 
 
 # --- reading and writing
-def _load_tensor_proto(path: str) -> np.ndarray:
-    """Read a serialized onnx.TensorProto (the ONNX test-data format) as an array."""
+def _load_tensor_proto(path: str, data: bytes) -> np.ndarray:
+    """Read a serialized onnx.TensorProto (the ONNX test-data format; ``data``, read
+    from ``path``) as an array."""
     import onnx
     from onnx import numpy_helper
 
     tensor = onnx.TensorProto()
-    tensor.ParseFromString(Path(path).read_bytes())
+    tensor.ParseFromString(data)
     if tensor.data_type == onnx.TensorProto.UNDEFINED:
         raise ValueError("not a TensorProto (no data type; a sequence, map or optional?)")
     return numpy_helper.to_array(tensor, base_dir=os.path.dirname(path))
@@ -84,7 +87,14 @@ def load_tensor(path: str) -> np.ndarray:
             f"cannot load tensor {shown_path(path)}: unknown extension (expected .pb or .npy)"
         )
     try:
-        array = _load_tensor_proto(path) if suffix == ".pb" else np.load(path, allow_pickle=False)
+        # A regular file only (a link to one followed): a FIFO there never blocks.
+        with os.fdopen(open_regular(path, follow=True), "rb") as f:
+            data = f.read()
+        array = (
+            _load_tensor_proto(path, data)
+            if suffix == ".pb"
+            else np.load(io.BytesIO(data), allow_pickle=False)
+        )
     except Exception as e:
         raise ToolError(f"cannot load tensor {shown_path(path)}: {_short(e)}") from e
     if not isinstance(array, np.ndarray):

@@ -28,12 +28,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
-import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kiln.actions import _devices
@@ -43,6 +44,7 @@ from kiln.actions._runtime import RunSpec, write_result
 from kiln.base.errors import BuildDefinitionError, ToolError
 from kiln.graph import BuildFile
 from kiln.graph.manifest_meta import ManifestMeta
+from kiln.output_dir.names import path_below
 
 _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MAX_RESULTS = 64 << 20  # bytes of JSON results read back; more is not results
@@ -350,14 +352,8 @@ def recorded_inputs(inputs: dict[str, Any], root: str) -> list[Any] | None:
     from kiln.actions._reference import check_inputs
 
     def inside(rel: Any) -> str | None:
-        parts = rel.split("/") if isinstance(rel, str) else []
-        if not parts or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            return None  # only a plain relative path below the output directory
-        path = os.path.join(root, *parts)
-        try:  # a regular file (kiln's links to sources followed): a FIFO never blocks
-            return path if stat.S_ISREG(os.stat(path).st_mode) else None
-        except OSError:
-            return None
+        found = path_below(Path(root), rel)
+        return str(found) if found is not None else None
 
     if inputs.get("source") == "given":
         paths = inputs.get("paths")
@@ -367,6 +363,25 @@ def recorded_inputs(inputs: dict[str, Any], root: str) -> list[Any] | None:
         return check_inputs(None, [f for f in found if f is not None], {})[0]
     model = inside(inputs.get("model"))
     shapes = inputs.get("shapes")
-    if inputs.get("source") != "generated" or model is None or not isinstance(shapes, dict):
+    if inputs.get("source") != "generated" or model is None or not sane_shapes(shapes):
         return None
+    assert isinstance(shapes, dict)  # sane_shapes says so
     return check_inputs(model, [], shapes)[0]
+
+
+_MAX_ELEMENTS = 1 << 28  # an input a record asks to make: at most this many elements
+
+
+def sane_shapes(shapes: Any) -> bool:
+    """Whether ``shapes`` (read from a result kiln does not trust) names inputs of
+    whole, non-negative dimensions, each of at most ``_MAX_ELEMENTS`` elements."""
+    if not isinstance(shapes, dict):
+        return False
+    for dims in shapes.values():
+        if not isinstance(dims, list):
+            return False
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+            return False
+        if math.prod(dims) > _MAX_ELEMENTS:
+            return False
+    return True

@@ -8,6 +8,7 @@ met (the rows that meet it are named on stderr), 2 when a build cannot be read.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -16,8 +17,10 @@ from typing import IO
 
 from kiln.base.errors import UsageError
 from kiln.base.terminal import printable
+from kiln.cache.config import default_cache_dir
 from kiln.cli import project_config
 from kiln.cli.compare_measure import Measurer, recorded_inputs_of, recorded_shapes
+from kiln.cli.destinations import check_destinations
 from kiln.cli.plain_parsers import compare_parser
 from kiln.compare.builds import Build, load_build
 from kiln.compare.diff import Pools, compare_builds
@@ -33,6 +36,8 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     conditions = parse_conditions(ns.fail_if)
     a = load_build(ns.a, ns.output_dir)
     b = load_build(ns.b, ns.output_dir)
+    if ns.html is not None:  # refused before anything runs: never one of kiln's files
+        _check_page(ns.html, [ns.output_dir, *(x.root for x in (a, b) if x.root)], ns, err)
     pools = Pools([a, b])
     notes: list[str] = []
     if ns.measure:
@@ -73,6 +78,19 @@ def _measure(a: Build, b: Build, pools: Pools, budget: float) -> list[str]:
     if measured.out_of_budget:
         notes.append("--measure: the budget ran out before every module was classed")
     return notes
+
+
+def _check_page(target: Path, roots: list[Path], ns: argparse.Namespace, err: IO[str]) -> None:
+    """``--html``'s page goes through the check every file-writing option takes
+    (``kiln.cli.destinations``), against each output directory the command names."""
+    for root in dict.fromkeys(roots):
+        check_destinations(
+            [("--html", target)],
+            root,
+            cache_dir=default_cache_dir(),
+            inputs=lambda: [p for p in (ns.project_file,) if p],
+            warn=lambda message: print(printable(message), file=err),
+        )
 
 
 def _write_page(target: Path, page: str) -> None:

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kiln.actions.bench import sane_shapes
 from kiln.base.errors import ToolError
 from kiln.compare.builds import Artifact
 
@@ -41,7 +42,7 @@ def recorded_shapes(art: Artifact) -> list[list[int]]:
         shapes = inputs.get("shapes") if isinstance(inputs, dict) else None
         if isinstance(shapes, dict) and shapes:
             found = [s for s in shapes.values() if isinstance(s, list)]
-            if all(isinstance(d, int) and not isinstance(d, bool) for s in found for d in s):
+            if sane_shapes({str(i): s for i, s in enumerate(found)}):
                 return found
     return []
 
@@ -72,6 +73,8 @@ def _arrays(types: list[str], shapes: list[list[int]]) -> list[Any]:
                 shape.append(shapes[i][j])
             else:
                 shape.append(int(d))
+        if not sane_shapes({"input": shape}):
+            raise ToolError(f"input {i} would be of shape {shape}, larger than --measure makes")
         arrays.append(np.zeros(shape, dtype=numpy_type))
     return arrays
 

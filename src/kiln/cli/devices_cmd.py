@@ -10,6 +10,7 @@ import os
 from typing import IO, Any
 
 from kiln.base.errors import BadNeed, UsageError
+from kiln.base.terminal import printable
 from kiln.cli.executor_options import add_executor_options
 from kiln.devices.identity import local_devices
 from kiln.execution.cluster.spec import parse_executor
@@ -60,7 +61,8 @@ def _cluster(spec: Any, timeout_s: float) -> dict[str, list[dict[str, Any]]]:
     out = {}
     for worker, answer in answers.items():
         if not isinstance(answer, list):
-            raise UsageError(f"Dask worker {worker} cannot say which devices it has: {answer}")
+            said = printable(str(answer)[:200], one_line=True)
+            raise UsageError(f"Dask worker {worker} cannot say which devices it has: {said}")
         out[str(worker)] = answer
     return out
 
@@ -77,4 +79,5 @@ def _line(d: dict[str, Any]) -> str:
         parts.append(f"iree-base-runtime {d['runtime_version']}")
     if d.get("stand_in"):
         parts.append("stand-in (KILN_DEVICES)")
-    return "  ".join(parts)
+    # What a worker reports (a model name from nvidia-smi, say) is shown escaped.
+    return "  ".join(printable(p, one_line=True) for p in parts)

@@ -23,6 +23,7 @@ from kiln.compare.diff import Pools
 from kiln.compare.stats import compare_latency, settled
 from kiln.devices.identity import need_for_flags
 from kiln.output_dir.digests import hash_file
+from kiln.output_dir.names import path_below
 
 # (module file, its compile flags) -> one run's latencies per repetition, in µs.
 Runner = Callable[[Path, list[str]], list[float]]
@@ -81,7 +82,9 @@ def _module_file(build: Build, art: Artifact) -> tuple[Path | None, str]:
     """The build's file of ``art``, if it still holds the digest the manifest says."""
     if build.root is None:
         return None, f"{build.label}: a manifest alone has no module files to run"
-    path = build.root / art.path
+    path = path_below(build.root, art.path)
+    if path is None:
+        return None, f"{build.label}: {art.path!r} is not a path below its output directory"
     try:
         digest: str | None = hash_file(path, follow=False)
     except (OSError, NotRegularFile):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path, PurePosixPath
 
 from kiln.base.errors import BuildDefinitionError
 from kiln.output_dir.ownership import NAME_MAX, PATH_MAX, non_utf8
@@ -115,3 +116,15 @@ class OutputNames:
             self._files.pop(rel, None)
             for parent in made:
                 self._dirs.pop(parent, None)
+
+
+def path_below(root: Path, rel: object) -> Path | None:
+    """``rel``, a relative POSIX path read from a record kiln does not trust (a task,
+    a manifest, a check's result), under ``root``; None when it is not a plain
+    relative path (absolute, empty, or with a ``..``), which would leave ``root``."""
+    if not isinstance(rel, str):
+        return None
+    p = PurePosixPath(rel)
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        return None
+    return root.joinpath(*p.parts)

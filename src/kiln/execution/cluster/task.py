@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kiln.base.action_env import ActionEnvironment
@@ -45,6 +45,7 @@ from kiln.cache.remote import SMALL_BLOB, RemoteCache
 from kiln.execution.cluster.versions import Versions, differences, installed
 from kiln.execution.process.groups import kill_group, pidfd
 from kiln.output_dir.digests import hash_file
+from kiln.output_dir.names import path_below
 
 if TYPE_CHECKING:  # imported when a thunk first runs
     from kiln.execution.process.pool import ProcessPool
@@ -100,10 +101,10 @@ class RemoteResult:
 
 def inside(root: Path, rel: str) -> Path:
     """``rel`` under ``root``; a path that would leave it is refused."""
-    p = PurePosixPath(rel)
-    if p.is_absolute() or ".." in p.parts or not p.parts:
+    found = path_below(root, rel)
+    if found is None:
         raise SandboxFailure(f"refusing sandbox path {rel!r}")
-    return root.joinpath(*p.parts)
+    return found
 
 
 class _WorkerState:

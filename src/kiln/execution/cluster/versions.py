@@ -73,7 +73,8 @@ def differences(wanted: Versions, found: Versions | None) -> str | None:
     if found is None:
         return f"it did not say which kiln built it (a kiln older than this one, {__version__})"
     try:
-        have = {str(name): str(version) for name, version in found}
+        # What a worker sends is bounded where it is shown (a version is short).
+        have = {str(name)[:80]: str(version)[:80] for name, version in found}
     except (TypeError, ValueError):
         return f"it sent versions kiln cannot read ({str(found)[:80]!r})"
     return (
