@@ -81,16 +81,15 @@ class Dispatcher:
                 ahead.append(runner)
         raise LookupError(f"no runner takes '{action.desc}'")  # the last takes every one
 
-    def placement(self, action: BuildAction) -> Placement:
-        """Where ``action``'s run goes (what ``_launch`` counts for ``-j``)."""
-        return self.route(action).place
-
-    def start(self, action: BuildAction, decision: Decision, order: tuple[float, int]) -> None:
-        """Run ``action`` (its outputs prepared): first offer it to the runners ahead
-        (the cache), here; then run it now when it runs in-line, else on a worker
-        thread. The worker that takes a turn runs the best action queued by then,
-        so one that became ready later but lies on a longer path overtakes."""
-        route = self.route(action)
+    def start(
+        self, action: BuildAction, decision: Decision, order: tuple[float, int], route: Route
+    ) -> None:
+        """Run ``action`` (its outputs prepared) by ``route``, the one the scheduler
+        counted it by (``route``: judged once, since whether an action is tiny
+        changes as its kind's runs finish): first offer it to the runners ahead (the
+        cache), here; then run it now when it runs in-line, else on a worker thread.
+        The worker that takes a turn runs the best action queued by then, so one
+        that became ready later but lies on a longer path overtakes."""
         inline = route.place.in_line
         ahead = route.ahead
         try:

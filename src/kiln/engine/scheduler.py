@@ -31,7 +31,7 @@ from kiln.cache import BuildCache
 from kiln.engine.action_outputs import ActionOutputs
 from kiln.engine.build_events import BuildEmitter
 from kiln.engine.cache_step import CacheStep
-from kiln.engine.dispatch import Dispatcher
+from kiln.engine.dispatch import Dispatcher, Route
 from kiln.engine.failures import unchanged
 from kiln.engine.incremental import REBUILT_DIGEST, Decision, UpToDateChecker
 from kiln.engine.interruption import interrupt
@@ -227,6 +227,8 @@ class Scheduler:
             return
         deferred: list[Waiting] = []
         chosen: list[Waiting] = []  # for the worker threads, then in-line ones
+        # Each chosen action's route, judged once: where it was counted is where it runs.
+        routes: dict[BuildAction, Route] = {}
         inline: list[Waiting] = []
         busy = len(self.shared.running) - len(self._ending)
         jobs = self._jobs
@@ -238,7 +240,8 @@ class Scheduler:
         while ready.waiting and busy + len(chosen) < 2 * jobs and len(inline) < _INLINE_BATCH:
             entry = ready.next_waiting()
             action = entry[2]
-            place = dispatch.placement(action)
+            route = dispatch.route(action)
+            place = route.place
             here = place.in_line
             # With in-line actions to run, one of the ``jobs`` places is theirs. A
             # command holds its place until it is reaped: no queuing ahead for it.
@@ -249,6 +252,7 @@ class Scheduler:
             if not self._pools.take(action):
                 deferred.append(entry)
                 continue
+            routes[action] = route
             (inline if here else chosen).append(entry)
         for entry in deferred:
             ready.put_back(entry)
@@ -270,9 +274,11 @@ class Scheduler:
                 [(e[3].action_id, outputs[e[2]]) for e in ready.take_arrived()],
             )
         for entry in chosen:
-            self._start(entry[2], entry[3], entry[:2])
+            self._start(entry[2], entry[3], entry[:2], routes[entry[2]])
 
-    def _start(self, action: BuildAction, decision: Decision, order: tuple[float, int]) -> None:
+    def _start(
+        self, action: BuildAction, decision: Decision, order: tuple[float, int], route: Route
+    ) -> None:
         """Start ``action``, whose old record ``_launch`` dropped and whose outputs it
         claimed: prepare its outputs, then dispatch it."""
         self.shared.running.add(action)
@@ -292,7 +298,7 @@ class Scheduler:
             self.events.started(action, decision)
             self.shared.done.put((action, decision, error, {}))
             return
-        self.dispatch.start(action, decision, order)
+        self.dispatch.start(action, decision, order, route)
 
     def _complete(self, item: Done) -> None:
         self._complete_all([item])
