@@ -83,6 +83,7 @@ from kiln.graph.manifest_meta import ManifestMeta
 from kiln.observe.manifest_history import keep_previous, read_manifest_bytes
 from kiln.output_dir.ownership import clear_for_own_file, read_regular
 from kiln.output_dir.writing import TemporarySweeper, atomic_write
+from kiln.planning.action_key import is_kiln_class
 
 if TYPE_CHECKING:
     from kiln.engine.result import BuildResult
@@ -328,7 +329,7 @@ def _key_parts(
         return {}
     else:
         params = record.params
-        if params is not None and not type(action).__module__.startswith("kiln."):
+        if params is not None and not is_kiln_class(type(action)):
             params = _digested(params)
         found = {"key": {"digest": record.key, "params": params, "inputs": record.inputs}}
     took = store.durations().get(aid) if aid is not None else None

@@ -175,7 +175,7 @@ class KeyMaker:
     def _class_info(self, kind: type[BuildAction]) -> tuple[str, bool, bool]:
         info = self._classes.get(kind)
         if info is None:
-            own = all(k is object or k.__module__.split(".", 1)[0] == "kiln" for k in kind.__mro__)
+            own = is_kiln_class(kind)
             info = self._classes[kind] = (self.class_digest(kind), self._user_thunk(kind), own)
         return info
 
@@ -212,7 +212,7 @@ class KeyMaker:
         for klass in kind.__mro__:
             if klass is object:
                 continue
-            if klass.__module__.split(".", 1)[0] == "kiln":
+            if _in_kiln(klass):
                 parts.append(f"{qualname(klass)} kiln {__version__}")
             elif self.code.is_user(klass):
                 parts.append(self.code.of_class(klass, skip))
@@ -250,6 +250,16 @@ class KeyMaker:
             raise _CannotKey(
                 f"{_describe(action)}: {held}; give the thunk only {_TYPES_KEYED}", held
             ) from None
+
+
+def _in_kiln(klass: type) -> bool:
+    return klass.__module__.split(".", 1)[0] == "kiln"
+
+
+def is_kiln_class(kind: type) -> bool:
+    """Whether ``kind`` and every class it derives from are kiln's own (an action of
+    kiln's, not a user's subclass of one)."""
+    return all(k is object or _in_kiln(k) for k in kind.__mro__)
 
 
 class _ThunkNotMade(Exception):
