@@ -180,8 +180,14 @@ def test_the_check_picks_its_second_runs_from_its_own_list(tmp_path: Path) -> No
         keyed_kinds = {
             name: type(first_taking(keyed.runners, a)).__name__ for name, a in g.actions.items()
         }
+        # The keyed one says nothing of another time zone; the other one does.
+        said: dict[str, list[str]] = {"keyed": [], "other": []}
+        thread = g.actions["thread"]
+        first_taking(keyed.runners, thread).run(thread, tmp_path, {}, said["keyed"].append)
+        first_taking(check.runners, thread).run(thread, tmp_path, {}, said["other"].append)
     finally:
         g.executor.close()
     assert kinds == {"thread": "InPlace", "process": "ProcessInPlace"}
-    assert keyed_kinds == {"thread": "InPlaceKeyed", "process": "ProcessInPlace"}
+    assert keyed_kinds == {"thread": "InPlace", "process": "ProcessInPlace"}
+    assert said["keyed"] == [] and "with TZ=" in said["other"][0], said
     assert not any(r.sandboxed for r in check.runners if "InPlace" in type(r).__name__)

@@ -112,7 +112,6 @@ class ReproducibilityCheck:
         keys_conventions: Callable[[BuildAction], bool],
     ) -> None:
         self.plan = plan
-        self.keys_conventions = keys_conventions
         self.context = context
         self.jobs = max(1, jobs)
         self.root = context.layout.kiln_dir / CHECK_DIR
@@ -121,8 +120,7 @@ class ReproducibilityCheck:
             CommandInSandbox(context),
             ThunkInSandbox(self._process_pool),
             ProcessInPlace(self._process_pool),
-            InPlaceKeyed(keys_conventions),
-            InPlace(),
+            InPlace(keys_conventions),
         ]
 
     def run(self, actions: Iterable[BuildAction]) -> list[Difference]:
@@ -306,36 +304,16 @@ class ProcessInPlace:
         self._pool().run_action(action)
 
 
-class InPlaceKeyed:
-    """An in-process action whose key holds kiln's time zone and locale, in place,
-    under the same ones: what is keyed may change its output, so the check does
-    not vary it."""
+class InPlace:
+    """Any other action, in place, in kiln's process. One whose key holds kiln's
+    time zone and locale (a user's) runs under the same ones: what is keyed may
+    change its output, so the check does not vary it. Any other (kiln's own) runs
+    with another time zone and locale (``other_conventions``)."""
 
     sandboxed = False
 
     def __init__(self, keys_conventions: Callable[[BuildAction], bool]) -> None:
         self.keys_conventions = keys_conventions
-
-    def takes(self, action: BuildAction) -> bool:
-        return self.keys_conventions(action)
-
-    def run(
-        self,
-        action: BuildAction,
-        workdir: Path,
-        paths: dict[BuildFile, str],
-        say: Callable[[str], None],
-    ) -> None:
-        with user_code():
-            action._invoke()
-
-
-class InPlace:
-    """Any other action (kiln's own in-process actions, whose keys do not hold the
-    time zone and locale), in place, in kiln's process with another time zone and
-    locale (``other_conventions``)."""
-
-    sandboxed = False
 
     def takes(self, action: BuildAction) -> bool:
         return True
@@ -347,8 +325,10 @@ class InPlace:
         paths: dict[BuildFile, str],
         say: Callable[[str], None],
     ) -> None:
-        with other_conventions() as changed, user_code():
-            say(f"run again in place, with {changed}")
+        keyed = self.keys_conventions(action)
+        with contextlib.nullcontext() if keyed else other_conventions() as changed, user_code():
+            if changed:
+                say(f"run again in place, with {changed}")
             action._invoke()
 
 
