@@ -65,7 +65,8 @@ def _open(
     parser = command_parser(command, prog, (module.__doc__ or "").strip() or None)
     add_cl_args(parser, [d for ep in entrypoints.values() for d in ep.cl_arg_defs], command)
     module_file = getattr(module, "__file__", None)
-    config_start = os.path.dirname(os.path.abspath(module_file)) if module_file else start_dir
+    module_dir = os.path.dirname(os.path.abspath(module_file)) if module_file else None
+    config_start = module_dir or start_dir
     ns, values = module_values(project_config.parse(parser, argv, config_start))
     _resolve_paths(ns, start_dir)
     args = argparse.Namespace(**{**vars(ns), **values})
@@ -76,7 +77,7 @@ def _open(
         stderr=err,
         reporter=reporter,
         request=request,
-        source_root=os.path.dirname(os.path.abspath(module_file)) if module_file else None,
+        source_root=module_dir,
     )
     where = getattr(module, "__file__", None) or module.__name__
     with argument_namespace_context(args), user_streams(err):

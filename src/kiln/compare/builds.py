@@ -20,6 +20,7 @@ from typing import Any
 from kiln.base.errors import NotRegularFile, UsageError
 from kiln.observe.manifest import FORMAT
 from kiln.observe.manifest_history import KEPT_MANIFESTS, MAX_MANIFEST_BYTES, kept_manifest
+from kiln.observe.report_data import number_at, records_at
 from kiln.output_dir.layout import MANIFEST
 from kiln.output_dir.ownership import read_regular
 
@@ -136,24 +137,11 @@ def _text(d: dict[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def number(d: dict[str, Any], name: str) -> float | None:
-    """The finite number at ``d[name]``, else None."""
-    value = d.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def records(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    value = d.get(name)
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
 def _artifact(out: dict[str, Any]) -> Artifact | None:
     path = _text(out, "path")
     if not path:
         return None
-    size = number(out, "size")
+    size = number_at(out, "size")
     flags = out.get("flags")
     sha = _text(out, "sha256")
     return Artifact(
@@ -165,9 +153,9 @@ def _artifact(out: dict[str, Any]) -> Artifact | None:
         flags=[f for f in flags if isinstance(f, str)] if isinstance(flags, list) else None,
         compiler_version=_text(out, "compiler_version"),
         key=_key(out.get("key")),
-        duration_s=number(out, "duration_s"),
-        verification=records(out, "verification"),
-        benchmark=records(out, "benchmark"),
+        duration_s=number_at(out, "duration_s"),
+        verification=records_at(out, "verification"),
+        benchmark=records_at(out, "benchmark"),
     )
 
 

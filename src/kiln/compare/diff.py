@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.compare.builds import Artifact, Build, number, records, samples
+from kiln.compare.builds import Artifact, Build, samples
 from kiln.compare.outputs import largest_difference
 from kiln.compare.stats import LatencyVerdict, compare_latency
 from kiln.engine.incremental import why_key_changed
+from kiln.observe.report_data import number_at, records_at
 
 ADDED, REMOVED, RENAMED, UNCHANGED, CHANGED = "added", "removed", "renamed", "unchanged", "changed"
 UNKNOWN_WHY = "unknown (older manifest)"
@@ -208,8 +209,8 @@ def _verified(art: Artifact) -> tuple[str, float | None]:
         e
         for c in checks
         for ref in _references(c)
-        for out in records(ref, "outputs")
-        if (e := number(out, "max_abs_err")) is not None
+        for out in records_at(ref, "outputs")
+        if (e := number_at(out, "max_abs_err")) is not None
     ]
     return outcome, max(errors, default=None)
 

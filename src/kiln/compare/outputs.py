@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kiln.compare.builds import records
+from kiln.observe.report_data import records_at
 
 
 def largest_difference(
@@ -25,7 +25,7 @@ def largest_difference(
         return None, "no check on the same inputs in both"
     found: list[float] = []
     for ca, cb in pairs:
-        outs_a, outs_b = records(ca, "actual"), records(cb, "actual")
+        outs_a, outs_b = records_at(ca, "actual"), records_at(cb, "actual")
         if not outs_a or not outs_b:
             return None, "outputs not recorded (older manifest)"
         if len(outs_a) != len(outs_b):

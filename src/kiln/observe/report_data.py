@@ -219,8 +219,9 @@ def _is_build(records: list[dict[str, Any]]) -> bool:
     )
 
 
-def _number(rec: dict[str, Any], name: str) -> float | None:
-    """The finite number at ``rec[name]``, else None."""
+def number_at(rec: dict[str, Any], name: str) -> float | None:
+    """The finite number at ``rec[name]``, else None (any record kiln reads back: an
+    event, a manifest entry)."""
     value = rec.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -231,7 +232,7 @@ def _time(rec: dict[str, Any], name: str) -> float | None:
     """The point in time (seconds since the epoch) at ``rec[name]``, else None: every
     time read from a record comes through here, so each is one that can be shown
     (``kiln.base.events.is_epoch_time``)."""
-    value = _number(rec, name)
+    value = number_at(rec, name)
     return value if ev.is_epoch_time(value) else None
 
 
@@ -245,7 +246,8 @@ def _texts(rec: dict[str, Any], name: str) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
-def _records(rec: dict[str, Any], name: str) -> list[dict[str, Any]]:
+def records_at(rec: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The objects of the list at ``rec[name]`` (anything else in it left out)."""
     value = rec.get(name)
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
@@ -268,7 +270,7 @@ def _new_run(rec: dict[str, Any], aid: str, start: float, status: str) -> Action
 def _from_events(records: list[dict[str, Any]]) -> BuildReport:
     head = records[0]
     t0 = _time(head, "time") or 0.0
-    jobs = _number(head, "jobs")
+    jobs = number_at(head, "jobs")
     report = BuildReport(
         started=t0, jobs=int(jobs) if jobs is not None else None, targets=_texts(head, "targets")
     )
@@ -289,16 +291,16 @@ def _from_events(records: list[dict[str, Any]]) -> BuildReport:
                 start = _time(rec, "start")
                 run = runs[aid] = _new_run(rec, aid, (start or time_) - t0, str(kind))
             run.status = str(kind)
-            run.duration = max(0.0, _number(rec, "duration") or 0.0)
-            run.outputs = _records(rec, "outputs")
-            run.bytes = int(_number(rec, "bytes") or 0)
+            run.duration = max(0.0, number_at(rec, "duration") or 0.0)
+            run.outputs = records_at(rec, "outputs")
+            run.bytes = int(number_at(rec, "bytes") or 0)
             run.error = _text(rec, "error")
             run.log = _text(rec, "log")
         elif kind == ev.NOT_RUN:
             cause = _text(rec, "root_cause")
             report.not_run.append({"root_cause": cause, "desc": _text(rec, "desc", "?")})
         elif kind == ev.BUILD_FINISHED:
-            report.wall_s = _number(rec, "wall_s")
+            report.wall_s = number_at(rec, "wall_s")
             report.ok = bool(rec.get("ok"))
             report.interrupted = bool(rec.get("interrupted"))
             counts = rec.get("counts")
@@ -355,13 +357,13 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     if isinstance(entrypoints, dict):
         for name, entry in entrypoints.items():
             if isinstance(entry, dict):
-                shown[str(name)] = {"outputs": [_artifact(o) for o in _records(entry, "outputs")]}
+                shown[str(name)] = {"outputs": [_artifact(o) for o in records_at(entry, "outputs")]}
     return {**data, "entrypoints": shown}
 
 
 def _artifact(out: dict[str, Any]) -> dict[str, Any]:
     """One output record of the manifest, with the fields the report shows typed."""
-    size = _number(out, "size")
+    size = number_at(out, "size")
     return {
         "path": _text(out, "path", "") or "",
         "status": _text(out, "status", "") or "",
@@ -370,7 +372,7 @@ def _artifact(out: dict[str, Any]) -> dict[str, Any]:
         "target": _text(out, "target", "") or "",
         "verification": [
             {"passed": c.get("passed") is True, "status": _text(c, "status", "failed")}
-            for c in _records(out, "verification")
+            for c in records_at(out, "verification")
         ],
     }
 
