@@ -69,7 +69,10 @@ def _measure(a: Build, b: Build, pools: Pools, budget: float) -> list[str]:
             inputs = recorded_inputs_of(art)
             if inputs is not None and build.root is not None:
                 runner.recorded[file] = (inputs, build.root)
-    measure(jobs, pools, measured, runner, budget)
+    try:
+        measure(jobs, pools, measured, runner, budget)
+    finally:
+        runner.close()
     notes = [
         f"--measure: {runner.runs} benchmark run(s) on {measured.device}, "
         + (", ".join(f"{p}: {n}" for p, n in measured.runs.items()) or "no module to measure")
