@@ -39,7 +39,7 @@ def test_five_percent_at_two_percent_spread_is_found() -> None:
         == "slower"
         for s in range(40)
     )
-    assert found >= 32  # about 90%: 2% spread is the limit of 10 a side (docs/compare.md)
+    assert found >= 35  # about 96%: 2% spread is near the limit of 10 a side (docs/compare.md)
 
 
 def test_identical_distributions_are_within_noise() -> None:
@@ -81,7 +81,7 @@ def test_constant_samples() -> None:
     assert compare_latency([10.0] * 10, [10.15] * 10).verdict == "within noise"
 
 
-@pytest.mark.parametrize(("n_a", "n_b"), [(0, 10), (10, 0), (1, 1), (5, 5), (6, 6), (3, 12)])
+@pytest.mark.parametrize(("n_a", "n_b"), [(0, 10), (10, 0), (1, 1), (5, 5), (4, 6), (3, 8)])
 def test_too_few_samples(n_a: int, n_b: int) -> None:
     a, b = [1.0 + i / 100 for i in range(n_a)], [2.0 + i / 100 for i in range(n_b)]
     v = compare_latency(a, b)
@@ -90,8 +90,8 @@ def test_too_few_samples(n_a: int, n_b: int) -> None:
     assert not settled(v)
 
 
-def test_seven_a_side_is_enough_for_a_clear_change() -> None:
-    a = [1.0 + i / 1000 for i in range(7)]
+def test_six_a_side_is_enough_for_a_clear_change() -> None:
+    a = [1.0 + i / 1000 for i in range(6)]
     assert compare_latency(a, [x * 2 for x in a]).verdict == "slower"
 
 
@@ -149,7 +149,7 @@ def test_a_hundred_modules_in_well_under_a_second() -> None:
 
 def test_method_is_named() -> None:
     v = compare_latency([1.0] * 10, [1.0] * 10)
-    assert "Hodges-Lehmann" in v.method and "99.8%" in v.method
+    assert "Hodges-Lehmann" in v.method and "99.5%" in v.method
     assert isinstance(v, LatencyVerdict)
 
 

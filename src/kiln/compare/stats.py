@@ -5,7 +5,7 @@ The centre is the Hodges–Lehmann estimate of the shift between the logarithms 
 B's and A's latencies (the median of all n·m differences ``log b_j - log a_i``),
 reported as a ratio; the interval is the distribution-free one that goes with it
 (Moses' interval: the order statistics of those differences at the Mann–Whitney
-critical values), at 99.8%. That interval holds its level for any shape of noise
+critical values), at 99.5%. That interval holds its level for any shape of noise
 when the repetitions are independent, with no resampling, so the result needs no
 seed (``seed`` is kept in the signature so that a resampling statistic could
 replace this one without changing callers). docs/compare.md ("The statistic")
@@ -25,12 +25,12 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-CONFIDENCE = 0.998  # two-sided: a false "slower" at most 0.1% of the time, and "faster"
+CONFIDENCE = 0.995  # two-sided: a false "slower" at most 0.25% of the time, and "faster"
 MIN_EFFECT = 0.02  # changes under 2% are not classed: a shared machine moves that much
 EQUIVALENCE = 0.02  # "within noise" is settled once no change over 2% fits the interval
 MAX_SIDE = 200  # more repetitions a side are summarised by this many order statistics
 _EXACT_PAIRS = 2500  # the exact null distribution of U up to this many pairs
-METHOD = "Hodges-Lehmann ratio, 99.8% distribution-free (Mann-Whitney) interval"
+METHOD = "Hodges-Lehmann ratio, 99.5% distribution-free (Mann-Whitney) interval"
 
 FASTER, SLOWER, NOISE, TOO_FEW = "faster", "slower", "within noise", "too few samples"
 
