@@ -33,6 +33,9 @@ WRONG = """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %1 : tensor<4xf32>
 }
 """
+# An output of 1,000 elements: more than a check keeps as a list of values.
+WIDE = ADD.replace("4xf32", "1000xf32")
+WIDE_WRONG = WRONG.replace("4xf32", "1000xf32")
 
 BUILD = """
 import json
@@ -80,6 +83,10 @@ def zoo(after=cl_arg("after", default="0", help="1: the build after")):
     (wrong,) = compile(name="wrong", source=source_file("wrong.mlir" if b else "add.mlir"),
                        targets=["vmvx"])
     out += [wrong, verify(name="wrong_check.json", module=wrong, inputs=[x], expected=[y])]
+    (wide,) = compile(name="wide", source=source_file("wide_wrong.mlir" if b else "wide.mlir"),
+                      targets=["vmvx"])
+    out += [wide, verify(name="wide_check.json", module=wide, inputs=[source_file("xw.npy")],
+                         expected=[source_file("yw.npy")])]
     (moved,) = compile(name="moved_b" if b else "moved_a", source=source_file("add.mlir"),
                        targets=["vmvx"])
     out.append(moved)
@@ -97,6 +104,10 @@ def write_project(folder: Path) -> Path:
     x = np.arange(4, dtype=np.float32)
     np.save(folder / "x.npy", x)
     np.save(folder / "y.npy", 2 * x)
+    (folder / "wide.mlir").write_text(WIDE)
+    (folder / "wide_wrong.mlir").write_text(WIDE_WRONG)
+    np.save(folder / "xw.npy", np.arange(1000, dtype=np.float32))
+    np.save(folder / "yw.npy", 2 * np.arange(1000, dtype=np.float32))
     module = folder / "build.py"
     module.write_text(HEADER + BUILD)
     return module
@@ -160,6 +171,9 @@ def test_each_kind_of_change_and_why(kiln: Any, two_builds: tuple[Path, Path]) -
     assert wrong["module"]["verify_a"] == "pass" and wrong["module"]["verify_b"] == "fail"
     assert wrong["module"]["output_diff"] == pytest.approx(3.0)  # x = 0..3: 3x - 2x at 3
     assert {"new-failure", "accuracy"} <= set(wrong["flags"])
+    # 1,000 outputs each side, kept as their bytes: the difference is still exact
+    wide = rows["bin/zoo/wide_vmvx.vmfb"]["module"]
+    assert wide["output_diff"] == pytest.approx(999.0) and not wide["output_note"]
     moved = rows["bin/zoo/moved_b_vmvx.vmfb"]
     assert moved["change"] == "renamed" and moved["was"] == "bin/zoo/moved_a_vmvx.vmfb"
     assert "bin/zoo/moved_a_vmvx.vmfb" not in rows

@@ -10,8 +10,8 @@ The result JSON (written only when every reference matches)::
          {"index", "name", "shape", "dtype", "rtol", "atol", "max_abs_err",
           "max_rel_err", "worst_index", "mismatches", "passed", "worst"}]}},
      "outputs": (the first reference's outputs), "summary",
-     "actual": [{"dtype", "shape", "sha256", "values" (when small)}] (what the module
-         computed, for ``kiln compare``)}
+     "actual": [{"dtype", "shape", "sha256", "values" | "data" (when small)}] (what the
+         module computed, for ``kiln compare``: ``kiln.actions.output_record``)}
 
 A mismatch raises `VerificationFailed`, carrying the same dict as ``result`` (for
 the manifest) and a message naming the model, target, output and error.
@@ -25,6 +25,7 @@ from typing import Any
 from kiln.actions._reference import output_names, read_reference, run_inputs
 from kiln.actions._runtime import RunSpec, run_module, write_result
 from kiln.actions._tensors import compare_all, load_tensor
+from kiln.actions.output_record import fingerprint
 from kiln.base.errors import VerificationFailed
 
 
@@ -81,30 +82,6 @@ def run_check(check: Check) -> None:
     if not passed:
         raise VerificationFailed(_failure_message(check, refs), result)
     write_result(check.result_path, result)
-
-
-_KEPT_VALUES = 256  # an output of at most this many elements keeps its values
-
-
-def fingerprint(array: Any) -> dict[str, Any]:
-    """What the result keeps of one output the module computed, so that two builds'
-    outputs on the same inputs can be compared (``kiln compare``): its dtype, shape,
-    the SHA-256 of its bytes, and its values when it is small."""
-    import hashlib
-    import math
-
-    import numpy as np
-
-    a = np.ascontiguousarray(array)
-    found: dict[str, Any] = {
-        "dtype": str(a.dtype),
-        "shape": list(a.shape),
-        "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
-    }
-    if a.size <= _KEPT_VALUES and a.dtype.kind in "fiub":
-        values = a.astype(float).ravel().tolist()
-        found["values"] = [v if math.isfinite(v) else None for v in values]
-    return found
 
 
 def _failure_message(check: Check, refs: dict[str, dict[str, Any]]) -> str:

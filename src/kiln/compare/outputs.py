@@ -1,12 +1,13 @@
 """The largest difference between what two builds' modules computed on the same
-inputs, from the fingerprints their verifications kept (``"actual"``: each output's
-dtype, shape, SHA-256 and, when small, its values: ``kiln.actions._verifying``)."""
+inputs, from the records their verifications kept (``"actual"``: each output's
+dtype, shape, SHA-256 and, when small, its values: ``kiln.actions.output_record``)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
+from kiln.actions.output_record import Value, recorded_values
 from kiln.observe.report_data import records_at
 
 
@@ -44,21 +45,29 @@ def _difference(a: dict[str, Any], b: dict[str, Any]) -> float | str:
     same = isinstance(a.get("sha256"), str) and a.get("sha256") == b.get("sha256")
     if same and a.get("dtype") == b.get("dtype"):
         return 0.0
-    va, vb = a.get("values"), b.get("values")
-    if not isinstance(va, list) or not isinstance(vb, list) or len(va) != len(vb):
-        return "outputs differ; too large to keep their values"
+    va, vb = recorded_values(a), recorded_values(b)
+    if isinstance(va, str):
+        return va
+    if isinstance(vb, str):
+        return vb
     worst = 0.0
-    for x, y in zip(va, vb, strict=True):
-        if not _finite(x) or not _finite(y):
-            if x != y:
-                return math.inf
-            continue
-        worst = max(worst, abs(float(y) - float(x)))
+    for x, y in zip(va, vb, strict=True):  # the same shape: the same length
+        if _finite(x) and _finite(y):
+            worst = max(worst, float(abs(y - x)))  # ints subtract exactly
+        elif not _alike(x, y):
+            return math.inf
     return worst
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+def _finite(v: Value) -> TypeGuard[int | float]:
+    return v is not None and math.isfinite(v)
+
+
+def _alike(x: Value, y: Value) -> bool:
+    """Two values of which one is not finite: both NaN (or unknown), or the same infinity."""
+    if x is None or y is None:
+        return x is None and y is None
+    return (math.isnan(x) and math.isnan(y)) or x == y
 
 
 # Where a check's inputs were read (``paths``, ``model``): places, not which inputs.

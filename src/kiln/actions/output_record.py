@@ -1,0 +1,105 @@
+"""What a check keeps of each output a compiled module computed, and reading it back.
+
+A verification's result records, per output, ``{"dtype", "shape", "sha256"}`` and,
+when the output is small enough, its values: ``"values"`` (a list of numbers, at
+most ``KEPT_VALUES`` of them, integers exact, a NaN or an infinity as null) or
+``"data"`` (its bytes, little-endian, base64, at most ``KEPT_BYTES`` of them).
+``kiln compare`` reads them back from a manifest, which is untrusted input:
+``recorded_values`` checks every field and returns why it cannot, never raises.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import struct
+from typing import Any
+
+KEPT_VALUES = 256  # an output of at most this many elements keeps its values, readable
+KEPT_BYTES = 64 << 10  # a larger one of at most this many bytes keeps them as its bytes
+# The dtypes whose values are kept, and their struct codes (little-endian).
+_CODES = {
+    "bool": "?",
+    "int8": "b",
+    "uint8": "B",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "uint64": "Q",
+    "float16": "e",
+    "float32": "f",
+    "float64": "d",
+}
+Value = int | float | None  # None: a NaN or an infinity, in ``values``
+
+
+def fingerprint(array: Any) -> dict[str, Any]:
+    """The record of one output (a numpy array, or what converts to one); its SHA-256
+    is of its bytes little-endian."""
+    import hashlib
+
+    import numpy as np
+
+    a = np.ascontiguousarray(array)
+    a = a.astype(a.dtype.newbyteorder("<"), copy=False)  # the same bytes on any machine
+    found: dict[str, Any] = {
+        "dtype": str(a.dtype),
+        "shape": list(a.shape),
+        "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+    }
+    if str(a.dtype) not in _CODES:
+        return found
+    if a.size <= KEPT_VALUES:
+        if a.dtype.kind == "f":
+            found["values"] = [v if math.isfinite(v) else None for v in a.ravel().tolist()]
+        else:  # Python ints: exact, where floats would round an int64 above 2**53
+            found["values"] = [int(v) for v in a.ravel().tolist()]
+    elif a.nbytes <= KEPT_BYTES:
+        found["data"] = base64.b64encode(a.tobytes()).decode("ascii")
+    return found
+
+
+def recorded_values(record: dict[str, Any]) -> list[Value] | str:
+    """The values a record kept, flattened (from ``data``, a NaN or an infinity as
+    itself), or why there are none (too large to keep, or a record that does not hold
+    together: a wrong type, a length that does not match its shape, data that is not
+    base64 of its dtype)."""
+    shape = record.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        return "an output's record has no shape"
+    count = math.prod(shape)
+    values, data = record.get("values"), record.get("data")
+    if isinstance(values, list):
+        if len(values) != count or count > KEPT_VALUES:
+            return "an output's record does not match its shape"
+        if not all(_number(v) or v is None for v in values):
+            return "an output's record holds a value that is not a number"
+        return values
+    if isinstance(data, str):
+        return _decoded(record.get("dtype"), data, count)
+    return "outputs differ; too large to keep their values"
+
+
+def _decoded(dtype: Any, data: str, count: int) -> list[Value] | str:
+    code = _CODES.get(dtype) if isinstance(dtype, str) else None
+    if code is None:
+        return "an output's record has data of an unknown dtype"
+    size = struct.calcsize("<" + code)
+    if count * size > KEPT_BYTES or len(data) > 4 * (KEPT_BYTES // 3 + 1):
+        return "an output's record holds more data than kiln keeps"
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return "an output's record holds data that is not base64"
+    if len(raw) != count * size:
+        return "an output's record does not match its shape"
+    return [v if isinstance(v, float) else int(v) for (v,) in struct.iter_unpack("<" + code, raw)]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
