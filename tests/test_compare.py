@@ -520,3 +520,42 @@ def test_measure_refuses_a_module_path_that_leaves_the_output_directory(
     assert any("'../outside.vmfb' is not a path below its output directory" in n for n in notes), (
         notes
     )
+
+
+TOLERANCE_BUILD = """
+@entrypoint
+def zoo(expected=cl_arg("expected", default="y.npy", help="the reference outputs")):
+    (m,) = compile(name="m", source=source_file("add.mlir"), targets=["vmvx"])
+    return [m, verify(name="m_check.json", module=m, inputs=[source_file("x.npy")],
+                      expected=[source_file(expected)], atol=1e-4, rtol=1e-3)]
+"""
+
+
+def test_accuracy_weighs_an_error_by_its_tolerance(kiln: Any, tmp_path: Path) -> None:
+    """Against references a little off: an error that grows by 1% of its tolerance is
+    no regression (the old rule flagged any growth); one that grows by half of it is,
+    though both still pass."""
+    from conftest import HEADER
+
+    (tmp_path / "add.mlir").write_text(ADD)
+    (tmp_path / "build.py").write_text(HEADER + TOLERANCE_BUILD)
+    x = np.arange(4, dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", 2 * x)
+    for name, off in (("y_close.npy", 1e-6), ("y_far.npy", 5e-5)):
+        np.save(tmp_path / name, (2 * x.astype(np.float64) + off).astype(np.float32))
+    for out, expected in (("a", "y.npy"), ("close", "y_close.npy"), ("far", "y_far.npy")):
+        r = kiln("build", "build.py", "--output-dir", out, "--expected", expected)
+        assert r.returncode == 0, r.stderr
+    path = "bin/zoo/m_vmvx.vmfb"
+    code, rows, _ = _rows(kiln, "a", "close", "--fail-if", "accuracy")
+    close = rows[path]["module"]
+    assert code == 0 and "accuracy" not in rows[path]["flags"]
+    assert close["err_b"] > close["err_a"] == 0.0
+    assert 0 < close["tolerance_used_b"] < 0.05 and close["verify_b"] == "pass"
+    code, rows, _ = _rows(kiln, "a", "far", "--fail-if", "accuracy")
+    far = rows[path]["module"]
+    assert code == 1 and "accuracy" in rows[path]["flags"]
+    assert 0.3 < far["tolerance_used_b"] < 1 and far["verify_b"] == "pass"
+    r = kiln("compare", "a", "far")
+    assert "tolerance used: A 0%, B 5" in r.stdout, r.stdout

@@ -9,6 +9,7 @@ and an unchanged module is never compared for latency: it is the same program.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,10 @@ class Module:
     verify_b: str = "none"
     err_a: float | None = None
     err_b: float | None = None
+    # The largest share of its tolerance any output used (1.0: all of it), at most:
+    # min(max_abs_err / atol, max_rel_err / rtol) over each output and reference.
+    tolerance_used_a: float | None = None
+    tolerance_used_b: float | None = None
     output_diff: float | None = None  # the largest |B - A| over outputs on the same inputs
     output_note: str = ""
 
@@ -141,28 +146,20 @@ def _added(art: Artifact, side: str) -> Module | None:
     if not art.is_module:
         return None
     module = Module(art.target)
-    verify, err = _verified(art)
+    verified = _verified(art)
     if side == "a":
-        module.size_a, module.compile_a, module.verify_a, module.err_a = (
-            art.size,
-            art.duration_s,
-            verify,
-            err,
-        )
+        module.size_a, module.compile_a = art.size, art.duration_s
+        module.verify_a, module.err_a, module.tolerance_used_a = verified
     else:
-        module.size_b, module.compile_b, module.verify_b, module.err_b = (
-            art.size,
-            art.duration_s,
-            verify,
-            err,
-        )
+        module.size_b, module.compile_b = art.size, art.duration_s
+        module.verify_b, module.err_b, module.tolerance_used_b = verified
     return module
 
 
 def _module(a: Artifact, b: Artifact, pools: Pools) -> Module:
     m = Module(b.target or a.target, a.size, b.size, a.duration_s, b.duration_s)
-    m.verify_a, m.err_a = _verified(a)
-    m.verify_b, m.err_b = _verified(b)
+    m.verify_a, m.err_a, m.tolerance_used_a = _verified(a)
+    m.verify_b, m.err_b, m.tolerance_used_b = _verified(b)
     m.output_diff, m.output_note = largest_difference(a.verification, b.verification)
     _latency(m, a, b, pools)
     return m
@@ -191,12 +188,12 @@ def _latency(m: Module, a: Artifact, b: Artifact, pools: Pools) -> None:
     m.latency = compare_latency(xs, ys)
 
 
-def _verified(art: Artifact) -> tuple[str, float | None]:
-    """The module's verification outcome (pass, fail, skipped, none) and its largest
-    error against its references."""
+def _verified(art: Artifact) -> tuple[str, float | None, float | None]:
+    """The module's verification outcome (pass, fail, skipped, none), its largest
+    error against its references, and the largest share of a tolerance it used."""
     checks = art.verification
     if not checks:
-        return "none", None
+        return "none", None, None
     passed = [c.get("passed") for c in checks]
     outcome = (
         "fail"
@@ -205,14 +202,23 @@ def _verified(art: Artifact) -> tuple[str, float | None]:
         if any(p is True for p in passed)
         else "skipped"
     )
-    errors = [
-        e
-        for c in checks
-        for ref in _references(c)
-        for out in records_at(ref, "outputs")
-        if (e := number_at(out, "max_abs_err")) is not None
-    ]
-    return outcome, max(errors, default=None)
+    outputs = [out for c in checks for ref in _references(c) for out in records_at(ref, "outputs")]
+    errors = [e for out in outputs if (e := number_at(out, "max_abs_err")) is not None]
+    used = [u for out in outputs if (u := _tolerance_used(out)) is not None]
+    return outcome, max(errors, default=None), max(used, default=None)
+
+
+def _tolerance_used(out: dict[str, Any]) -> float | None:
+    """At most how much of its tolerance one output used: an element passes when
+    ``|actual - expected| <= atol + rtol * |expected|``, and its share of that is at
+    most both ``max_abs_err / atol`` and ``max_rel_err / rtol``. None without a
+    tolerance (an exact comparison) or without the errors."""
+    shares = []
+    for err, tol in (("max_abs_err", "atol"), ("max_rel_err", "rtol")):
+        e, t = number_at(out, err), number_at(out, tol)
+        if e is not None and t is not None and t > 0 and math.isfinite(e) and e >= 0:
+            shares.append(e / t)
+    return min(shares, default=None)
 
 
 def _references(check: dict[str, Any]) -> list[dict[str, Any]]:
@@ -246,7 +252,15 @@ def regressions(row: Row) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+# B is less accurate when it uses this much more of its tolerance than A (a tenth of
+# it): a difference of a rounding or two, under any tolerance, is not a regression.
+ACCURACY_STEP = 0.1
+
+
 def _less_accurate(m: Module) -> bool:
     if m.verify_a == "pass" and m.verify_b == "fail":
         return True
+    if m.tolerance_used_a is not None and m.tolerance_used_b is not None:
+        return m.tolerance_used_b > m.tolerance_used_a + ACCURACY_STEP
+    # no tolerance to weigh it by (exact comparisons, an older manifest): any growth
     return m.err_a is not None and m.err_b is not None and m.err_b > m.err_a

@@ -6,8 +6,9 @@ Conditions (comma-separated, or the option repeated):
 - ``slower`` / ``slower>P%``: a module's latency is classed slower (its interval lies
   above 1), and its ratio is more than P% above 1;
 - ``size`` / ``size>P%``: a module grew (by more than P%);
-- ``accuracy``: a module's verification passed in A and fails in B, or its largest
-  error against its references grew;
+- ``accuracy``: a module's verification passed in A and fails in B, or B used more
+  than a tenth more of its tolerance than A (``kiln.compare.diff.ACCURACY_STEP``;
+  where no tolerance weighs it, any growth of its largest error);
 - ``new-failures``: an artifact built in A failed (or was not run) in B, or a
   module's verification passed or did not run in A and fails in B.
 """

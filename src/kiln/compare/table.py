@@ -108,8 +108,17 @@ def _details(row: Row) -> list[str]:
     if m is not None and m.latency is None and m.latency_note.startswith("measured on different"):
         found.append(m.latency_note)
     if m is not None and (m.err_a is not None or m.err_b is not None):
-        found.append(f"max error against references: A {_number(m.err_a)}, B {_number(m.err_b)}")
+        said = f"max error against references: A {_number(m.err_a)}, B {_number(m.err_b)}"
+        if m.tolerance_used_a is not None or m.tolerance_used_b is not None:
+            said += (
+                f" (tolerance used: A {_share(m.tolerance_used_a)}, B {_share(m.tolerance_used_b)})"
+            )
+        found.append(said)
     return found
+
+
+def _share(used: float | None) -> str:
+    return "-" if used is None else f"{100 * used:.0f}%" if used < 100 else "over 100x"
 
 
 def _line(cells: tuple[str, ...], path_width: int, kept: int = len(_WIDTHS)) -> str:
