@@ -33,6 +33,7 @@ _CODES = {
     "float32": "f",
     "float64": "d",
 }
+_MAX_RANK = 64  # no tensor kiln keeps has more dimensions
 Value = int | float | None  # None: a NaN or an infinity, in ``values``
 
 
@@ -68,8 +69,10 @@ def recorded_values(record: dict[str, Any]) -> list[Value] | str:
     together: a wrong type, a length that does not match its shape, data that is not
     base64 of its dtype)."""
     shape = record.get("shape")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    if (
+        not isinstance(shape, list)
+        or len(shape) > _MAX_RANK  # a product of millions of numbers takes minutes
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
     ):
         return "an output's record has no shape"
     count = math.prod(shape)
