@@ -18,6 +18,7 @@ np = needs.module("numpy")
 from kiln.actions.output_record import (  # noqa: E402
     KEPT_BYTES,
     KEPT_VALUES,
+    element_count,
     fingerprint,
     recorded_values,
 )
@@ -139,3 +140,19 @@ def test_data_is_little_endian_whatever_the_array() -> None:
     record = fingerprint(a)
     assert base64.b64decode(record["data"])[:8] == bytes([0, 0, 0, 0, 1, 0, 0, 0])
     assert recorded_values(record) == list(range(300))
+
+
+def test_element_count_of_hostile_shapes() -> None:
+    """Shapes from a record kiln does not trust: refused without computing the product
+    of a million large numbers (which took minutes), and a zero dimension is zero."""
+    from kiln.actions.bench import sane_shapes
+
+    hostile = [10**9] * 1_000_000
+    assert element_count(hostile, 1 << 28) is None
+    assert not sane_shapes({"x": hostile})
+    assert not sane_shapes({"x": [10**9] * 60})
+    assert element_count([0, 10**40], 5) == 0
+    assert element_count([2, 3, 4], 24) == 24
+    assert element_count([2, 3, 4], 23) is None
+    assert element_count([2, True], 99) is None and element_count("2x3", 99) is None
+    assert sane_shapes({"x": [2, 3], "y": []})

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import os
 import subprocess
 import tempfile
@@ -41,6 +40,7 @@ from kiln.actions import _devices
 from kiln.actions._logs import read_tail, shown_path
 from kiln.actions._module_run import ModuleRunAction, declare_run
 from kiln.actions._runtime import RunSpec, write_result
+from kiln.actions.output_record import element_count
 from kiln.base.errors import BuildDefinitionError, ToolError
 from kiln.graph import BuildFile
 from kiln.graph.manifest_meta import ManifestMeta
@@ -374,14 +374,8 @@ _MAX_ELEMENTS = 1 << 28  # an input a record asks to make: at most this many ele
 
 def sane_shapes(shapes: Any) -> bool:
     """Whether ``shapes`` (read from a result kiln does not trust) names inputs of
-    whole, non-negative dimensions, each of at most ``_MAX_ELEMENTS`` elements."""
+    whole, non-negative dimensions, each of at most ``_MAX_ELEMENTS`` elements
+    (``kiln.actions.output_record.element_count``)."""
     if not isinstance(shapes, dict):
         return False
-    for dims in shapes.values():
-        if not isinstance(dims, list):
-            return False
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
-            return False
-        if math.prod(dims) > _MAX_ELEMENTS:
-            return False
-    return True
+    return all(element_count(dims, _MAX_ELEMENTS) is not None for dims in shapes.values())

@@ -63,19 +63,33 @@ def fingerprint(array: Any) -> dict[str, Any]:
     return found
 
 
+def element_count(shape: Any, limit: int) -> int | None:
+    """How many elements a tensor of ``shape`` (read from a record kiln does not
+    trust) holds; None when ``shape`` is not a list of at most 64 whole non-negative
+    dimensions, or holds more than ``limit`` elements. Bounded work: a product of a
+    hostile record's millions of large numbers would take minutes."""
+    if not isinstance(shape, list) or len(shape) > _MAX_RANK:
+        return None
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        return None
+    if 0 in shape:
+        return 0
+    count = 1
+    for d in shape:
+        count *= d
+        if count > limit:
+            return None
+    return count
+
+
 def recorded_values(record: dict[str, Any]) -> list[Value] | str:
     """The values a record kept, flattened (from ``data``, a NaN or an infinity as
     itself), or why there are none (too large to keep, or a record that does not hold
     together: a wrong type, a length that does not match its shape, data that is not
     base64 of its dtype)."""
-    shape = record.get("shape")
-    if (
-        not isinstance(shape, list)
-        or len(shape) > _MAX_RANK  # a product of millions of numbers takes minutes
-        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
-    ):
-        return "an output's record has no shape"
-    count = math.prod(shape)
+    count = element_count(record.get("shape"), KEPT_BYTES)
+    if count is None:
+        return "an output's record has no shape, or one too large to keep"
     values, data = record.get("values"), record.get("data")
     if isinstance(values, list):
         if len(values) != count or count > KEPT_VALUES:
@@ -93,7 +107,7 @@ def _decoded(dtype: Any, data: str, count: int) -> list[Value] | str:
     if code is None:
         return "an output's record has data of an unknown dtype"
     size = struct.calcsize("<" + code)
-    if count * size > KEPT_BYTES or len(data) > 4 * (KEPT_BYTES // 3 + 1):
+    if count * size > KEPT_BYTES or len(data) > 4 * (KEPT_BYTES // 3 + 1):  # fits 64 KiB
         return "an output's record holds more data than kiln keeps"
     try:
         raw = base64.b64decode(data, validate=True)
