@@ -169,7 +169,7 @@ def targets(rows: list[Row], trials: int) -> list[str]:
     weak = [r.name for r in tight if r.found["kiln"] * per100 < 95]
     worst = max(r.false["kiln"] for r in rows) / trials
     two_or_more = 1 - (1 - worst) ** 100 - 100 * worst * (1 - worst) ** 99
-    lowest = min((r.found["kiln"] * per100 for r in tight), default=100.0)
+    lowest = min((r.found["kiln"] for r in tight), default=trials)
     return [
         f"- identical builds, at most 1 false class in 100: "
         f"{'met' if not bad_false else 'NOT met: ' + ', '.join(bad_false)} "
@@ -177,7 +177,7 @@ def targets(rows: list[Row], trials: int) -> list[str]:
         f"comparisons raises 2 or more {100 * two_or_more:.0f}% of the time)",
         f"- 5% slowdown found >= 95 in 100 where spread <= 2%: "
         f"{'met' if not weak else 'NOT met: ' + ', '.join(weak)} ({len(tight)} such rows; "
-        f"the lowest {lowest:.1f} in 100)",
+        f"the lowest {_per100(lowest, trials)} in 100)",
     ]
 
 

@@ -559,3 +559,23 @@ def test_accuracy_weighs_an_error_by_its_tolerance(kiln: Any, tmp_path: Path) ->
     assert 0.3 < far["tolerance_used_b"] < 1 and far["verify_b"] == "pass"
     r = kiln("compare", "a", "far")
     assert "tolerance used: A 0%, B 5" in r.stdout, r.stdout
+
+
+def test_tolerance_used_is_the_worst_elements_share() -> None:
+    """Logits of both signs and one value near zero: the share of its tolerance each
+    element used, not max_abs_err/atol (the largest error, at a large value, over the
+    smallest tolerance), which read 195 times the tolerance here and flagged noise."""
+    from kiln.actions._tensors import compare
+
+    rng = np.random.default_rng(0)
+    expected = rng.normal(0, 50, 1000).astype(np.float32)
+    expected[0] = 1e-6
+    actual = (expected.astype(np.float64) * (1 + 2e-7)).astype(np.float32)
+    actual[0] = 1.5e-6  # half a millionth off: well inside atol, but 50% relative error
+    record = compare(0, actual, expected, {})
+    assert record["passed"]
+    e = expected.astype(np.float64)
+    share = np.abs(actual - e) / (record["atol"] + record["rtol"] * np.abs(e))
+    assert record["tolerance_used"] == pytest.approx(share.max())
+    bound = min(record["max_abs_err"] / record["atol"], record["max_rel_err"] / record["rtol"])
+    assert record["tolerance_used"] < 0.2 and bound > 1

@@ -156,3 +156,62 @@ def test_element_count_of_hostile_shapes() -> None:
     assert element_count([2, 3, 4], 23) is None
     assert element_count([2, True], 99) is None and element_count("2x3", 99) is None
     assert sane_shapes({"x": [2, 3], "y": []})
+
+
+def _checks(*arrays: Any) -> list[dict[str, Any]]:
+    return [
+        {"inputs": {"source": "given", "files": ["x.npy"]}, "actual": [fingerprint(a)]}
+        for a in arrays
+    ]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "want"),
+    [
+        ([np.inf, 1.0], [-np.inf, 1.0], math.inf),
+        ([np.nan, 1.0], [np.inf, 1.0], math.inf),
+        ([np.nan, 1.0], [np.nan, 2.0], 1.0),
+        ([np.inf, 1.0], [np.inf, 3.0], 2.0),
+    ],
+)
+def test_a_small_output_with_nan_or_infinity_is_compared_exactly(
+    a: list[float], b: list[float], want: float
+) -> None:
+    """JSON has no NaN: a small output holding one keeps its bytes, so an infinity
+    against a NaN or the other infinity is not read as the same value."""
+    record = _through_json(fingerprint(np.array(a, dtype=np.float32)))
+    assert "data" in record and "values" not in record
+    got = largest_difference(
+        _checks(np.array(a, dtype=np.float32)), _checks(np.array(b, dtype=np.float32))
+    )
+    assert got == (want, "")
+
+
+@pytest.mark.parametrize("big", [10**400, -(10**30), 2**64])
+def test_an_integer_no_dtype_holds_is_refused_not_raised(big: int) -> None:
+    from kiln.observe.report_data import number_at
+
+    record = {"dtype": "int64", "shape": [2], "sha256": "0" * 64, "values": [big, 2]}
+    found = recorded_values(record)
+    assert isinstance(found, str) and "not a number of its dtype" in found
+    other = {**record, "sha256": "1" * 64, "values": [1, 2]}
+    checks = [{"inputs": {"source": "given"}, "actual": [record]}]
+    value, why = largest_difference(checks, [{"inputs": {"source": "given"}, "actual": [other]}])
+    assert value is None and why
+    assert number_at({"atol": 10**400}, "atol") is None  # too large for a float: no number
+
+
+def test_many_checks_on_the_same_inputs_are_compared_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A manifest of many checks on one set of inputs: one pair, not every pair (300
+    checks a side of 64 KiB outputs took most of an hour)."""
+    import kiln.compare.outputs as outputs
+
+    calls = []
+    real = outputs._difference
+    monkeypatch.setattr(outputs, "_difference", lambda a, b: calls.append(1) or real(a, b))
+    a = np.arange(16384, dtype=np.float32)
+    checks_a, checks_b = _checks(*[a] * 300), _checks(*[a + 1] * 300)
+    assert largest_difference(checks_a, checks_b) == (1.0, "")
+    assert len(calls) == 1

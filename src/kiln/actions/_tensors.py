@@ -274,6 +274,9 @@ def compare(
         "atol": atol,
         "max_abs_err": None,
         "max_rel_err": None,
+        # The largest share of its tolerance an element used, |a - e| / (atol + rtol|e|)
+        # over the finite ones with a tolerance (1.0: all of it): kiln compare's accuracy.
+        "tolerance_used": None,
         "worst_index": None,
         "mismatches": 0,
         "passed": False,
@@ -301,6 +304,11 @@ def compare(
         finite_err, finite_rel = err[np.isfinite(err)], rel[np.isfinite(rel)]
         record["max_abs_err"] = float(finite_err.max()) if finite_err.size else 0.0
         record["max_rel_err"] = float(finite_rel.max()) if finite_rel.size else 0.0
+        weighed = np.isfinite(err) & (tol > 0)
+        if weighed.any():
+            with np.errstate(over="ignore"):
+                used = float((err[weighed] / tol[weighed]).max())
+            record["tolerance_used"] = used if np.isfinite(used) else None
         # Worst first: the largest excess over the tolerance, then the largest error.
         order = np.lexsort((-err.ravel(), (tol - err).ravel()))
     record["mismatches"] = int(bad.sum())

@@ -8,7 +8,7 @@ The result JSON (written only when every reference matches)::
      "inputs": {"source": "given", "files"} | {"source": "generated", "seed", "shapes"},
      "references": {"shipped" | "onnxruntime": {"passed", "summary", "outputs": [
          {"index", "name", "shape", "dtype", "rtol", "atol", "max_abs_err",
-          "max_rel_err", "worst_index", "mismatches", "passed", "worst"}]}},
+          "max_rel_err", "tolerance_used", "worst_index", "mismatches", "passed", "worst"}]}},
      "outputs": (the first reference's outputs), "summary",
      "actual": [{"dtype", "shape", "sha256", "values" | "data" (when small)}] (what the
          module computed, for ``kiln compare``: ``kiln.actions.output_record``)}

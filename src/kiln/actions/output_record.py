@@ -1,9 +1,10 @@
 """What a check keeps of each output a compiled module computed, and reading it back.
 
 A verification's result records, per output, ``{"dtype", "shape", "sha256"}`` and,
-when the output is small enough, its values: ``"values"`` (a list of numbers, at
-most ``KEPT_VALUES`` of them, integers exact, a NaN or an infinity as null) or
-``"data"`` (its bytes, little-endian, base64, at most ``KEPT_BYTES`` of them).
+when the output is small enough, its values: ``"values"`` (a list of finite numbers,
+at most ``KEPT_VALUES`` of them, integers exact) or ``"data"`` (its bytes,
+little-endian, base64, at most ``KEPT_BYTES`` of them; also a small output that holds
+a NaN or an infinity, which JSON cannot spell: records of an older kiln wrote null).
 ``kiln compare`` reads them back from a manifest, which is untrusted input:
 ``recorded_values`` checks every field and returns why it cannot, never raises.
 """
@@ -34,7 +35,7 @@ _CODES = {
     "float64": "d",
 }
 _MAX_RANK = 64  # no tensor kiln keeps has more dimensions
-Value = int | float | None  # None: a NaN or an infinity, in ``values``
+Value = int | float | None  # None: a NaN or an infinity, in an older record's ``values``
 
 
 def fingerprint(array: Any) -> dict[str, Any]:
@@ -53,11 +54,12 @@ def fingerprint(array: Any) -> dict[str, Any]:
     }
     if str(a.dtype) not in _CODES:
         return found
-    if a.size <= KEPT_VALUES:
-        if a.dtype.kind == "f":
-            found["values"] = [v if math.isfinite(v) else None for v in a.ravel().tolist()]
-        else:  # Python ints: exact, where floats would round an int64 above 2**53
-            found["values"] = [int(v) for v in a.ravel().tolist()]
+    readable = a.dtype.kind != "f" or bool(np.isfinite(a).all())  # JSON has no NaN
+    if a.size <= KEPT_VALUES and readable:
+        # Python numbers; ints exact, where floats would round an int64 above 2**53
+        found["values"] = (
+            a.ravel().tolist() if a.dtype.kind == "f" else [int(v) for v in a.ravel().tolist()]
+        )
     elif a.nbytes <= KEPT_BYTES:
         found["data"] = base64.b64encode(a.tobytes()).decode("ascii")
     return found
@@ -95,7 +97,7 @@ def recorded_values(record: dict[str, Any]) -> list[Value] | str:
         if len(values) != count or count > KEPT_VALUES:
             return "an output's record does not match its shape"
         if not all(_number(v) or v is None for v in values):
-            return "an output's record holds a value that is not a number"
+            return "an output's record holds a value that is not a number of its dtype"
         return values
     if isinstance(data, str):
         return _decoded(record.get("dtype"), data, count)
@@ -119,4 +121,10 @@ def _decoded(dtype: Any, data: str, count: int) -> list[Value] | str:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    """A finite number an output of a kept dtype can hold (no int beyond 64 bits: a
+    larger one would overflow a float where it is compared)."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return -(2**63) <= v < 2**64
+    return isinstance(v, float) and math.isfinite(v)

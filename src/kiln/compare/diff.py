@@ -9,7 +9,6 @@ and an unchanged module is never compared for latency: it is the same program.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,8 +64,9 @@ class Module:
     verify_b: str = "none"
     err_a: float | None = None
     err_b: float | None = None
-    # The largest share of its tolerance any output used (1.0: all of it), at most:
-    # min(max_abs_err / atol, max_rel_err / rtol) over each output and reference.
+    # The largest share of its tolerance an element of any output used against any
+    # reference (1.0: all of it; ``kiln.actions._tensors.compare``); None in an older
+    # manifest, and for exact comparisons.
     tolerance_used_a: float | None = None
     tolerance_used_b: float | None = None
     output_diff: float | None = None  # the largest |B - A| over outputs on the same inputs
@@ -204,21 +204,8 @@ def _verified(art: Artifact) -> tuple[str, float | None, float | None]:
     )
     outputs = [out for c in checks for ref in _references(c) for out in records_at(ref, "outputs")]
     errors = [e for out in outputs if (e := number_at(out, "max_abs_err")) is not None]
-    used = [u for out in outputs if (u := _tolerance_used(out)) is not None]
+    used = [u for out in outputs if (u := number_at(out, "tolerance_used")) is not None]
     return outcome, max(errors, default=None), max(used, default=None)
-
-
-def _tolerance_used(out: dict[str, Any]) -> float | None:
-    """At most how much of its tolerance one output used: an element passes when
-    ``|actual - expected| <= atol + rtol * |expected|``, and its share of that is at
-    most both ``max_abs_err / atol`` and ``max_rel_err / rtol``. None without a
-    tolerance (an exact comparison) or without the errors."""
-    shares = []
-    for err, tol in (("max_abs_err", "atol"), ("max_rel_err", "rtol")):
-        e, t = number_at(out, err), number_at(out, tol)
-        if e is not None and t is not None and t > 0 and math.isfinite(e) and e >= 0:
-            shares.append(e / t)
-    return min(shares, default=None)
 
 
 def _references(check: dict[str, Any]) -> list[dict[str, Any]]:
@@ -262,5 +249,5 @@ def _less_accurate(m: Module) -> bool:
         return True
     if m.tolerance_used_a is not None and m.tolerance_used_b is not None:
         return m.tolerance_used_b > m.tolerance_used_a + ACCURACY_STEP
-    # no tolerance to weigh it by (exact comparisons, an older manifest): any growth
+    # nothing to weigh it by (exact comparisons, an older manifest): any growth
     return m.err_a is not None and m.err_b is not None and m.err_b > m.err_a

@@ -7,8 +7,8 @@ Conditions (comma-separated, or the option repeated):
   above 1), and its ratio is more than P% above 1;
 - ``size`` / ``size>P%``: a module grew (by more than P%);
 - ``accuracy``: a module's verification passed in A and fails in B, or B used more
-  than a tenth more of its tolerance than A (``kiln.compare.diff.ACCURACY_STEP``;
-  where no tolerance weighs it, any growth of its largest error);
+  than a tenth more of its tolerance than A (``kiln.compare.diff.ACCURACY_STEP``; where
+  its checks recorded no share of a tolerance, any growth of its largest error);
 - ``new-failures``: an artifact built in A failed (or was not run) in B, or a
   module's verification passed or did not run in A and fails in B.
 """

@@ -225,7 +225,11 @@ def number_at(rec: dict[str, Any], name: str) -> float | None:
     value = rec.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)  # an int too large for a float is no number kiln reads
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _time(rec: dict[str, Any], name: str) -> float | None:
