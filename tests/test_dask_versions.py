@@ -23,6 +23,7 @@ from dask_cluster import DaskCluster, require_dask
 from nginx import NginxCache
 
 import kiln as kiln_package
+from kiln._version import identity
 
 OTHER = "0.0.1+elsewhere"
 
@@ -32,7 +33,18 @@ def other_kiln(root: Path, version: str = OTHER) -> Path:
     copy = root / "other-kiln"
     here = Path(kiln_package.__file__).parent
     shutil.copytree(here, copy / "kiln", ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "kiln" / "_version.py").write_text(f'__version__ = "{version}"\n')
+    source = copy / "kiln" / "_version.py"
+    line = f'__version__ = "{kiln_package.__version__}"'
+    assert source.read_text().count(line) == 1
+    source.write_text(source.read_text().replace(line, f'__version__ = "{version}"'))
+    return copy
+
+
+def recoded_kiln(root: Path) -> Path:
+    """A copy of the kiln under test of the same version whose action code differs."""
+    copy = other_kiln(root, kiln_package.__version__)
+    action = copy / "kiln" / "actions" / "process.py"
+    action.write_text(action.read_text() + "\n# other code under the same version\n")
     return copy
 
 
@@ -94,19 +106,26 @@ def top():
 """
 
 
+@pytest.mark.parametrize("other", ["version", "code"])
 def test_a_worker_running_another_kiln_is_refused_when_kiln_connects(
     tmp_path: Path,
     write_module: Callable[..., Path],
     kiln: Callable[..., Any],
     make_cluster: Callable[..., DaskCluster],
     nginx_cache: NginxCache,
+    other: str,
 ) -> None:
+    """Another kiln: another version, or the same version with other code (the key of
+    a kiln action holds the digest of kiln's code, ``kiln._version.identity``)."""
     write_module(COMMANDS)
-    cluster = make_cluster(2, {"w1": {"PYTHONPATH": str(other_kiln(tmp_path))}})
+    there = other_kiln(tmp_path) if other == "version" else recoded_kiln(tmp_path)
+    cluster = make_cluster(2, {"w1": {"PYTHONPATH": str(there)}})
     r = kiln(*remote(cluster, nginx_cache))
     assert r.returncode != 0, r.stderr
-    here = kiln_package.__version__
-    assert f"Dask worker {address_of(cluster, 'w1')} runs kiln {OTHER}" in r.stderr, r.stderr
+    here = identity()
+    said = f"Dask worker {address_of(cluster, 'w1')} runs kiln "
+    said += f"{OTHER} (code " if other == "version" else f"{kiln_package.__version__} (code "
+    assert said in r.stderr and here not in r.stderr.split(said)[1][:40], r.stderr
     assert f"this is kiln {here}" in r.stderr, r.stderr
     assert address_of(cluster, "w0") not in r.stderr
     assert not nginx_cache.files("ac") and not entries(tmp_path / "cache-out")
@@ -160,8 +179,8 @@ def test_a_worker_with_another_kiln_that_joins_mid_build_is_refused(
     assert proc.returncode == 1, err
     there = address_of(cluster, "w1")
     if newcomer == "other version":
-        assert f"refused Dask worker {there}: kiln {OTHER} there, " in err, err
-        assert f"{kiln_package.__version__} here" in err, err
+        assert f"refused Dask worker {there}: kiln {OTHER} (code " in err, err
+        assert f"{identity()} here" in err, err
     else:
         assert f"refused Dask worker {there}: it did not say which kiln built it" in err, err
     assert not nginx_cache.files("ac") and not entries(tmp_path / "cache-out")

@@ -5,8 +5,9 @@ canonical form (``kiln.planning.canonical``), plus two entries of kiln's own:
 
 - ``!code``: the digest of the action's code: for each class of its MRO that is
   the user's, the digest of what the class defines (``kiln.planning.code_key``); kiln's own
-  classes count as kiln's version; another installed package's as its name and
-  version.
+  classes count as kiln's version and the digest of kiln's code
+  (``kiln._version.code_digest``: a change to kiln reruns its actions); another
+  installed package's as its name and version.
 - ``!thunk``: for an action that runs its ``_remotable_thunk`` (a PROCESS action,
   or one that keeps the default ``_invoke``) when that method is the user's, the
   digest of the callable it returns: the function's code, its closure values or
@@ -38,7 +39,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from kiln._version import __version__
+from kiln._version import __version__, code_digest
 from kiln.base.action_env import ActionEnvironment, local_conventions
 from kiln.base.errors import BadNeed, BuildDefinitionError, Unkeyable
 from kiln.base.gc_pause import gc_paused
@@ -213,7 +214,7 @@ class KeyMaker:
             if klass is object:
                 continue
             if _in_kiln(klass):
-                parts.append(f"{qualname(klass)} kiln {__version__}")
+                parts.append(f"{qualname(klass)} kiln {__version__} {code_digest()}")
             elif self.code.is_user(klass):
                 parts.append(self.code.of_class(klass, skip))
             else:
@@ -222,7 +223,7 @@ class KeyMaker:
 
     def _user_thunk(self, kind: type[BuildAction]) -> bool:
         """Whether ``kind._remotable_thunk`` is the user's (kiln's own is covered by
-        kiln's version and the action's parameters)."""
+        kiln's code digest and the action's parameters)."""
         return self.code.is_user(kind._remotable_thunk)
 
     def thunk_digest(self, action: BuildAction) -> str:

@@ -41,7 +41,7 @@ from typing import Any
 
 import cloudpickle
 
-from kiln._version import __version__
+from kiln._version import identity
 from kiln.base.errors import ClusterFailure, SandboxFailure, UsageError
 from kiln.base.iree_shim import active as iree_build_shim_active
 from kiln.devices.identity import RESOURCE_PREFIX, DeviceSet
@@ -155,11 +155,11 @@ class DaskClient:
                 f"they run: {_short(e)}"
             ) from None
         for worker, answer in sorted(answers.items()):
-            if answer == __version__:
+            if answer == identity():
                 continue
             raise ClusterFailure(
                 f"--executor: Dask worker {worker} runs {_which_kiln(answer)}; this is kiln "
-                f"{__version__}. "
+                f"{identity()}. "
                 "What a worker builds enters this build and the caches under this kiln's "
                 "keys: run the same kiln on every worker"
             )

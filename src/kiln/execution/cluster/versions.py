@@ -25,7 +25,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from kiln._version import __version__
+from kiln._version import identity
 from kiln.planning.code_key import distribution_version
 
 KILN = "kiln"
@@ -35,8 +35,9 @@ Versions = tuple[tuple[str, str], ...]
 
 
 def kiln_version() -> str:
-    """The version of the kiln this process runs (asked of every worker: ``Client.run``)."""
-    return __version__
+    """Which kiln this process runs, its version and code (``kiln._version.identity``;
+    asked of every worker: ``Client.run``)."""
+    return identity()
 
 
 @functools.cache
@@ -44,7 +45,7 @@ def version_of(name: str) -> str:
     """This process's version of ``name``: kiln's, or an installed distribution's
     (read once per process, as the keys read it)."""
     if name == KILN:
-        return __version__
+        return identity()
     return distribution_version(name) or NOT_INSTALLED
 
 
@@ -71,7 +72,7 @@ def differences(wanted: Versions, found: Versions | None) -> str | None:
     key holds (``wanted``, this kiln's); None when they are the same. ``found`` None:
     the worker said nothing (a kiln older than this check)."""
     if found is None:
-        return f"it did not say which kiln built it (a kiln older than this one, {__version__})"
+        return f"it did not say which kiln built it (a kiln older than this one, {identity()})"
     try:
         # What a worker sends is bounded where it is shown (a version is short).
         have = {str(name)[:80]: str(version)[:80] for name, version in found}

@@ -1,0 +1,85 @@
+"""kiln's own actions are keyed by kiln's code, not only its version: a result made by
+other kiln code is another result (``kiln._version.code_digest``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kiln as kiln_package
+from kiln._version import code_digest
+
+BUILD = """
+from kiln import *
+
+
+@entrypoint
+def echo():
+    return run_command(name="hello.txt", command=["sh", "-c", "echo hello > {out}"])
+"""
+
+
+def _copy(root: Path) -> Path:
+    """A copy of the kiln under test (same version): a PYTHONPATH entry."""
+    here = Path(kiln_package.__file__).parent
+    shutil.copytree(here, root / "kiln", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _run(copy: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(copy), "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "kiln", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _digest(copy: Path) -> str:
+    code = "import kiln, kiln._version as v; print(kiln.__file__, v.code_digest())"
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0].startswith(str(copy)), out  # the copy, not the installed kiln
+    return out[1]
+
+
+def test_the_digest_follows_the_code_that_makes_outputs(tmp_path: Path) -> None:
+    assert re.fullmatch(r"[0-9a-f]{64}", code_digest()) and code_digest() == code_digest()
+    copy = _copy(tmp_path / "copy")
+    first = _digest(copy)
+    assert first == code_digest()  # the same code in another directory: the same digest
+    shown = copy / "kiln" / "cli" / "main.py"  # the command line makes no action's output
+    shown.write_text(shown.read_text() + "\n# a comment\n")
+    assert _digest(copy) == first
+    worker = copy / "kiln" / "actions" / "_tensors.py"
+    worker.write_text(worker.read_text() + "\n# a comment\n")
+    assert _digest(copy) != first
+
+
+def test_a_kiln_action_reruns_when_kilns_code_changed(tmp_path: Path) -> None:
+    """An output built by one kiln is not up to date for a kiln whose action code
+    differs under the same version: the action runs again, and explain says why."""
+    copy = _copy(tmp_path / "copy")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "build.py").write_text(BUILD)
+    args = ("build", "build.py", "--output-dir", "out", "--no-cache")
+    first = _run(copy, *args, cwd=project)
+    assert first.returncode == 0, first.stderr
+    again = _run(copy, *args, cwd=project)
+    assert again.returncode == 0 and "0 built, 1 up to date" in again.stderr, again.stderr
+    action = copy / "kiln" / "actions" / "process.py"
+    action.write_text(action.read_text() + "\n# kiln changed under the same version\n")
+    explain = _run(copy, "explain", "build.py", "--output-dir", "out", cwd=project)
+    assert "the action's code changed" in explain.stdout, explain.stdout
+    third = _run(copy, *args, cwd=project)
+    assert third.returncode == 0 and "1 built, 0 up to date" in third.stderr, third.stderr
