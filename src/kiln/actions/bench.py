@@ -44,7 +44,7 @@ from kiln.actions.output_record import element_count
 from kiln.base.errors import BuildDefinitionError, ToolError
 from kiln.graph import BuildFile
 from kiln.graph.manifest_meta import ManifestMeta
-from kiln.output_dir.names import path_below
+from kiln.output_dir.names import file_below
 
 _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 _MAX_RESULTS = 64 << 20  # bytes of JSON results read back; more is not results
@@ -351,8 +351,8 @@ def recorded_inputs(inputs: dict[str, Any], root: str) -> list[Any] | None:
     recorded too little (an older kiln, a PyTorch module's example inputs)."""
     from kiln.actions._reference import check_inputs
 
-    def inside(rel: Any) -> str | None:
-        found = path_below(Path(root), rel)
+    def inside(rel: Any) -> str | None:  # a regular file, through real directories
+        found = file_below(Path(root), rel, follow_last=True)  # a source: kiln's link
         return str(found) if found is not None else None
 
     if inputs.get("source") == "given":

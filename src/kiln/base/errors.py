@@ -197,6 +197,13 @@ class OutputDirLocked(KilnError):
     exit_code = 2
 
 
+class OutputLost(KilnError):
+    """kiln's standard output cannot be written (closed, a full disk): what it had to
+    say is lost, and the command says so rather than end in a traceback."""
+
+    exit_code = 1
+
+
 class NotRegularFile(KilnError):
     """A file kiln would read (an output, a state file) is not a regular file."""
 

@@ -32,6 +32,8 @@ import re
 from collections.abc import Iterator
 from typing import IO, Any
 
+from kiln.base.errors import OutputLost
+
 # Controls but tab and newline; DEL and C1; the Unicode bidirectional controls.
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _CONTROLS_AND_LINES = re.compile(
@@ -89,11 +91,21 @@ class PrintableOutput(io.TextIOBase):
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(printable(text))
+        try:
+            self._stream.write(printable(text))
+        except BrokenPipeError:  # the reader went away: kiln.cli.main ends quietly
+            raise
+        except (OSError, ValueError, AttributeError) as e:
+            raise OutputLost(_lost(e)) from None
         return len(text)
 
     def flush(self) -> None:
-        self._stream.flush()
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError, AttributeError) as e:
+            raise OutputLost(_lost(e)) from None
 
     def fileno(self) -> int:
         return self._stream.fileno()
@@ -107,6 +119,12 @@ class PrintableOutput(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _lost(error: Exception) -> str:
+    # no strerror: no stream at all (Python's sys.stdout when descriptor 1 is closed)
+    why = error.strerror if isinstance(error, OSError) and error.strerror else "it is closed"
+    return f"cannot write to standard output: {why}; what kiln printed there is lost"
 
 
 class TerminalStream(PrintableOutput):

@@ -8,7 +8,6 @@ met (the rows that meet it are named on stderr), 2 when a build cannot be read.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -37,7 +36,8 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     a = load_build(ns.a, ns.output_dir)
     b = load_build(ns.b, ns.output_dir)
     if ns.html is not None:  # refused before anything runs: never one of kiln's files
-        _check_page(ns.html, [ns.output_dir, *(x.root for x in (a, b) if x.root)], ns, err)
+        roots = [ns.output_dir, *(x.root for x in (a, b) if x.root)]
+        _check_page(ns.html, roots, [ns.project_file, a.manifest, b.manifest], err)
     pools = Pools([a, b])
     notes: list[str] = []
     if ns.measure:
@@ -83,15 +83,18 @@ def _measure(a: Build, b: Build, pools: Pools, budget: float) -> list[str]:
     return notes
 
 
-def _check_page(target: Path, roots: list[Path], ns: argparse.Namespace, err: IO[str]) -> None:
+def _check_page(
+    target: Path, roots: list[Path], read: list[str | Path | None], err: IO[str]
+) -> None:
     """``--html``'s page goes through the check every file-writing option takes
-    (``kiln.cli.destinations``), against each output directory the command names."""
+    (``kiln.cli.destinations``), against each output directory the command names;
+    what the command reads (the two manifests, the project file) is never written."""
     for root in dict.fromkeys(roots):
         check_destinations(
             [("--html", target)],
             root,
             cache_dir=default_cache_dir(),
-            inputs=lambda: [p for p in (ns.project_file,) if p],
+            inputs=lambda: [p for p in read if p],
             warn=lambda message: print(printable(message), file=err),
         )
 
@@ -101,6 +104,7 @@ def _write_page(target: Path, page: str) -> None:
         raise UsageError(f"--html {target}: no directory {target.parent} to write it in")
     try:
         with atomic_output(target) as tmp:
-            tmp.write_text(page, encoding="utf-8")
+            # a lone surrogate from a manifest's path is written escaped, not refused
+            tmp.write_text(page, encoding="utf-8", errors="backslashreplace")
     except OSError as e:
         raise UsageError(f"--html {target}: cannot write it: {e.strerror}") from e

@@ -71,17 +71,19 @@ def _comparison(output_dir: Path) -> str:
     from kiln.compare.page import report_section
     from kiln.observe.manifest_history import kept_manifest
 
+    head = "<section id='comparison'><h2>Compared with the build before</h2>"
     try:
         os.lstat(kept_manifest(output_dir, 1))
     except OSError:
         return ""
-    head = "<section id='comparison'><h2>Compared with the build before</h2>"
+    except KilnError as e:  # the history is there as a link: not read
+        return f"{head}<p>{html.escape(str(e), quote=True)}</p></section>"
     try:
         a, b = load_build("@-1", output_dir), load_build("@0", output_dir)
         rows = compare_builds(a, b, Pools([a, b]))
     except KilnError as e:
         return f"{head}<p>{html.escape(str(e), quote=True)}</p></section>"
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError) as e:
         # A kept manifest shaped as no kiln writes it: the page is written all the same.
         why = f"cannot compare the two builds' manifests ({type(e).__name__})"
         return f"{head}<p>{why}</p></section>"

@@ -11,20 +11,21 @@ is a ``UsageError`` naming the file and what to do.
 from __future__ import annotations
 
 import json
-import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.base.errors import NotRegularFile, UsageError
+from kiln.base.errors import NotRegularFile, StateError, UsageError
 from kiln.observe.manifest import FORMAT
 from kiln.observe.manifest_history import KEPT_MANIFESTS, MAX_MANIFEST_BYTES, kept_manifest
 from kiln.observe.report_data import number_at, records_at
 from kiln.output_dir.layout import MANIFEST
 from kiln.output_dir.ownership import read_regular
 
-_HISTORY = re.compile(r"@(-?\d+)")
+_HISTORY = re.compile(r"@(-?[0-9]{1,6})")  # ASCII digits; more is no build kiln keeps
 
 
 @dataclass
@@ -70,9 +71,16 @@ def resolve(spec: str, output_dir: Path) -> tuple[Path, Path | None]:
                 f"{spec}: name a build as @0 (the last) to @-{KEPT_MANIFESTS} (kiln keeps "
                 f"the manifests of the last {KEPT_MANIFESTS} builds that differ)"
             )
-        return kept_manifest(output_dir, n), output_dir
+        try:
+            return kept_manifest(output_dir, n), output_dir
+        except StateError as e:
+            raise UsageError(f"{spec}: {e}") from None
     path = Path(spec)
-    if path.is_dir() and not path.is_symlink():
+    try:
+        is_dir = stat.S_ISDIR(os.lstat(path).st_mode)  # a link to one is not taken
+    except (OSError, ValueError):  # missing, a name too long: said when it is read
+        is_dir = False
+    if is_dir:
         return path / MANIFEST, path
     return path, None
 
@@ -83,7 +91,7 @@ def load_build(spec: str, output_dir: Path) -> Build:
     data = _load_json(spec, path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else None
-        what = f"format {found!r}" if isinstance(found, str) else "no kiln manifest format"
+        what = f"format {found[:80]!r}" if isinstance(found, str) else "no kiln manifest format"
         raise UsageError(
             f"{path} is not a kiln manifest ({what}, expected {FORMAT!r}); name an output "
             "directory, its manifest.json, or @-N, and rebuild with this kiln if it is older"
@@ -173,8 +181,14 @@ def _key(value: Any) -> dict[str, Any] | None:
     return {"digest": digest, "params": params, "inputs": inputs}
 
 
+# The latencies kiln reads, in µs: from a femtosecond to eleven days. Outside them a
+# number is no latency, and a ratio of two stays far from a float's range.
+_LATENCY_US = (1e-9, 1e12)
+
+
 def samples(entry: dict[str, Any]) -> list[float]:
-    """A benchmark entry's per-repetition latencies (finite, positive), in µs."""
+    """A benchmark entry's per-repetition latencies, in µs; a sample that is not a
+    number, or is no latency once in µs (``_LATENCY_US``), is left out."""
     value = entry.get("samples")
     if not isinstance(value, list):
         return []
@@ -183,6 +197,17 @@ def samples(entry: dict[str, Any]) -> list[float]:
         return []
     found = []
     for v in value:
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
-            found.append(float(v) * unit)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        try:
+            us = float(v) * unit
+        except OverflowError:  # an int no float holds
+            continue
+        if is_latency(us):
+            found.append(us)
     return found
+
+
+def is_latency(us: float) -> bool:
+    """Whether ``us`` microseconds is a latency kiln compares (``_LATENCY_US``)."""
+    return _LATENCY_US[0] <= us <= _LATENCY_US[1]

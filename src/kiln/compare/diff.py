@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.compare.builds import Artifact, Build, samples
+from kiln.compare.builds import Artifact, Build, is_latency, samples
 from kiln.compare.outputs import largest_difference
 from kiln.compare.stats import LatencyVerdict, compare_latency
 from kiln.engine.incremental import why_key_changed
@@ -28,6 +28,8 @@ class Pools:
 
     def __init__(self, builds: Iterable[Build] = ()):
         self.samples: dict[tuple[str, str], list[float]] = {}
+        self._devices: dict[str, set[str]] = {}  # digest -> its devices: no scan a row
+        self._verdicts: dict[tuple[str, str, str], tuple[int, int, LatencyVerdict]] = {}
         for build in builds:
             for art in build.artifacts.values():
                 self.add_artifact(art)
@@ -41,11 +43,25 @@ class Pools:
                 self.add(art.sha256, device, samples(entry))
 
     def add(self, digest: str, device: str, more: list[float]) -> None:
+        more = [v for v in more if is_latency(v)]  # what a run measured, as a manifest's
         if more:
             self.samples.setdefault((digest, device), []).extend(more)
+            self._devices.setdefault(digest, set()).add(device)
 
     def devices(self, digest: str | None) -> set[str]:
-        return {d for (s, d) in self.samples if s == digest}
+        return set(self._devices.get(digest, ())) if digest is not None else set()
+
+    def compare(self, a: str, b: str, device: str) -> LatencyVerdict:
+        """The latency verdict of digest ``b`` against ``a`` on ``device``, from their
+        pooled samples; made once while the pools stay as they are (a build of many
+        paths that share one digest asks it once a path)."""
+        xs, ys = self.samples[(a, device)], self.samples[(b, device)]
+        kept = self._verdicts.get((a, b, device))
+        if kept is not None and kept[:2] == (len(xs), len(ys)):
+            return kept[2]
+        verdict = compare_latency(xs, ys)
+        self._verdicts[(a, b, device)] = (len(xs), len(ys), verdict)
+        return verdict
 
 
 @dataclass
@@ -183,9 +199,7 @@ def _latency(m: Module, a: Artifact, b: Artifact, pools: Pools) -> None:
         )
         return
     m.device = max(common, key=lambda d: len(pools.samples[(a.sha256 or "", d)]))
-    xs = pools.samples[(a.sha256 or "", m.device)]
-    ys = pools.samples[(b.sha256 or "", m.device)]
-    m.latency = compare_latency(xs, ys)
+    m.latency = pools.compare(a.sha256 or "", b.sha256 or "", m.device)
 
 
 def _verified(art: Artifact) -> tuple[str, float | None, float | None]:

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from kiln.base.errors import UsageError
 from kiln.compare.diff import Row
 
-_CONDITION = re.compile(r"(slower|size)(?:>(\d+(?:\.\d+)?)%)?|accuracy|new-failures")
+# ASCII digits, a percentage of at most nine digits before the point: no threshold so
+# large that it is infinite, which would turn the gate off without a word.
+_CONDITION = re.compile(r"(slower|size)(?:>([0-9]{1,9}(?:\.[0-9]{1,9})?)%)?|accuracy|new-failures")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from kiln.compare.diff import Pools
 from kiln.compare.stats import compare_latency, settled
 from kiln.devices.identity import need_for_flags
 from kiln.output_dir.digests import hash_file
-from kiln.output_dir.names import path_below
+from kiln.output_dir.names import file_below, path_below
 
 # (module file, its compile flags) -> one run's latencies per repetition, in µs.
 Runner = Callable[[Path, list[str]], list[float]]
@@ -82,9 +82,11 @@ def _module_file(build: Build, art: Artifact) -> tuple[Path | None, str]:
     """The build's file of ``art``, if it still holds the digest the manifest says."""
     if build.root is None:
         return None, f"{build.label}: a manifest alone has no module files to run"
-    path = path_below(build.root, art.path)
-    if path is None:
+    if path_below(build.root, art.path) is None:
         return None, f"{build.label}: {art.path!r} is not a path below its output directory"
+    path = file_below(build.root, art.path)
+    if path is None:  # a link on the way, a FIFO, nothing: not the module the build made
+        return None, f"{build.label}: {art.path} is gone or was rebuilt since"
     try:
         digest: str | None = hash_file(path, follow=False)
     except (OSError, NotRegularFile):

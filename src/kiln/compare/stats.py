@@ -88,10 +88,13 @@ def _verdict(
     centre: float, lo: float, hi: float, verdict: str, n_a: int, n_b: int
 ) -> LatencyVerdict:
     half = max(centre - lo, hi - centre)
-    detectable = max(math.expm1(half), MIN_EFFECT)
-    return LatencyVerdict(
-        math.exp(centre), math.exp(lo), math.exp(hi), verdict, detectable, n_a, n_b, METHOD
-    )
+    detectable = max(_exp(half) - 1.0, MIN_EFFECT)
+    return LatencyVerdict(_exp(centre), _exp(lo), _exp(hi), verdict, detectable, n_a, n_b, METHOD)
+
+
+def _exp(x: float) -> float:
+    """``exp(x)``, infinite past a float's range (latencies 1e-300 against 1e300)."""
+    return math.exp(x) if x < 709.0 else math.inf
 
 
 def _logs(values: Sequence[float], side: str) -> list[float]:

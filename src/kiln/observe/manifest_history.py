@@ -36,8 +36,16 @@ def history_dir(output_dir: Path) -> Path:
 
 
 def kept_manifest(output_dir: Path, n: int) -> Path:
-    """Where the manifest of the build ``n`` builds before the last is (0: the last)."""
-    return output_dir / MANIFEST if n == 0 else history_dir(output_dir) / f"{n}.json"
+    """Where the manifest of the build ``n`` builds before the last is (0: the last).
+    StateError when kiln's directories on the way (``.kiln``, its ``manifests``) are
+    there as anything but real directories: kiln reads its history, as it writes it,
+    never through a link."""
+    if n == 0:
+        return output_dir / MANIFEST
+    for directory in (output_dir / KILN_DIR, history_dir(output_dir)):
+        with contextlib.suppress(FileNotFoundError):
+            own_dir_checked(directory)
+    return history_dir(output_dir) / f"{n}.json"
 
 
 def read_manifest_bytes(path: Path) -> bytes | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path, PurePosixPath
 
 from kiln.base.errors import BuildDefinitionError
@@ -121,10 +122,34 @@ class OutputNames:
 def path_below(root: Path, rel: object) -> Path | None:
     """``rel``, a relative POSIX path read from a record kiln does not trust (a task,
     a manifest, a check's result), under ``root``; None when it is not a plain
-    relative path (absolute, empty, or with a ``..``), which would leave ``root``."""
-    if not isinstance(rel, str):
+    relative path (absolute, empty, with a ``..``, which would leave ``root``, or with
+    a NUL or a lone surrogate, which no file name holds)."""
+    if not isinstance(rel, str) or "\x00" in rel or non_utf8(rel):
         return None
     p = PurePosixPath(rel)
     if p.is_absolute() or ".." in p.parts or not p.parts:
         return None
     return root.joinpath(*p.parts)
+
+
+def file_below(root: Path, rel: object, *, follow_last: bool = False) -> Path | None:
+    """``path_below``'s path when a regular file is there now, reached from ``root``
+    through real directories only: a link among its directories (which ``path_below``,
+    reading text, cannot see), a FIFO, a device or nothing at all is None; so is a
+    link at its end unless ``follow_last`` (kiln's own links to the sources, in
+    ``.kiln/src``), and then it must lead to a regular file. A file to read
+    (``O_NONBLOCK``) after this check, for a file planted before kiln runs; not a
+    guard against a process racing it."""
+    path = path_below(root, rel)
+    if path is None:
+        return None
+    here = root
+    try:
+        for part in path.relative_to(root).parts[:-1]:
+            here = here / part
+            if not stat.S_ISDIR(os.lstat(here).st_mode):  # lstat: a link is no directory
+                return None
+        found = os.stat(path) if follow_last else os.lstat(path)
+        return path if stat.S_ISREG(found.st_mode) else None
+    except (OSError, ValueError):
+        return None
