@@ -27,8 +27,10 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -37,6 +39,8 @@ from kiln.cache.local import LocalCache
 _BLOB = re.compile(r"^cas/([0-9a-f]{64})$")
 _ENTRY = re.compile(r"^ac/[0-9A-Za-z_.-]{1,200}$")
 _CHUNK = 1 << 20
+_LINGER_BYTES = 64 << 20  # what a refused upload may still send before its connection ends
+_LINGER_S = 2.0
 _LENGTH = re.compile(r"[0-9]{1,20}")  # RFC 9110's 1*DIGIT: no sign, space or underscore
 
 
@@ -91,6 +95,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(length))
         self.end_headers()
 
+    def _linger(self, length: int) -> None:
+        """After refusing an upload, read and drop what the client still sends, for a
+        short while (a lingering close, as web servers do): closed at once with its
+        body unread, the connection is reset, and a client still sending sees "broken
+        pipe" where the answer said why. Nothing read is kept; at most
+        ``_LINGER_BYTES`` and ``_LINGER_S`` are spent on it."""
+        deadline = time.monotonic() + _LINGER_S
+        left = min(length, _LINGER_BYTES)
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)  # the answer is whole: end it
+            while left > 0 and (wait := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(wait)
+                chunk = self.rfile.read1(min(left, _CHUNK))
+                if not chunk:
+                    return
+                left -= len(chunk)
+        except OSError:  # the client went away, or the time is up
+            return
+
     def do_HEAD(self) -> None:  # noqa: N802 - the stdlib's naming
         self._serve(body=False)
 
@@ -119,8 +143,9 @@ class _Handler(BaseHTTPRequestHandler):
         m = _BLOB.match(name)
         limit = self.server.max_blob if m is not None else 64 << 10
         if length > limit or (m is None and _ENTRY.match(name) is None):
-            self.close_connection = True  # its body is not read
+            self.close_connection = True  # its body is never kept
             self._answer(413 if length > limit else 404)
+            self._linger(length)
             return
         left = [length]
 
