@@ -181,3 +181,22 @@ def test_fail_if_thresholds_that_would_turn_the_gate_off_are_refused(spelling: s
 
     with pytest.raises(UsageError):
         parse_conditions([spelling])
+
+
+def test_kiln_report_writes_a_page_for_a_path_no_file_system_holds(
+    kiln: Any, tmp_path: Path
+) -> None:
+    """A lone surrogate in a manifest's path (its page embeds the comparison too):
+    written escaped, as compare --html writes it, not a UnicodeEncodeError."""
+    (tmp_path / "build.py").write_text(
+        "from kiln import *\n\n\n@entrypoint\ndef e():\n"
+        "    return run_command(name='a.txt', command=['sh', '-c', 'echo a > {out}'])\n"
+    )
+    assert kiln("build", "build.py", "--output-dir", "out").returncode == 0
+    manifest = tmp_path / "out" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["entrypoints"]["e"]["outputs"].append(_module("bin/\ud800.vmfb", "c" * 64, [1.0] * 10))
+    manifest.write_text(json.dumps(doc))
+    r = kiln("report", "--output-dir", "out", "-o", "page.html")
+    assert r.returncode == 0, r.stderr
+    assert "\\ud800" in (tmp_path / "page.html").read_text(encoding="utf-8")

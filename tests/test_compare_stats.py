@@ -163,9 +163,9 @@ def test_method_is_named() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(side, side, st.integers(0, 2**32))
-def test_swapping_sides_inverts_ratio_and_class(a: list[float], b: list[float], seed: int) -> None:
-    v, w = compare_latency(a, b, seed=seed), compare_latency(b, a, seed=seed)
+@given(side, side)
+def test_swapping_sides_inverts_ratio_and_class(a: list[float], b: list[float]) -> None:
+    v, w = compare_latency(a, b), compare_latency(b, a)
     assert w.ratio == pytest.approx(1 / v.ratio, rel=1e-9)
     assert w.low == pytest.approx(1 / v.high, rel=1e-9)
     assert w.high == pytest.approx(1 / v.low, rel=1e-9)
@@ -189,16 +189,16 @@ def test_a_common_unit_does_not_matter(a: list[float], b: list[float], k: float)
 
 
 @settings(max_examples=100, deadline=None)
-@given(side, side, st.integers(0, 2**32), st.randoms(use_true_random=False))
-def test_deterministic_whatever_the_seed_or_order(
-    a: list[float], b: list[float], seed: int, rng: random.Random
+@given(side, side, st.randoms(use_true_random=False))
+def test_deterministic_whatever_the_order(
+    a: list[float], b: list[float], rng: random.Random
 ) -> None:
-    v = compare_latency(a, b, seed=seed)
-    assert compare_latency(a, b, seed=seed) == v
+    v = compare_latency(a, b)
+    assert compare_latency(a, b) == v
     shuffled_a, shuffled_b = list(a), list(b)
     rng.shuffle(shuffled_a)
     rng.shuffle(shuffled_b)
-    assert compare_latency(shuffled_a, shuffled_b, seed=seed + 1) == v
+    assert compare_latency(shuffled_a, shuffled_b) == v
 
 
 @settings(max_examples=200, deadline=None)

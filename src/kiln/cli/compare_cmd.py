@@ -14,12 +14,11 @@ import shutil
 from pathlib import Path
 from typing import IO
 
-from kiln.base.errors import UsageError
 from kiln.base.terminal import printable
 from kiln.cache.config import default_cache_dir
 from kiln.cli import project_config
 from kiln.cli.compare_measure import Measurer, recorded_inputs_of, recorded_shapes
-from kiln.cli.destinations import check_destinations
+from kiln.cli.destinations import check_destinations, write_page
 from kiln.cli.plain_parsers import compare_parser
 from kiln.compare.builds import Build, load_build
 from kiln.compare.diff import Pools, compare_builds
@@ -27,7 +26,6 @@ from kiln.compare.gate import failing, parse_conditions
 from kiln.compare.measure import Measured, measure, plan_jobs
 from kiln.compare.page import render_page
 from kiln.compare.table import render_table, to_json
-from kiln.output_dir.writing import atomic_output
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
@@ -44,7 +42,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
         notes += _measure(a, b, pools, ns.budget)
     rows = compare_builds(a, b, pools)
     if ns.html is not None:
-        _write_page(ns.html, render_page(a, b, rows, notes))
+        write_page("--html", ns.html, render_page(a, b, rows, notes))
     if ns.json:
         print(json.dumps(to_json(a, b, rows, notes), indent=2), file=out)
     else:
@@ -60,7 +58,7 @@ def _measure(a: Build, b: Build, pools: Pools, budget: float) -> list[str]:
     from kiln.devices.identity import cpu_device
 
     measured = Measured(cpu_device().id)
-    jobs = plan_jobs(a, b, measured.device, measured)
+    jobs = plan_jobs(a, b, measured)
     runner = Measurer({})
     for job in jobs:
         runner.shapes[job.file_a] = recorded_shapes(job.a)
@@ -97,14 +95,3 @@ def _check_page(
             inputs=lambda: [p for p in read if p],
             warn=lambda message: print(printable(message), file=err),
         )
-
-
-def _write_page(target: Path, page: str) -> None:
-    if not target.parent.is_dir():
-        raise UsageError(f"--html {target}: no directory {target.parent} to write it in")
-    try:
-        with atomic_output(target) as tmp:
-            # a lone surrogate from a manifest's path is written escaped, not refused
-            tmp.write_text(page, encoding="utf-8", errors="backslashreplace")
-    except OSError as e:
-        raise UsageError(f"--html {target}: cannot write it: {e.strerror}") from e

@@ -36,7 +36,7 @@ from pathlib import Path
 from kiln.base.errors import StateError, UsageError
 from kiln.output_dir.layout import MANIFEST
 from kiln.output_dir.ownership import KILN_DIR, output_dir_state
-from kiln.output_dir.writing import file_kind
+from kiln.output_dir.writing import atomic_output, file_kind
 
 _OWN = "kiln never writes over its own files"
 _INPUT = "kiln never writes over what the build reads"
@@ -234,3 +234,16 @@ def _recorded_outputs(root: Path, warn: Callable[[str], None]) -> set[str]:
         return state.recorded_outputs()
     finally:
         state.close()
+
+
+def write_page(option: str, target: Path, page: str) -> None:
+    """Write the HTML ``page`` (``kiln report -o``, ``kiln compare --html``) at
+    ``target``, a destination ``check_destinations`` passed, whole or not at all. A
+    lone surrogate from a manifest's path is written escaped, not refused."""
+    if not target.parent.is_dir():
+        raise UsageError(f"{option} {target}: no directory {target.parent} to write it in")
+    try:
+        with atomic_output(target) as tmp:
+            tmp.write_text(page, encoding="utf-8", errors="backslashreplace")
+    except OSError as e:
+        raise UsageError(f"{option} {target}: cannot write it: {e.strerror}") from e

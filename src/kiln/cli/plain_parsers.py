@@ -145,12 +145,12 @@ def compare_parser() -> KilnArgumentParser:
         default=[],
         metavar="CONDITIONS",
         help="exit 1 when a row meets one: slower[>P%%], size[>P%%], accuracy, new-failures "
-        "(comma-separated, or repeated)",
+        "(comma-separated, or repeated; quote a '>' from the shell)",
     )
     parser.add_argument(
         "--measure",
         action="store_true",
-        help="benchmark here the modules whose digest or device differ, A and B "
+        help="benchmark here the modules whose digest differs, A and B "
         "interleaved, until each is classed or --budget runs out",
     )
     parser.add_argument(

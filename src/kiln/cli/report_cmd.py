@@ -21,12 +21,11 @@ from kiln.base.errors import KilnError, StateError, UsageError
 from kiln.base.terminal import printable
 from kiln.cache.config import default_cache_dir
 from kiln.cli import project_config
-from kiln.cli.destinations import check_destinations
+from kiln.cli.destinations import check_destinations, write_page
 from kiln.cli.plain_parsers import report_parser
 from kiln.observe.report_data import kept_builds, load_report
 from kiln.observe.report_html import render
 from kiln.output_dir.ownership import output_dir_state
-from kiln.output_dir.writing import atomic_output
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
@@ -51,11 +50,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
     comparison = "" if ns.build else _comparison(ns.output_dir)
     page = render(report, ns.output_dir.absolute(), comparison)
     _claim(ns.output_dir.absolute(), written, err)
-    try:
-        with atomic_output(target) as tmp:
-            tmp.write_text(page, encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"-o {target}: cannot write it: {e.strerror}") from e
+    write_page("-o", target, page)
     print(target, file=out)
     which = "the last build" if not ns.build else f"build {ns.build} before the last"
     print(f"kiln: report of {which} in {ns.output_dir} written to {target}", file=err)

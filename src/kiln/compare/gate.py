@@ -41,8 +41,8 @@ def parse_conditions(values: list[str]) -> list[Condition]:
             match = _CONDITION.fullmatch(part)
             if match is None:
                 raise UsageError(
-                    f"--fail-if {part!r}: expected slower, slower>P%, size, size>P%, "
-                    "accuracy or new-failures (comma-separated, e.g. slower>5%,accuracy)"
+                    f"--fail-if {part!r}: expected slower, slower>P%, size, size>P%, accuracy "
+                    "or new-failures (comma-separated and quoted, e.g. 'slower>5%,accuracy')"
                 )
             name = match.group(1) or part
             percent = float(match.group(2)) / 100 if match.group(2) else 0.0

@@ -1,5 +1,5 @@
-"""``kiln compare --measure``: benchmark, on this machine, the modules whose digest or
-device differ between A and B, interleaving the two (A B B A A B ...) so that a drift
+"""``kiln compare --measure``: benchmark, on this machine, the modules whose digest
+differs between A and B, interleaving the two (A B B A A B ...) so that a drift
 of the machine weighs on both alike, until each is classed (``settled``) or the time
 budget runs out. A module whose digest did not change is never benchmarked: it is
 the same artifact (``kiln.compare.diff``). What is measured joins the pools of
@@ -52,9 +52,9 @@ class Measured:
     out_of_budget: bool = False
 
 
-def plan_jobs(a: Build, b: Build, device: str, measured: Measured) -> list[Job]:
-    """The modules to measure: in both builds, with other digests, or not yet measured
-    on ``device`` in both; each needs its two files, whose digests must match."""
+def plan_jobs(a: Build, b: Build, measured: Measured) -> list[Job]:
+    """The modules to measure: in both builds, with other digests (the same digest is
+    the same artifact); each needs its two files, whose digests must match."""
     jobs = []
     for path, art_b in sorted(b.artifacts.items()):
         art_a = a.artifacts.get(path)

@@ -7,8 +7,7 @@ reported as a ratio; the interval is the distribution-free one that goes with it
 (Moses' interval: the order statistics of those differences at the Mann–Whitney
 critical values), at 99.5%. That interval holds its level for any shape of noise
 when the repetitions are independent, with no resampling, so the result needs no
-seed (``seed`` is kept in the signature so that a resampling statistic could
-replace this one without changing callers). docs/compare.md ("The statistic")
+seed. docs/compare.md ("The statistic")
 gives the reasons and the measured false-positive rate and power.
 
 A change is ``slower`` (``faster``) when the whole interval is above (below) 1 and
@@ -49,11 +48,10 @@ class LatencyVerdict:
     method: str  # one-line name of the statistic
 
 
-def compare_latency(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> LatencyVerdict:
+def compare_latency(a: Sequence[float], b: Sequence[float]) -> LatencyVerdict:
     """Class B's latencies against A's (same unit). Deterministic: the result does not
-    depend on ``seed`` or on the order of either side. Raises ``ValueError`` for a
+    depend on the order of either side. Raises ``ValueError`` for a
     latency that is not a finite number above zero."""
-    del seed  # the interval is exact: nothing is drawn at random
     xs, ys = _logs(a, "A"), _logs(b, "B")
     n_a, n_b = len(xs), len(ys)
     if not xs or not ys:
