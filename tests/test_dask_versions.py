@@ -23,7 +23,7 @@ from dask_cluster import DaskCluster, require_dask
 from nginx import NginxCache
 
 import kiln as kiln_package
-from kiln._version import identity
+from kiln.execution.cluster.versions import identity
 
 OTHER = "0.0.1+elsewhere"
 
@@ -116,7 +116,7 @@ def test_a_worker_running_another_kiln_is_refused_when_kiln_connects(
     other: str,
 ) -> None:
     """Another kiln: another version, or the same version with other code (the key of
-    a kiln action holds the digest of kiln's code, ``kiln._version.identity``)."""
+    a kiln action holds the digest of kiln's code, ``kiln.execution.cluster.versions.identity``)."""
     write_module(COMMANDS)
     there = other_kiln(tmp_path) if other == "version" else recoded_kiln(tmp_path)
     cluster = make_cluster(2, {"w1": {"PYTHONPATH": str(there)}})

@@ -1,5 +1,5 @@
 """kiln's own actions are keyed by kiln's code, not only its version: a result made by
-other kiln code is another result (``kiln._version.code_digest``)."""
+other kiln code is another result (``kiln.planning.code_key.kiln_code_digest``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import kiln as kiln_package
-from kiln._version import code_digest
+from kiln.planning.code_key import kiln_code_digest as code_digest
 
 BUILD = """
 from kiln import *
@@ -43,7 +43,7 @@ def _run(copy: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _digest(copy: Path) -> str:
-    code = "import kiln, kiln._version as v; print(kiln.__file__, v.code_digest())"
+    code = "import kiln, kiln.planning.code_key as k; print(kiln.__file__, k.kiln_code_digest())"
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
@@ -83,3 +83,23 @@ def test_a_kiln_action_reruns_when_kilns_code_changed(tmp_path: Path) -> None:
     assert "the action's code changed" in explain.stdout, explain.stdout
     third = _run(copy, *args, cwd=project)
     assert third.returncode == 0 and "1 built, 0 up to date" in third.stderr, third.stderr
+
+
+def test_an_editors_lock_file_or_an_unreadable_module_never_freezes_the_digest(
+    tmp_path: Path,
+) -> None:
+    """A dangling ``.#x.py`` link (what an editor leaves while a file is edited) made
+    the whole digest a constant, and every later edit of kiln kept its actions' keys:
+    dot files are left out, and an unreadable file counts by its name, so the digest
+    still follows every other file."""
+    copy = _copy(tmp_path / "copy")
+    first = _digest(copy)
+    (copy / "kiln" / "engine" / ".#scheduler.py").symlink_to("root@host.1234")
+    assert _digest(copy) == first
+    odd = copy / "kiln" / "engine" / "odd.py"
+    odd.mkdir()  # a directory named like a module: not a source file
+    assert _digest(copy) == first
+    odd.rmdir()
+    worker = copy / "kiln" / "actions" / "_tensors.py"
+    worker.write_text(worker.read_text() + "\n# a comment\n")
+    assert _digest(copy) not in (first, "unread")

@@ -6,7 +6,7 @@ canonical form (``kiln.planning.canonical``), plus two entries of kiln's own:
 - ``!code``: the digest of the action's code: for each class of its MRO that is
   the user's, the digest of what the class defines (``kiln.planning.code_key``); kiln's own
   classes count as kiln's version and the digest of kiln's code
-  (``kiln._version.code_digest``: a change to kiln reruns its actions); another
+  (``kiln.planning.code_key.kiln_code_digest``: a change to kiln reruns its actions); another
   installed package's as its name and version.
 - ``!thunk``: for an action that runs its ``_remotable_thunk`` (a PROCESS action,
   or one that keeps the default ``_invoke``) when that method is the user's, the
@@ -39,14 +39,14 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from kiln._version import __version__, code_digest
+from kiln._version import __version__
 from kiln.base.action_env import ActionEnvironment, local_conventions
 from kiln.base.errors import BadNeed, BuildDefinitionError, Unkeyable
 from kiln.base.gc_pause import gc_paused
 from kiln.devices.identity import DeviceSet, local_set
 from kiln.graph import KEYING_ONLY, ActionConcurrency, BuildAction, SpawnsCommand
 from kiln.planning.canonical import canonical, file_ref_for, qualname
-from kiln.planning.code_key import CodeDigests, package_version
+from kiln.planning.code_key import CodeDigests, kiln_code_digest, package_version
 
 _ESCAPED = ("!", "=", "\\")
 _SELF_REFERENCE = "value that contains itself (or is nested too deeply)"
@@ -214,7 +214,7 @@ class KeyMaker:
             if klass is object:
                 continue
             if _in_kiln(klass):
-                parts.append(f"{qualname(klass)} kiln {__version__} {code_digest()}")
+                parts.append(f"{qualname(klass)} kiln {__version__} {kiln_code_digest()}")
             elif self.code.is_user(klass):
                 parts.append(self.code.of_class(klass, skip))
             else:

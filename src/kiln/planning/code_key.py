@@ -26,7 +26,7 @@ function or editing a comment elsewhere changes nothing.
   global data that ``__init__`` reads is left out: ``__init__`` runs when the
   graph is defined, and what it keeps is in the instance's attributes, keyed by
   their own rules; the global data the other methods read is in.
-- kiln's own code: kiln's version.
+- kiln's own code: kiln's version and the digest of its source (``kiln_code_digest``).
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ import functools
 import hashlib
 import importlib.machinery
 import os
+import stat
 import sys
 import sysconfig
 import types
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from kiln.base.errors import NotRegularFile, Unkeyable
@@ -51,6 +53,39 @@ from kiln.planning.canonical import canonical, dumps, qualname
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _PY = f"python {sys.version_info[0]}.{sys.version_info[1]}"
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+
+
+# The layers above the engine read and show builds; they never make an action's output.
+_NOT_IN_OUTPUTS = frozenset({"cli", "compare", "observe"})
+
+
+@functools.cache
+def kiln_code_digest() -> str:
+    """The SHA-256 of the source of every kiln module that can shape what an action
+    produces (all but ``_NOT_IN_OUTPUTS``), by path below the package and content: the
+    same on any machine that runs the same code, installed or in a checkout; it keys
+    kiln's own actions (``kiln.planning.action_key``), since a version string stays
+    the same while the code under it changes. Regular ``.py`` files only, none whose
+    name starts with a dot (an editor's lock file); a file that cannot be read counts
+    by its name and the error, so the digest still follows every other file. Read
+    once per process (about 10 ms); ``unread`` where there is no source to read (a
+    zipped install), and kiln's version alone keys its actions there."""
+    root = Path(_KILN_DIR)
+    digest = hashlib.sha256()
+    found = 0
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in _NOT_IN_OUTPUTS or any(p.startswith(".") for p in rel.parts):
+            continue
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            data = path.read_bytes()
+        except OSError as e:
+            data = f"unreadable: {e.strerror}".encode()
+        digest.update(rel.as_posix().encode() + b"\0" + data + b"\0")
+        found += 1
+    return digest.hexdigest() if found else "unread"
 
 
 @functools.cache

@@ -41,7 +41,6 @@ from typing import Any
 
 import cloudpickle
 
-from kiln._version import identity
 from kiln.base.errors import ClusterFailure, SandboxFailure, UsageError
 from kiln.base.iree_shim import active as iree_build_shim_active
 from kiln.devices.identity import RESOURCE_PREFIX, DeviceSet
@@ -49,7 +48,7 @@ from kiln.execution.cluster.batching import Batcher, Slot
 from kiln.execution.cluster.probe import probe
 from kiln.execution.cluster.spec import ExecutorSpec
 from kiln.execution.cluster.task import RemoteResult, RemoteTask, warm_template
-from kiln.execution.cluster.versions import differences, expected, kiln_version
+from kiln.execution.cluster.versions import differences, expected, identity, kiln_version
 from kiln.graph import BuildAction, BuildFile
 from kiln.planning.sandbox import sandbox_command, sandbox_paths, sandbox_thunk
 

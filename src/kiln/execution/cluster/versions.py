@@ -25,8 +25,8 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from kiln._version import identity
-from kiln.planning.code_key import distribution_version
+from kiln._version import __version__
+from kiln.planning.code_key import distribution_version, kiln_code_digest
 
 KILN = "kiln"
 NOT_INSTALLED = "not installed"
@@ -34,8 +34,15 @@ NOT_INSTALLED = "not installed"
 Versions = tuple[tuple[str, str], ...]
 
 
+def identity() -> str:
+    """Which kiln this is, as a Dask worker is asked it: the version and the start of
+    the digest of its code (two kilns of one version with other code build other
+    results: ``kiln_code_digest`` is in their actions' keys)."""
+    return f"{__version__} (code {kiln_code_digest()[:12]})"
+
+
 def kiln_version() -> str:
-    """Which kiln this process runs, its version and code (``kiln._version.identity``;
+    """Which kiln this process runs, its version and code (``identity``;
     asked of every worker: ``Client.run``)."""
     return identity()
 
