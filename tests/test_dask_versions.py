@@ -229,3 +229,14 @@ def test_a_worker_with_another_compiler_version_is_refused_for_compiles_alone(
     # The command's key holds no compiler: it ran there, and is cached.
     assert (tmp_path / "out/genfiles/top/plain.txt").read_text() == "plain\n"
     assert len(nginx_cache.files("ac")) == 1 and len(entries(tmp_path / "cache-out")) == 1
+
+
+def test_a_long_version_matches_itself_and_is_shown_bounded() -> None:
+    """Versions are compared whole and cut only where shown: cut first, a version over
+    80 characters never matched its own and every result of its worker was refused."""
+    from kiln.execution.cluster.versions import differences
+
+    long = "1.0.0+" + "x" * 94
+    assert differences((("tool", long),), (("tool", long),)) is None
+    said = differences((("tool", "1.0"),), (("tool", long + "y" * 10_000),))
+    assert said is not None and len(said) < 200

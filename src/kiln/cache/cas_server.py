@@ -165,6 +165,8 @@ class _Handler(BaseHTTPRequestHandler):
         if left[0] > 0:
             self.close_connection = True
         self._answer(201 if stored else 400)
+        if left[0] > 0:  # not stored, its body not all read (a full disk): as a refusal
+            self._linger(left[0])
 
 
 @contextlib.contextmanager

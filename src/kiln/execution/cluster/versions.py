@@ -81,13 +81,13 @@ def differences(wanted: Versions, found: Versions | None) -> str | None:
     if found is None:
         return f"it did not say which kiln built it (a kiln older than this one, {identity()})"
     try:
-        # What a worker sends is bounded where it is shown (a version is short).
-        have = {str(name)[:80]: str(version)[:80] for name, version in found}
+        have = {str(name): str(version) for name, version in found}
     except (TypeError, ValueError):
         return f"it sent versions kiln cannot read ({str(found)[:80]!r})"
+    # Compared whole; what a worker sends is bounded where it is shown (a version is short).
     return (
         "; ".join(
-            f"{name} {have.get(name, 'unknown')} there, {version} here"
+            f"{name} {have.get(name, 'unknown')[:80]} there, {version} here"
             for name, version in wanted
             if have.get(name) != version
         )
