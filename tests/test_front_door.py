@@ -128,3 +128,20 @@ def test_the_executor_is_made_with_its_request(tmp_path: Path) -> None:
     assert executor.source_root == str(tmp_path)
     again = executor.request(request.options)
     assert again == dataclasses.replace(request, devices=executor.run_context.devices)
+
+
+def test_a_read_only_request_writes_nothing_once_the_state_is_open(tmp_path: Path) -> None:
+    """A request that asks for no writes is a dry run whatever the executor did
+    before: once a first build had opened the state, ``read_only`` was ignored."""
+    from test_scheduler import Node, declare
+
+    g = declare(tmp_path / "out", {"a": Node()})
+    try:
+        assert g.run().ok
+        made = Path(g.files["a"].fs_str)
+        made.unlink()
+        g.executor.run([g.files["a"]], BuildRequest(read_only=True))
+        assert not made.exists()
+        assert g.rec.started() == ["a"], g.rec.events
+    finally:
+        g.executor.close()

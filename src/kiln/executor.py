@@ -296,7 +296,7 @@ class Executor:
         options = request.options
         if (options.dry_run or request.read_only) and self._store is None:
             self.read_only = True  # a dry run writes nothing, the state included
-        if options.dry_run or self.read_only:
+        if options.dry_run or request.read_only or self.read_only:  # the request counts too
             options = replace(options, dry_run=True)
             output_dir_state(self.output_dir)
         else:
