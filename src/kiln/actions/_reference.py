@@ -25,6 +25,7 @@ from kiln.actions._tensors import (
     load_tensor,
     save_bundle,
 )
+from kiln.actions.output_record import fingerprint
 from kiln.base.errors import ToolError, ToolMissing
 from kiln.output_dir.writing import atomic_output
 from kiln.planning.code_key import distribution_version
@@ -119,8 +120,16 @@ def check_inputs(
         files = list(names) if names else list(inputs)
         # ``paths``: where they were read, relative to the output directory (or the
         # sandbox laid out as it): ``kiln compare --measure`` reads them there again.
-        how: dict[str, Any] = {"source": "given", "files": files, "paths": list(inputs)}
-        return [load_tensor(p) for p in inputs], how
+        arrays = [load_tensor(p) for p in inputs]
+        # ``sha256``: what they held, so that two builds' checks pair on the same data,
+        # not on the same names (``kiln.compare.outputs``).
+        how: dict[str, Any] = {
+            "source": "given",
+            "files": files,
+            "paths": list(inputs),
+            "sha256": [fingerprint(a)["sha256"] for a in arrays],
+        }
+        return arrays, how
     if signature is not None and seed_file is not None:
         specs = [InputSpec(name, dtype, tuple(dims)) for name, dtype, dims in signature]
         seed = file_seed(seed_file)
