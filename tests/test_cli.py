@@ -439,7 +439,9 @@ def test_graph_names_reach_graphviz_as_written(write_module, kiln, tmp_path: Pat
 # -- help ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["clean", "report", "cache", "completion"])
+@pytest.mark.parametrize(
+    "command", ["clean", "report", "cache", "completion", "devices", "compare"]
+)
 def test_help_of_commands_without_a_module_reads_as_help(kiln, command: str) -> None:
     r = kiln(command, "--help")
     assert r.returncode == 0, r.stderr
@@ -449,3 +451,15 @@ def test_help_of_commands_without_a_module_reads_as_help(kiln, command: str) -> 
     for i, line in enumerate(lines):
         if re.match(r"^  -", line) and not re.search(r"\S  +\S", line.strip()):
             assert lines[i + 1].startswith(" " * 20), f"no description: {line!r}"
+
+
+def test_devices_reads_the_project_settings_and_refuses_a_bad_option(kiln, tmp_path) -> None:
+    """kiln devices parses as the other commands do: a bad option is exit 2 with
+    kiln's message (it was said as the build module's code calling sys.exit), and
+    [tool.kiln]'s executor counts (it was accepted and ignored)."""
+    r = kiln("devices", "--bogus")
+    assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr, r.stderr
+    assert "build module" not in r.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.kiln]\nexecutor = "nonsense://x"\n')
+    r = kiln("devices")
+    assert r.returncode == 2 and "--executor 'nonsense://x'" in r.stderr, r.stderr

@@ -11,13 +11,15 @@ from typing import IO, Any
 
 from kiln.base.errors import BadNeed, UsageError
 from kiln.base.terminal import printable
+from kiln.cli import project_config
 from kiln.cli.executor_options import add_executor_options
+from kiln.cli.options import KilnArgumentParser
 from kiln.devices.identity import local_devices
 from kiln.execution.cluster.spec import parse_executor
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = KilnArgumentParser(  # kiln's: --help and a bad option end as every command's do
         prog="kiln devices",
         description="list the devices kiln finds here, or on every worker of a cluster",
     )
@@ -27,7 +29,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
-    ns = make_parser().parse_args(argv)
+    ns = project_config.parse(make_parser(), argv, os.getcwd())  # [tool.kiln] counts
     text = ns.executor or os.environ.get("KILN_EXECUTOR") or "local"
     spec = parse_executor(text)
     found = _cluster(spec, ns.executor_timeout) if spec.remote else {"here": _here()}
@@ -36,7 +38,7 @@ def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
         out.write("\n")
         return 0
     for machine, devices in sorted(found.items()):
-        print(f"{machine}:", file=out)
+        print(printable(f"{machine}:", one_line=True), file=out)
         for d in devices:
             print(f"  {_line(d)}", file=out)
     return 0
@@ -60,7 +62,7 @@ def _cluster(spec: Any, timeout_s: float) -> dict[str, list[dict[str, Any]]]:
         executor.close()
     out = {}
     for worker, answer in answers.items():
-        if not isinstance(answer, list):
+        if not isinstance(answer, list) or not all(isinstance(d, dict) for d in answer):
             said = printable(str(answer)[:200], one_line=True)
             raise UsageError(f"Dask worker {worker} cannot say which devices it has: {said}")
         out[str(worker)] = answer
