@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kiln.cli.cache_options import directory_path, size_option
+from kiln.cli.cache_options import directory_path, seconds_option, size_option
 from kiln.cli.options import KilnArgumentParser
 from kiln.observe.event_log import KEPT_BUILDS
 
@@ -154,19 +154,9 @@ def compare_parser() -> KilnArgumentParser:
         "interleaved, until each is classed or --budget runs out",
     )
     parser.add_argument(
-        "--budget", type=_seconds, default=120.0, metavar="SECONDS", help="for --measure"
+        "--budget", type=seconds_option, default=120.0, metavar="SECONDS", help="for --measure"
     )
     parser.add_argument(
         "--html", type=Path, default=None, metavar="FILE", help="also write the comparison page"
     )
     return parser
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value < 86400:
-        raise argparse.ArgumentTypeError("expected a number of seconds above 0, under a day")
-    return value
