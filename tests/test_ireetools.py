@@ -358,25 +358,28 @@ def test_runtime_and_onnxruntime_versions_and_the_cpu_are_read_once_per_process(
 ) -> None:
     # Every verify, reference and benchmark action's key asks for them: a no-op build
     # of the model zoo asked ~1,000 times, most of its time.
+    import builtins
+
     from kiln.actions._devices import cpu_model, runtime_version
     from kiln.actions._reference import onnxruntime_version
+    from kiln.devices.details import host_cpu
 
-    for cached in (runtime_version, onnxruntime_version, cpu_model):
+    for cached in (runtime_version, onnxruntime_version, cpu_model, host_cpu):
         cached.cache_clear()
     calls: list[str] = []
-    real, read_text = importlib.metadata.version, Path.read_text
+    real, real_open = importlib.metadata.version, builtins.open
 
     def counting(name: str) -> str:
         calls.append(name)
         return real(name)
 
-    def reading(self: Path, *args: Any, **kwargs: Any) -> str:
-        if str(self) == "/proc/cpuinfo":  # metadata reads files too
-            calls.append(str(self))
-        return read_text(self, *args, **kwargs)
+    def opening(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(file) == "/proc/cpuinfo":  # metadata reads files too
+            calls.append(str(file))
+        return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr(importlib.metadata, "version", counting)
-    monkeypatch.setattr(Path, "read_text", reading)
+    monkeypatch.setattr(builtins, "open", opening)
     for _ in range(3):
         runtime_version(), onnxruntime_version(), cpu_model()
     assert sorted(calls) == ["/proc/cpuinfo", "iree-base-runtime", "onnxruntime"]

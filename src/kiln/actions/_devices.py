@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.base.errors import ToolMissing
+from kiln.devices.details import host_cpu
 from kiln.planning.code_key import distribution_version
 
 MACHINE_POOL = "machine"
@@ -78,15 +79,11 @@ def list_devices(driver: str) -> list[str]:
 @functools.cache
 def cpu_model() -> str:
     """The machine's CPU model name, as /proc/cpuinfo says (else platform's guess);
-    read once per process: every benchmark's key asks."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Model", "cpu model") and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+    read once per process (``kiln.devices.details.host_cpu``): every benchmark's key
+    asks."""
+    fields = host_cpu()
+    found = next((fields[k] for k in ("model name", "Model", "cpu model") if fields.get(k)), "")
+    return found or platform.processor() or platform.machine() or "unknown"
 
 
 def machine() -> dict[str, Any]:

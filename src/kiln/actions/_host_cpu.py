@@ -31,6 +31,7 @@ from typing import Any
 
 from kiln.actions._compiler import configure_probe
 from kiln.base.errors import ToolError
+from kiln.devices.details import host_cpu
 from kiln.output_dir.layout import HOST_MEMO as _MEMO
 
 _CPU = "--iree-llvmcpu-target-cpu="
@@ -139,16 +140,7 @@ def _fingerprint() -> str:
     """This machine's CPU as the compiler's host detection sees it: its identity and
     feature flags (the first processor of ``/proc/cpuinfo``) and architecture."""
     fields = [platform.machine()]
-    with (
-        contextlib.suppress(OSError),
-        open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f,
-    ):
-        for line in f:
-            if not line.strip():
-                break
-            name, _, value = line.partition(":")
-            if name.strip() in _CPUINFO_FIELDS:
-                fields.append(f"{name.strip()}={value.strip()}")
+    fields += [f"{k}={v}" for k, v in host_cpu().items() if k in _CPUINFO_FIELDS]
     return hashlib.sha256("\n".join(fields).encode()).hexdigest()
 
 

@@ -19,9 +19,14 @@ import argparse
 import shlex
 from typing import IO
 
-from kiln.cli.devices_cmd import make_parser as devices_parser
 from kiln.cli.options import COMMAND_HELP, KilnArgumentParser, command_parser
-from kiln.cli.plain_parsers import cache_parser, clean_parser, compare_parser, report_parser
+from kiln.cli.plain_parsers import (
+    cache_parser,
+    clean_parser,
+    compare_parser,
+    devices_parser,
+    report_parser,
+)
 
 _SHELLS = ("bash", "zsh")
 

@@ -4,7 +4,6 @@ keys and results name, and that Dask workers advertise as resources."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from typing import IO, Any
@@ -12,24 +11,13 @@ from typing import IO, Any
 from kiln.base.errors import BadNeed, UsageError
 from kiln.base.terminal import printable
 from kiln.cli import project_config
-from kiln.cli.executor_options import add_executor_options
-from kiln.cli.options import KilnArgumentParser
+from kiln.cli.plain_parsers import devices_parser
 from kiln.devices.identity import local_devices
 from kiln.execution.cluster.spec import parse_executor
 
 
-def make_parser() -> argparse.ArgumentParser:
-    p = KilnArgumentParser(  # kiln's: --help and a bad option end as every command's do
-        prog="kiln devices",
-        description="list the devices kiln finds here, or on every worker of a cluster",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON: {machine: [device, ...]}")
-    add_executor_options(p)
-    return p
-
-
 def run(argv: list[str], out: IO[str], err: IO[str]) -> int:
-    ns = project_config.parse(make_parser(), argv, os.getcwd())  # [tool.kiln] counts
+    ns = project_config.parse(devices_parser(), argv, os.getcwd())  # [tool.kiln] counts
     text = ns.executor or os.environ.get("KILN_EXECUTOR") or "local"
     spec = parse_executor(text)
     found = _cluster(spec, ns.executor_timeout) if spec.remote else {"here": _here()}

@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from kiln.cli.cache_options import directory_path, seconds_option, size_option
+from kiln.cli.executor_options import add_executor_options
 from kiln.cli.options import KilnArgumentParser
 from kiln.observe.event_log import KEPT_BUILDS
 
@@ -160,3 +161,15 @@ def compare_parser() -> KilnArgumentParser:
         "--html", type=Path, default=None, metavar="FILE", help="also write the comparison page"
     )
     return parser
+
+
+def devices_parser() -> KilnArgumentParser:
+    """``kiln devices``'s parser (kiln's: --help and a bad option end as every
+    command's do)."""
+    p = KilnArgumentParser(
+        prog="kiln devices",
+        description="list the devices kiln finds here, or on every worker of a cluster",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON: {machine: [device, ...]}")
+    add_executor_options(p)
+    return p

@@ -32,7 +32,13 @@ from typing import Any
 
 from kiln.base.errors import NotRegularFile, UsageError
 from kiln.cli.options import command_parser
-from kiln.cli.plain_parsers import cache_parser, clean_parser, compare_parser, report_parser
+from kiln.cli.plain_parsers import (
+    cache_parser,
+    clean_parser,
+    compare_parser,
+    devices_parser,
+    report_parser,
+)
 from kiln.output_dir.ownership import open_regular
 from kiln.output_dir.writing import file_kind
 
@@ -250,8 +256,6 @@ def _every_parser() -> list[argparse.ArgumentParser]:
     parsers: list[argparse.ArgumentParser] = [
         command_parser(c, "kiln", None) for c in ("build", "list", "explain", "graph")
     ]
-    from kiln.cli.devices_cmd import make_parser as devices_parser
-
     parsers += [clean_parser(), report_parser(), cache_parser(), compare_parser()]
     parsers.append(devices_parser())
     return [p for parser in parsers for p in _with_subparsers(parser)]

@@ -26,6 +26,8 @@ both sides say one; by position only where one side says none.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -67,19 +69,36 @@ ARM_ISA = _names(
 _MODEL_KEYS = ("model name", "Model", "cpu model")
 
 
-def cpu_identity(cpuinfo: str) -> tuple[str, str]:
-    """(model, features) of the first processor ``cpuinfo`` (``/proc/cpuinfo``'s
-    text) describes: features are its instruction-set extensions, sorted and
-    space-separated. An Arm CPU without a model name is named by its implementer
-    and part (what LLVM's host detection reads). Empty strings where it says none."""
+def first_cpu(lines: Iterable[str]) -> dict[str, str]:
+    """The fields of the first processor ``/proc/cpuinfo``'s ``lines`` describe, in
+    their order (its first block)."""
     fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
+    for line in lines:
         if not line.strip():
             if fields:
                 break
             continue
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+@functools.cache
+def host_cpu() -> dict[str, str]:
+    """``first_cpu`` of this machine's ``/proc/cpuinfo`` (empty where there is none),
+    read once per process: the device id and the host compile target both ask."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", errors="replace") as f:
+        return first_cpu(f)
+    return {}
+
+
+def cpu_identity(cpuinfo: str | dict[str, str]) -> tuple[str, str]:
+    """(model, features) of the first processor ``cpuinfo`` (``/proc/cpuinfo``'s
+    text, or ``first_cpu``'s fields) describes: features are its instruction-set
+    extensions, sorted and space-separated. An Arm CPU without a model name is named
+    by its implementer and part (what LLVM's host detection reads). Empty strings
+    where it says none."""
+    fields = cpuinfo if isinstance(cpuinfo, dict) else first_cpu(cpuinfo.splitlines())
     model = next((fields[k] for k in _MODEL_KEYS if fields.get(k)), "")
     if not model and fields.get("CPU implementer"):
         model = f"implementer {fields['CPU implementer']} part {fields.get('CPU part', '?')}"

@@ -31,7 +31,6 @@ cluster places the check where that device is.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -48,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kiln.base.errors import BadNeed
-from kiln.devices.details import NVIDIA_QUERY, cpu_identity, match_details, nvidia_rows
+from kiln.devices.details import NVIDIA_QUERY, cpu_identity, host_cpu, match_details, nvidia_rows
 
 STAND_IN_VAR = "KILN_DEVICES"
 RESOURCE_PREFIX = "kiln-device:"  # a Dask worker resource per device it has
@@ -149,10 +148,7 @@ def _runtime_version() -> str:
 def cpu_device() -> Device:
     """The host CPU: its model and the instruction-set extensions the compiler
     targets on it (``kiln.devices.details.cpu_identity``, from ``/proc/cpuinfo``)."""
-    text = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", errors="replace") as f:
-        text = f.read()
-    model, features = cpu_identity(text)
+    model, features = cpu_identity(host_cpu())
     return Device(
         kind="cpu",
         arch=platform.machine() or "unknown",
