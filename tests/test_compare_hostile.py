@@ -200,3 +200,31 @@ def test_kiln_report_writes_a_page_for_a_path_no_file_system_holds(
     r = kiln("report", "--output-dir", "out", "-o", "page.html")
     assert r.returncode == 0, r.stderr
     assert "\\ud800" in (tmp_path / "page.html").read_text(encoding="utf-8")
+
+
+def test_benchmarks_on_other_inputs_are_not_pooled_or_compared(kiln: Any, tmp_path: Path) -> None:
+    """A batch-1 and a batch-32 benchmark of one module measure other work: each
+    digest's samples are pooled by what they ran on, and A and B are compared only on
+    the same inputs (they were pooled by digest and device alone)."""
+    small = {"source": "generated", "seed": 1, "shapes": {"N": 1}}
+    large = {"source": "generated", "seed": 1, "shapes": {"N": 32}}
+
+    def module(digest: str, *runs: tuple[dict[str, Any], float]) -> dict[str, Any]:
+        out = _module("bin/m.vmfb", digest, [])
+        out["benchmark"] = [
+            {"status": "measured", "device_id": DEVICE, "time_unit": "us", "inputs": inputs,
+             "samples": [level * (1 + i / 1000) for i in range(10)]}
+            for inputs, level in runs
+        ]  # fmt: skip
+        return out
+
+    _write(tmp_path / "a.json", module("a" * 64, (small, 100.0)))
+    _write(tmp_path / "b.json", module("b" * 64, (large, 3000.0)))
+    r = kiln("compare", "a.json", "b.json", "--json")
+    row = json.loads(r.stdout)["rows"][0]["module"]
+    assert row["latency"] is None and "other inputs" in row["latency_note"], row
+    # on the same inputs in both: compared on those alone, the others left out
+    _write(tmp_path / "b.json", module("b" * 64, (large, 3000.0), (small, 101.0)))
+    r = kiln("compare", "a.json", "b.json", "--json")
+    latency = json.loads(r.stdout)["rows"][0]["module"]["latency"]
+    assert latency["verdict"] == "within noise" and latency["n_b"] == 10, latency

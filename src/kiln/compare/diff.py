@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.compare.builds import Artifact, Build, is_latency, samples
-from kiln.compare.outputs import largest_difference
+from kiln.compare.outputs import inputs_key, largest_difference
 from kiln.compare.stats import LatencyVerdict, compare_latency
 from kiln.engine.incremental import why_key_changed
 from kiln.observe.report_data import number_at, records_at
@@ -23,13 +23,23 @@ ADDED, REMOVED, RENAMED, UNCHANGED, CHANGED = "added", "removed", "renamed", "un
 UNKNOWN_WHY = "unknown (older manifest)"
 
 
+# The run of ``--measure``'s interleaved samples: never pooled with a build's own,
+# taken minutes apart, on inputs of its own (docs/compare.md: those differ beyond noise).
+MEASURED = "--measure"
+
+# (digest, device, run): run is what the samples were measured on (``inputs_key`` of
+# the benchmark, "" where it did not say) or ``MEASURED``.
+Pool = tuple[str, str, str]
+
+
 class Pools:
-    """The benchmark samples of each (digest, device) of one or more builds."""
+    """The benchmark samples of each digest, by device and by what they ran on: two
+    benchmarks of one module on other inputs (other shapes) measure other work."""
 
     def __init__(self, builds: Iterable[Build] = ()):
-        self.samples: dict[tuple[str, str], list[float]] = {}
-        self._devices: dict[str, set[str]] = {}  # digest -> its devices: no scan a row
-        self._verdicts: dict[tuple[str, str, str], tuple[int, int, LatencyVerdict]] = {}
+        self.samples: dict[Pool, list[float]] = {}
+        self._runs: dict[str, set[tuple[str, str]]] = {}  # digest -> (device, run): no scan
+        self._verdicts: dict[tuple[Pool, Pool], tuple[int, int, LatencyVerdict]] = {}
         for build in builds:
             for art in build.artifacts.values():
                 self.add_artifact(art)
@@ -40,27 +50,32 @@ class Pools:
         for entry in art.benchmark:
             device = entry.get("device_id")
             if isinstance(device, str) and entry.get("status") == "measured":
-                self.add(art.sha256, device, samples(entry))
+                self.add(art.sha256, device, samples(entry), inputs_key(entry) or "")
 
-    def add(self, digest: str, device: str, more: list[float]) -> None:
+    def add(self, digest: str, device: str, more: list[float], run: str = MEASURED) -> None:
         more = [v for v in more if is_latency(v)]  # what a run measured, as a manifest's
         if more:
-            self.samples.setdefault((digest, device), []).extend(more)
-            self._devices.setdefault(digest, set()).add(device)
+            self.samples.setdefault((digest, device, run), []).extend(more)
+            self._runs.setdefault(digest, set()).add((device, run))
+
+    def runs(self, digest: str | None) -> set[tuple[str, str]]:
+        """The (device, run) pairs ``digest`` has samples of."""
+        return set(self._runs.get(digest, ())) if digest is not None else set()
 
     def devices(self, digest: str | None) -> set[str]:
-        return set(self._devices.get(digest, ())) if digest is not None else set()
+        return {device for device, _ in self.runs(digest)}
 
-    def compare(self, a: str, b: str, device: str) -> LatencyVerdict:
-        """The latency verdict of digest ``b`` against ``a`` on ``device``, from their
-        pooled samples; made once while the pools stay as they are (a build of many
-        paths that share one digest asks it once a path)."""
-        xs, ys = self.samples[(a, device)], self.samples[(b, device)]
-        kept = self._verdicts.get((a, b, device))
+    def compare(self, a: str, b: str, device: str, run: str) -> LatencyVerdict:
+        """The latency verdict of digest ``b`` against ``a`` on ``device`` and ``run``,
+        from their pooled samples; made once while the pools stay as they are (a build
+        of many paths that share one digest asks it once a path)."""
+        pa, pb = (a, device, run), (b, device, run)
+        xs, ys = self.samples.get(pa, []), self.samples.get(pb, [])
+        kept = self._verdicts.get((pa, pb))
         if kept is not None and kept[:2] == (len(xs), len(ys)):
             return kept[2]
         verdict = compare_latency(xs, ys)
-        self._verdicts[(a, b, device)] = (len(xs), len(ys), verdict)
+        self._verdicts[(pa, pb)] = (len(xs), len(ys), verdict)
         return verdict
 
 
@@ -191,15 +206,25 @@ def _latency(m: Module, a: Artifact, b: Artifact, pools: Pools) -> None:
             "A and B" if not on_a and not on_b else "A" if not on_a else "B"
         )
         return
-    common = sorted(on_a & on_b)
-    if not common:
+    digest_a, digest_b = a.sha256 or "", b.sha256 or ""
+    if not on_a & on_b:
         m.latency_note = (
             f"measured on different devices (A: {', '.join(sorted(on_a))}; "
             f"B: {', '.join(sorted(on_b))}): latency not compared"
         )
         return
-    m.device = max(common, key=lambda d: len(pools.samples[(a.sha256 or "", d)]))
-    m.latency = pools.compare(a.sha256 or "", b.sha256 or "", m.device)
+    common = sorted(pools.runs(digest_a) & pools.runs(digest_b))
+    if not common:
+        m.latency_note = "benchmarked on other inputs in A and B: latency not compared"
+        return
+    # --measure's interleaved runs when there are any; else the largest pool
+    interleaved = [c for c in common if c[1] == MEASURED]
+    m.device, run = (
+        interleaved[0]
+        if interleaved
+        else max(common, key=lambda c: len(pools.samples[(digest_a, *c)]))
+    )
+    m.latency = pools.compare(digest_a, digest_b, m.device, run)
 
 
 def _verified(art: Artifact) -> tuple[str, float | None, float | None]:

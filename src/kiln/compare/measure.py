@@ -2,8 +2,9 @@
 differs between A and B, interleaving the two (A B B A A B ...) so that a drift
 of the machine weighs on both alike, until each is classed (``settled``) or the time
 budget runs out. A module whose digest did not change is never benchmarked: it is
-the same artifact (``kiln.compare.diff``). What is measured joins the pools of
-(digest, this device), so earlier samples of the same artifact count too.
+the same artifact (``kiln.compare.diff``). What is measured forms a pool of its own
+(``MEASURED``) for (digest, this device): samples the builds took minutes apart, on a
+machine in another state, are not mixed into it.
 
 The measuring itself is the caller's (``Runner``: the command line hands in the
 benchmark action's own ``iree-benchmark-module`` runs), so that this module needs
@@ -19,8 +20,8 @@ from pathlib import Path
 
 from kiln.base.errors import KilnError, NotRegularFile
 from kiln.compare.builds import Artifact, Build
-from kiln.compare.diff import Pools
-from kiln.compare.stats import compare_latency, settled
+from kiln.compare.diff import MEASURED, Pools
+from kiln.compare.stats import settled
 from kiln.devices.identity import need_for_flags
 from kiln.output_dir.digests import hash_file
 from kiln.output_dir.names import file_below, path_below
@@ -124,7 +125,8 @@ def measure(
                 measured.skipped[job.path] = str(e)
                 job.done = True
             measured.runs[job.path] = job.runs
-            xs = pools.samples.get((job.a.sha256 or "", measured.device), [])
-            ys = pools.samples.get((job.b.sha256 or "", measured.device), [])
-            if xs and ys and settled(compare_latency(xs, ys)):
+            # judged on this run's interleaved samples alone, never the builds' own
+            a, b, here = job.a.sha256 or "", job.b.sha256 or "", (measured.device, MEASURED)
+            measured_both = here in pools.runs(a) and here in pools.runs(b)
+            if measured_both and settled(pools.compare(a, b, *here)):
                 job.done = True

@@ -22,12 +22,12 @@ def largest_difference(
     per pair."""
     in_b: dict[str, dict[str, Any]] = {}
     for cb in checks_b:
-        key = _inputs_key(cb)
+        key = inputs_key(cb)
         if key is not None:
             in_b.setdefault(key, cb)
     pairs: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for ca in checks_a:
-        key = _inputs_key(ca)
+        key = inputs_key(ca)
         if key is not None and key in in_b and key not in pairs:
             pairs[key] = (ca, in_b[key])
     if not pairs:
@@ -82,9 +82,10 @@ def _alike(x: Value, y: Value) -> bool:
 _PLACES = ("paths", "model")
 
 
-def _inputs_key(check: dict[str, Any]) -> str | None:
-    """What says which inputs a check ran on (given files by name, or the seed and
-    shapes they were generated with), without where they were read, as one text."""
+def inputs_key(check: dict[str, Any]) -> str | None:
+    """What says which inputs a check or a benchmark ran on (given files by name and
+    content, or the seed and shapes they were generated with), without where they
+    were read, as one text."""
     inputs = check.get("inputs")
     if not isinstance(inputs, dict):
         return None
