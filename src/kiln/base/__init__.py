@@ -11,4 +11,5 @@ reached.py          what a run of an action's code reached (modules, files read)
 modnames.py         the import names of build modules loaded by path
 iree_shim.py        ``import iree.build`` resolved to kiln while a build runs
 gc_pause.py         the cyclic collector paused around graph construction
+bytecode.py         no ``__pycache__`` beside the user's sources while their code runs
 """

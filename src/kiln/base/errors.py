@@ -33,6 +33,7 @@ by signal N).
     ├── StateError                 the state database (or another of kiln's
     │                              own files) cannot be used (2)
     ├── OutputDirLocked            another build holds the output directory (2)
+    ├── OutputLost                 kiln's standard output cannot be written (1)
     ├── NotRegularFile             a file kiln would read is not a regular file (1)
     └── HelpShown                  ``--help`` was answered; not an error (its status)
 

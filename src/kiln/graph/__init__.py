@@ -6,6 +6,11 @@ one graph's nodes. Definitions only: a build's runs live in its ``BuildResult``.
     context.py   ``BuildContext``, ``BuildEntrypoint``
     registry.py  ``GraphRegistry``: every node by path; ``RunLog``
     host.py      the interfaces nodes reach outside the graph (``GraphHost``, ...)
+    entrypoints.py  ``@entrypoint``; args.py: ``cl_arg``
+    meta.py      typed node metadata (``BuildMeta``); manifest_meta.py: ``ManifestMeta``
+    progress.py  ``ProgressReporter``, the observers' interface
+    definition_site.py  where in the user's module a node was defined
+    reach.py     what an entrypoint declared but does not lead to
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@
     tree.py       ``OutputTree``: directories made one checked component at a time
     names.py      output names checked when the graph is defined
     prefilled.py  the user's files in a prefilled output directory
+    layout.py     where each namespace, log and kiln's own file lives
+    lock.py       one build at a time per output directory (``.kiln/lock``)
+    digests.py    SHA-256 of files and streams, a chunk at a time
+    tree_digest.py  the digest of a directory an action reads
 
 Every file kiln writes goes through this module, so the trust model holds by
 construction rather than writer by writer:

@@ -9,6 +9,8 @@
     pool.py         ``ProcessPool``: one fresh worker per thunk, from the template
     reaper.py       what a build leaves running is found and killed
     groups.py       signalling process groups, pidfds
+    byvalue.py      build modules in a worker, their functions pickled by value
 
-Nothing here knows the build graph: these modules take argvs, thunks and pids.
+These modules take argvs, thunks and pids; only ``pool.py`` reads an action, to
+say where its worker runs (``kiln.planning.sandbox.runs_in_output_dir``).
 """
