@@ -116,6 +116,7 @@ class ReproducibilityCheck:
         self.jobs = max(1, jobs)
         self.root = context.layout.kiln_dir / CHECK_DIR
         self._pool: ProcessPool | None = None
+        self._second: dict[BuildAction, SecondRun] = {}  # each action's, chosen in run()
         self.runners: list[SecondRun] = [
             CommandInSandbox(context),
             ThunkInSandbox(self._process_pool),
@@ -125,9 +126,9 @@ class ReproducibilityCheck:
 
     def run(self, actions: Iterable[BuildAction]) -> list[Difference]:
         """Run each of ``actions`` again; what it did not reproduce."""
-        actions = list(actions)
-        sandboxed = [a for a in actions if first_taking(self.runners, a).sandboxed]
-        in_place = [a for a in actions if not first_taking(self.runners, a).sandboxed]
+        self._second = {a: first_taking(self.runners, a) for a in actions}  # asked once
+        sandboxed = [a for a, second in self._second.items() if second.sandboxed]
+        in_place = [a for a, second in self._second.items() if not second.sandboxed]
         self._clear()
         found: list[Difference] = []
         try:
@@ -169,7 +170,7 @@ class ReproducibilityCheck:
                 _copy(Path(f.fs_str), _place(workdir, paths[f]))
             for f in outputs:
                 _place(workdir, paths[f]).parent.mkdir(parents=True, exist_ok=True)
-            first_taking(self.runners, action).run(action, workdir, paths, _unsaid)
+            self._second[action].run(action, workdir, paths, _unsaid)
         except (OSError, KilnError) as e:
             return [Difference(action, outputs[0], f"could not be made again: {e}", where)]
         return [
@@ -193,7 +194,7 @@ class ReproducibilityCheck:
                 moved.append((f, keep))
             said = [where]
             try:
-                first_taking(self.runners, action).run(action, aside, {}, said.append)
+                self._second[action].run(action, aside, {}, said.append)
             except Exception as e:  # noqa: BLE001 - the second run's failure is a finding
                 return [Difference(action, outputs[0], f"could not be made again: {e}", said[-1])]
             where = said[-1]
