@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How well ``kiln compare`` classes latency changes, against asv's and Pinpoint's rules.
 
-    benchmarks/compare_noise.py                    # from the kept samples (about 1 minute)
+    benchmarks/compare_noise.py                    # from the kept samples (about 5 minutes)
     benchmarks/compare_noise.py --collect          # measure the samples again first (~15 min)
     benchmarks/compare_noise.py --record           # keep the results in benchmarks/results/
 
@@ -13,7 +13,9 @@ different runs of the same module: any "slower" or "faster" is false) and a 5%
 slowdown (B's repetitions times 1.05: how often "slower" is found). The same trials
 again with both sides drawn from one run: how an interleaved measurement (A B B A)
 sees it. Then the seeded simulator (``_noise_sim.py``), on fixed scenarios and on
-each module's noise as calibrated from its runs.
+each module's noise as calibrated from its runs. Last, ``kiln compare --measure``'s own
+loop on simulated runs (``_noise_measure.py``): it looks after every round, so its
+false-class rate is not the statistic's.
 
 The targets (issue 40): identical builds compared 100 times raise a false "slower"
 or "faster" at most once; with at most 10 repetitions a side a 5% slowdown is found
@@ -43,6 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from _noise_measure import judge_measure, measure_table, measure_targets  # noqa: E402
 from _noise_rules import asv_rule, pinpoint_rule  # noqa: E402
 from _noise_samples import DATA  # noqa: E402
 from _noise_sim import Noise, calibrate, scenarios, spread  # noqa: E402
@@ -188,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=2000, help="per cell (default 2000)")
     p.add_argument("--repetitions", type=int, default=10, help="a side (default 10)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--measure-trials",
+        type=int,
+        default=2000,
+        help="per cell of --measure's loop (default 2000; 0 leaves it out)",
+    )
     args = p.parse_args(argv)
     if args.collect:
         from _noise_samples import collect
@@ -209,6 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     cal_shared = [judge(c.name, sim_draw(c, n), trials, args.seed) for c in shared]
     interleaved = [r for r in sim if not r.name.startswith("run shift")]
     loads = [x for e in data["modules"].values() for x in e["load"]]
+    looped = (
+        [
+            judge_measure(noise, args.measure_trials, args.seed + k, SLOWDOWN)
+            for k, noise in enumerate([*scenarios(), *calibrated])
+        ]
+        if args.measure_trials
+        else []
+    )
     lines = [
         f"# Latency statistic: false classes and power ({datetime.date.today()})",
         "",
@@ -240,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         *targets(interleaved + cal_shared + real_same, trials),
         "Over the rows measured in separate runs:",
         *targets(real_sep + [r for r in sim if r not in interleaved] + cal, trials),
+        "",
+        *(measure_table(looped) if looped else []),
+        *(measure_targets(looped) if looped else []),
         "",
         f"A compare of 100 modules of 40 repetitions a side: {speed(args.seed):.3f} s. "
         f"This run: {time.monotonic() - started:.0f} s, 1-minute load "

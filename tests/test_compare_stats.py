@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln.compare.stats import MIN_EFFECT, LatencyVerdict, compare_latency, settled
+from kiln.compare.stats import (
+    MIN_EFFECT,
+    LatencyVerdict,
+    compare_latency,
+    settled,
+    stop_measuring,
+)
 
 latency = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)
 side = st.lists(latency, min_size=1, max_size=30)
@@ -211,3 +218,81 @@ def test_interval_holds_the_ratio(a: list[float], b: list[float]) -> None:
         assert v.low > 1.0 and v.ratio >= 1 + MIN_EFFECT
     if v.verdict == "faster":
         assert v.high < 1.0 and v.ratio <= 1 / (1 + MIN_EFFECT)
+
+
+def test_confidence_out_of_range_is_refused() -> None:
+    for bad in (0.0, 0.3, 1.0, 1.5, math.nan):
+        with pytest.raises(ValueError, match="confidence"):
+            compare_latency([1.0, 2.0], [1.0, 2.0], bad)
+    assert "99.9%" in compare_latency([1.0], [2.0], 0.999).method
+
+
+def test_measure_stops_early_on_a_class_only_at_the_stricter_level() -> None:
+    """Six or seven runs a side, all of B's above all of A's, is a class at 99.5%
+    (p = 0.0022, 0.0006) but not at 99.98%: looking after every round, --measure goes
+    on; at eight it stops."""
+    for n in (6, 7):
+        a, b = [100.0 + i for i in range(n)], [150.0 + i for i in range(n)]
+        assert compare_latency(a, b).verdict == "slower"
+        assert not stop_measuring(a, b)
+    assert stop_measuring([100.0 + i for i in range(8)], [150.0 + i for i in range(8)])
+    # within noise and tight enough: stops; within noise and wide: goes on
+    level = [1000.0 * (1 + i / 10000) for i in range(30)]
+    assert stop_measuring(level, list(reversed(level)))
+    assert not stop_measuring(lognormal(1, 8, 0.2), lognormal(2, 8, 0.2))
+
+
+def _measure_with(levels: dict[str, list[list[float]]], max_rounds: int = 30) -> Any:
+    """Runs kiln.compare.measure.measure on a runner that hands out `levels`' runs of
+    each side in turn (A's from file "a", B's from "b")."""
+    from pathlib import Path
+
+    from kiln.compare.builds import Artifact
+    from kiln.compare.diff import MEASURED, Pools
+    from kiln.compare.measure import Job, Measured, measure
+
+    runs = {side: iter(rs) for side, rs in levels.items()}
+    order: list[str] = []
+
+    def runner(file: Path, flags: list[str]) -> list[float]:
+        order.append(file.name)
+        return next(runs[file.name])
+
+    art_a = Artifact("bin/m.vmfb", "built", sha256="a" * 64, target="vmvx", flags=[])
+    art_b = Artifact("bin/m.vmfb", "built", sha256="b" * 64, target="vmvx", flags=[])
+    job = Job("bin/m.vmfb", art_a, art_b, Path("a"), Path("b"))
+    pools, measured = Pools(), Measured("cpu:test")
+    measure([job], pools, measured, runner, budget_s=600.0, max_rounds=max_rounds)
+    verdict = pools.compare("a" * 64, "b" * 64, "cpu:test", MEASURED)
+    return job, order, verdict, pools.samples[("a" * 64, "cpu:test", MEASURED)]
+
+
+def test_measure_counts_a_run_as_one_sample_its_median() -> None:
+    """Repetitions of one run share the run's state: a run whose level moved by chance
+    would, counted one repetition at a time, look like a change. Each run is one
+    sample (its median); A and B alternate A B, B A."""
+    a_runs = [[100.0 + i, 100.5 + i, 300.0] for i in range(30)]  # one outlier a run
+    b_runs = [[200.0 + i, 200.5 + i, 201.0 + i] for i in range(30)]
+    job, order, verdict, samples_a = _measure_with({"a": a_runs, "b": b_runs})
+    assert order[:4] == ["a", "b", "b", "a"]
+    assert job.done and job.runs == 16  # eight runs a side: the first that can stop early
+    assert samples_a == [100.5 + i for i in range(8)]  # medians, the outliers gone
+    assert verdict.verdict == "slower" and (verdict.n_a, verdict.n_b) == (8, 8)
+
+
+def test_measure_is_not_fooled_by_runs_whose_level_moves() -> None:
+    """A and B the same module: each run sits at its own level (a run shift of 20%)
+    with repetitions 0.1% apart. Counted by repetition, two runs a side already
+    'differed'; counted by run, the measurement goes on and finds no class."""
+    rng = random.Random(7)
+
+    def runs() -> list[list[float]]:
+        out = []
+        for _ in range(30):
+            level = 1000.0 * math.exp(rng.gauss(0.0, 0.2))
+            out.append([level * (1 + i / 1000) for i in range(3)])
+        return out
+
+    for _ in range(20):
+        _, _, verdict, _ = _measure_with({"a": runs(), "b": runs()})
+        assert verdict.verdict not in ("slower", "faster"), verdict

@@ -1,10 +1,13 @@
 """``kiln compare --measure``: benchmark, on this machine, the modules whose digest
-differs between A and B, interleaving the two (A B B A A B ...) so that a drift
-of the machine weighs on both alike, until each is classed (``settled``) or the time
-budget runs out. A module whose digest did not change is never benchmarked: it is
-the same artifact (``kiln.compare.diff``). What is measured forms a pool of its own
-(``MEASURED``) for (digest, this device): samples the builds took minutes apart, on a
-machine in another state, are not mixed into it.
+differs between A and B, interleaving the two (A B B A A B ...) so that a drift of
+the machine weighs on both alike, until each is classed (``stop_measuring``) or the
+time budget runs out. A run is one sample, the median of its repetitions: repetitions
+of one run share its state (its process, its placement on the machine), and counted
+one by one they make a run's chance level look like a change. A module whose digest
+did not change is never benchmarked: it is the same artifact (``kiln.compare.diff``).
+What is measured forms a pool of its own (``MEASURED``) for (digest, this device):
+samples the builds took minutes apart, on a machine in another state, are not mixed
+into it.
 
 The measuring itself is the caller's (``Runner``: the command line hands in the
 benchmark action's own ``iree-benchmark-module`` runs), so that this module needs
@@ -13,15 +16,16 @@ no tool.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.base.errors import KilnError, NotRegularFile
-from kiln.compare.builds import Artifact, Build
+from kiln.compare.builds import Artifact, Build, is_latency
 from kiln.compare.diff import MEASURED, Pools
-from kiln.compare.stats import settled
+from kiln.compare.stats import stop_measuring
 from kiln.devices.identity import need_for_flags
 from kiln.output_dir.digests import hash_file
 from kiln.output_dir.names import file_below, path_below
@@ -105,8 +109,9 @@ def measure(
     budget_s: float,
     max_rounds: int = 30,
 ) -> None:
-    """Interleave A and B (A B, then B A, ...) per module until each is settled, the
-    budget is spent, or ``max_rounds`` rounds ran."""
+    """Interleave A and B (A B, then B A, ...) per module, one sample a run, until
+    ``stop_measuring`` says each has enough, the budget is spent, or ``max_rounds``
+    rounds ran."""
     deadline = time.monotonic() + budget_s
     for round_ in range(max_rounds):
         live = [j for j in jobs if not j.done]
@@ -120,13 +125,17 @@ def measure(
             try:
                 for art, file in order if round_ % 2 == 0 else order[::-1]:
                     job.runs += 1
-                    pools.add(art.sha256 or "", measured.device, run(file, art.flags or []))
+                    latencies = [v for v in run(file, art.flags or []) if is_latency(v)]
+                    if latencies:
+                        median = statistics.median(latencies)
+                        pools.add(art.sha256 or "", measured.device, [median])
             except KilnError as e:
                 measured.skipped[job.path] = str(e)
                 job.done = True
             measured.runs[job.path] = job.runs
             # judged on this run's interleaved samples alone, never the builds' own
-            a, b, here = job.a.sha256 or "", job.b.sha256 or "", (measured.device, MEASURED)
-            measured_both = here in pools.runs(a) and here in pools.runs(b)
-            if measured_both and settled(pools.compare(a, b, *here)):
+            here = (measured.device, MEASURED)
+            xs = pools.samples.get((job.a.sha256 or "", *here), [])
+            ys = pools.samples.get((job.b.sha256 or "", *here), [])
+            if xs and ys and stop_measuring(xs, ys):
                 job.done = True
