@@ -228,3 +228,53 @@ def test_benchmarks_on_other_inputs_are_not_pooled_or_compared(kiln: Any, tmp_pa
     r = kiln("compare", "a.json", "b.json", "--json")
     latency = json.loads(r.stdout)["rows"][0]["module"]["latency"]
     assert latency["verdict"] == "within noise" and latency["n_b"] == 10, latency
+
+
+def test_recorded_inputs_are_made_again_only_as_recorded(tmp_path: Path) -> None:
+    """A given file edited since the build, a final link out of the output directory
+    (kiln links only the sources, in .kiln/src), or shapes that bound too much or
+    not every input: nothing to run on, rather than other inputs than the record's."""
+    import numpy as np
+
+    from kiln.actions.bench import recorded_inputs, sane_shapes
+
+    root = tmp_path / "out"
+    (root / "bin").mkdir(parents=True)
+    np.save(root / "bin" / "x.npy", np.arange(4, dtype=np.float32))
+    given = {"source": "given", "paths": ["bin/x.npy"]}
+    made = recorded_inputs(given, str(root))
+    assert made is not None and made[0].tolist() == [0, 1, 2, 3]
+    from kiln.actions.output_record import fingerprint
+
+    given["sha256"] = [fingerprint(made[0])["sha256"]]
+    assert recorded_inputs(given, str(root)) is not None
+    np.save(root / "bin" / "x.npy", np.ones(4, dtype=np.float32))  # edited since
+    assert recorded_inputs(given, str(root)) is None
+    secret = tmp_path / "secret.npy"
+    np.save(secret, np.zeros(2, dtype=np.float32))
+    (root / "bin" / "planted.npy").symlink_to(secret)
+    assert recorded_inputs({"source": "given", "paths": ["bin/planted.npy"]}, str(root)) is None
+    (root / ".kiln" / "src").mkdir(parents=True)
+    (root / ".kiln" / "src" / "source.npy").symlink_to(secret)  # as kiln links a source
+    linked = recorded_inputs({"source": "given", "paths": [".kiln/src/source.npy"]}, str(root))
+    assert linked is not None and linked[0].tolist() == [0, 0]
+    # each input within the bound, all of them over it
+    assert sane_shapes({"x": [1 << 14, 1 << 14]})
+    assert not sane_shapes({"x": [1 << 14, 1 << 14], "y": [1]})
+
+
+def test_measure_skips_a_module_benchmarked_on_other_inputs(kiln: Any, tmp_path: Path) -> None:
+    """A and B benchmarked on other inputs are other work: --measure does not time
+    them against each other (each would run on its own build's inputs)."""
+
+    def module(digest: str, batch: int) -> dict[str, Any]:
+        out = _module("bin/m.vmfb", digest, [100.0] * 10)
+        out["benchmark"][0]["inputs"] = {"source": "generated", "seed": 1, "shapes": {"x": [batch]}}
+        return out
+
+    _write(tmp_path / "a.json", module("a" * 64, 1))
+    _write(tmp_path / "b.json", module("b" * 64, 32))
+    r = kiln("compare", "a.json", "b.json", "--measure", "--budget", "5", "--json")
+    assert r.returncode == 0, r.stderr
+    notes = json.loads(r.stdout)["notes"]
+    assert "--measure: bin/m.vmfb not measured: benchmarked on other inputs in A and B" in notes

@@ -44,6 +44,7 @@ from kiln.actions.output_record import element_count
 from kiln.base.errors import BuildDefinitionError, ToolError
 from kiln.graph import BuildFile
 from kiln.graph.manifest_meta import ManifestMeta
+from kiln.output_dir.layout import OUTSIDE_VIEW, SOURCE_VIEW
 from kiln.output_dir.names import file_below
 
 _TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
@@ -348,11 +349,15 @@ def recorded_inputs(inputs: dict[str, Any], root: str) -> list[Any] | None:
     """The arrays a benchmark ran on, made again from what its result recorded
     (``inputs``: given files by ``paths``, or generated from ``model`` with
     ``shapes``), reading below the output directory ``root``; None when the result
-    recorded too little (an older kiln, a PyTorch module's example inputs)."""
-    from kiln.actions._reference import check_inputs
+    recorded too little (an older kiln, a PyTorch module's example inputs), or when
+    what is made now is not what it recorded (a given file edited since, a model
+    whose inputs are other than the shapes name)."""
+    from kiln.actions._reference import check_inputs, model_signature
 
     def inside(rel: Any) -> str | None:  # a regular file, through real directories
-        found = file_below(Path(root), rel, follow_last=True)  # a source: kiln's link
+        # a link at its end only where kiln links the build's sources
+        linked = isinstance(rel, str) and rel.startswith((f"{SOURCE_VIEW}/", f"{OUTSIDE_VIEW}/"))
+        found = file_below(Path(root), rel, follow_last=linked)
         return str(found) if found is not None else None
 
     if inputs.get("source") == "given":
@@ -360,22 +365,33 @@ def recorded_inputs(inputs: dict[str, Any], root: str) -> list[Any] | None:
         found = [inside(p) for p in paths] if isinstance(paths, list) and paths else [None]
         if any(f is None for f in found):
             return None
-        return check_inputs(None, [f for f in found if f is not None], {})[0]
+        arrays, how = check_inputs(None, [f for f in found if f is not None], {})
+        recorded = inputs.get("sha256")
+        return arrays if recorded is None or recorded == how["sha256"] else None
     model = inside(inputs.get("model"))
     shapes = inputs.get("shapes")
     if inputs.get("source") != "generated" or model is None or not sane_shapes(shapes):
         return None
     assert isinstance(shapes, dict)  # sane_shapes says so
-    return check_inputs(model, [], shapes)[0]
+    if {spec.name for spec in model_signature(model)} != set(shapes):
+        return None  # an input the shapes do not bound would take the model's own
+    arrays, how = check_inputs(model, [], shapes)
+    return arrays if how["seed"] == inputs.get("seed") and how["shapes"] == shapes else None
 
 
-_MAX_ELEMENTS = 1 << 28  # an input a record asks to make: at most this many elements
+_MAX_ELEMENTS = 1 << 28  # the inputs a record asks to make: at most this many elements in all
 
 
 def sane_shapes(shapes: Any) -> bool:
     """Whether ``shapes`` (read from a result kiln does not trust) names inputs of
-    whole, non-negative dimensions, each of at most ``_MAX_ELEMENTS`` elements
+    whole, non-negative dimensions, of at most ``_MAX_ELEMENTS`` elements in all
     (``kiln.actions.output_record.element_count``)."""
     if not isinstance(shapes, dict):
         return False
-    return all(element_count(dims, _MAX_ELEMENTS) is not None for dims in shapes.values())
+    left = _MAX_ELEMENTS
+    for dims in shapes.values():
+        count = element_count(dims, left)
+        if count is None:
+            return False
+        left -= count
+    return True

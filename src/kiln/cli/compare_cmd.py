@@ -17,7 +17,7 @@ from typing import IO
 from kiln.base.terminal import printable
 from kiln.cache.config import default_cache_dir
 from kiln.cli import project_config
-from kiln.cli.compare_measure import Measurer, recorded_inputs_of, recorded_shapes
+from kiln.cli.compare_measure import Measurer
 from kiln.cli.destinations import check_destinations, write_page
 from kiln.cli.plain_parsers import compare_parser
 from kiln.compare.builds import Build, load_build
@@ -59,14 +59,9 @@ def _measure(a: Build, b: Build, pools: Pools, budget: float) -> list[str]:
 
     measured = Measured(cpu_device().id)
     jobs = plan_jobs(a, b, measured)
-    runner = Measurer({})
+    runner = Measurer()
     for job in jobs:
-        runner.shapes[job.file_a] = recorded_shapes(job.a)
-        runner.shapes[job.file_b] = recorded_shapes(job.b)
-        for art, file, build in ((job.a, job.file_a, a), (job.b, job.file_b, b)):
-            inputs = recorded_inputs_of(art)
-            if inputs is not None and build.root is not None:
-                runner.recorded[file] = (inputs, build.root)
+        runner.add(job, a, b)
     try:
         measure(jobs, pools, measured, runner, budget)
     finally:
@@ -76,6 +71,10 @@ def _measure(a: Build, b: Build, pools: Pools, budget: float) -> list[str]:
         + (", ".join(f"{p}: {n}" for p, n in measured.runs.items()) or "no module to measure")
     ]
     notes += [f"--measure: {p} not measured: {why}" for p, why in measured.skipped.items()]
+    notes += [
+        f"--measure: {p} ran on zeros: the inputs its benchmark recorded could not be made again"
+        for p in runner.fell_back
+    ]
     if measured.out_of_budget:
         notes.append("--measure: the budget ran out before every module was classed")
     return notes

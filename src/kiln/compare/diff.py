@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.compare.builds import Artifact, Build, is_latency, samples
+from kiln.compare.builds import Artifact, Build, samples
 from kiln.compare.outputs import inputs_key, largest_difference
 from kiln.compare.stats import LatencyVerdict, compare_latency
 from kiln.engine.incremental import why_key_changed
@@ -52,11 +52,16 @@ class Pools:
             if isinstance(device, str) and entry.get("status") == "measured":
                 self.add(art.sha256, device, samples(entry), inputs_key(entry) or "")
 
-    def add(self, digest: str, device: str, more: list[float], run: str = MEASURED) -> None:
-        more = [v for v in more if is_latency(v)]  # what a run measured, as a manifest's
+    def add(self, digest: str, device: str, more: list[float], run: str) -> None:
+        """``more`` latencies (``kiln.compare.builds.is_latency``, as their reader keeps)."""
         if more:
             self.samples.setdefault((digest, device, run), []).extend(more)
             self._runs.setdefault(digest, set()).add((device, run))
+
+    def discard(self, digest: str, device: str, run: str) -> None:
+        """Forget the samples of ``digest`` on ``device`` and ``run``."""
+        self.samples.pop((digest, device, run), None)
+        self._runs.get(digest, set()).discard((device, run))
 
     def runs(self, digest: str | None) -> set[tuple[str, str]]:
         """The (device, run) pairs ``digest`` has samples of."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from kiln.base.errors import KilnError, NotRegularFile
 from kiln.compare.builds import Artifact, Build, is_latency
 from kiln.compare.diff import MEASURED, Pools
+from kiln.compare.outputs import inputs_key
 from kiln.compare.stats import stop_measuring
 from kiln.devices.identity import need_for_flags
 from kiln.output_dir.digests import hash_file
@@ -74,6 +75,9 @@ def plan_jobs(a: Build, b: Build, measured: Measured) -> list[Job]:
         if needs != {"cpu"}:
             measured.skipped[path] = f"needs {', '.join(sorted(needs))}: measured on the CPU only"
             continue
+        if _inputs(art_a) != _inputs(art_b):
+            measured.skipped[path] = "benchmarked on other inputs in A and B"
+            continue
         file_a, why_a = _module_file(a, art_a)
         file_b, why_b = _module_file(b, art_b)
         if file_a is None or file_b is None:
@@ -81,6 +85,14 @@ def plan_jobs(a: Build, b: Build, measured: Measured) -> list[Job]:
             continue
         jobs.append(Job(path, art_a, art_b, file_a, file_b))
     return jobs
+
+
+def _inputs(art: Artifact) -> str | None:
+    """What the build's benchmark of ``art`` ran on (``inputs_key``), if it said."""
+    for entry in art.benchmark:
+        if isinstance(entry.get("inputs"), dict):
+            return inputs_key(entry)
+    return None
 
 
 def _module_file(build: Build, art: Artifact) -> tuple[Path | None, str]:
@@ -128,10 +140,12 @@ def measure(
                     latencies = [v for v in run(file, art.flags or []) if is_latency(v)]
                     if latencies:
                         median = statistics.median(latencies)
-                        pools.add(art.sha256 or "", measured.device, [median])
-            except KilnError as e:
+                        pools.add(art.sha256 or "", measured.device, [median], MEASURED)
+            except KilnError as e:  # what it measured so far classes nothing
                 measured.skipped[job.path] = str(e)
                 job.done = True
+                for art in (job.a, job.b):
+                    pools.discard(art.sha256 or "", measured.device, MEASURED)
             measured.runs[job.path] = job.runs
             # judged on this run's interleaved samples alone, never the builds' own
             here = (measured.device, MEASURED)

@@ -42,6 +42,8 @@ def _short_note(note: str) -> str:
         return "other device"
     if note.startswith("not benchmarked"):
         return "no samples"
+    if note.startswith("benchmarked on other inputs"):
+        return "other inputs"
     return note
 
 
@@ -105,7 +107,7 @@ def _details(row: Row) -> list[str]:
     if row.flags:
         found.append("regressed: " + ", ".join(row.flags))
     m = row.module
-    if m is not None and m.latency is None and m.latency_note.startswith("measured on different"):
+    if m is not None and m.latency is None and _short_note(m.latency_note) != m.latency_note:
         found.append(m.latency_note)
     if m is not None and (m.err_a is not None or m.err_b is not None):
         said = f"max error against references: A {_number(m.err_a)}, B {_number(m.err_b)}"
