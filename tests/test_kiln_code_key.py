@@ -103,3 +103,53 @@ def test_an_editors_lock_file_or_an_unreadable_module_never_freezes_the_digest(
     worker = copy / "kiln" / "actions" / "_tensors.py"
     worker.write_text(worker.read_text() + "\n# a comment\n")
     assert _digest(copy) not in (first, "unread")
+
+
+def test_a_source_tree_of_links_has_the_digest_of_its_files(tmp_path: Path) -> None:
+    """An editable or a runfiles install links each source file: the digest follows
+    the files through the links (it skipped every link, and became a constant)."""
+    copy = _copy(tmp_path / "copy")
+    linked = tmp_path / "linked" / "kiln"
+    linked.mkdir(parents=True)
+    for path in sorted((copy / "kiln").rglob("*")):
+        target = linked / path.relative_to(copy / "kiln")
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.symlink_to(path)
+    first = _digest(tmp_path / "linked")
+    assert first == _digest(copy)
+    worker = copy / "kiln" / "actions" / "_tensors.py"  # edited through its link
+    worker.write_text(worker.read_text() + "\n# a comment\n")
+    assert _digest(tmp_path / "linked") != first
+
+
+def test_without_source_to_read_each_process_has_its_own_digest(tmp_path: Path) -> None:
+    """No module source to read (every .py unreadable as a file here, as in a zipped
+    install): the digest is new in each process, so that nothing kiln made is taken
+    for an earlier process's result, never one constant that every kiln shares."""
+    copy = _copy(tmp_path / "copy")
+    code = (
+        "import pathlib, kiln.planning.code_key as k\n"
+        "pathlib.Path.is_file = lambda self: False\n"
+        "print(k.kiln_code_digest())"
+    )
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert len(seen) == 2 and all(d.startswith("unread ") for d in seen), seen
+
+
+def test_a_users_function_that_calls_kiln_is_keyed_by_kilns_code() -> None:
+    """A user's action that calls a kiln helper or uses a kiln class depends on kiln's
+    code, not only its version string."""
+    from kiln.actions import verify
+    from kiln.planning.code_key import CodeDigests
+
+    shown = CodeDigests().of_value(verify.verify)
+    assert code_digest() in shown, shown
+    assert code_digest() not in CodeDigests().of_value(shutil.copyfile)

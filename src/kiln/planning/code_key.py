@@ -35,10 +35,10 @@ import functools
 import hashlib
 import importlib.machinery
 import os
-import stat
 import sys
 import sysconfig
 import types
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -64,12 +64,16 @@ def kiln_code_digest() -> str:
     """The SHA-256 of the source of every kiln module that can shape what an action
     produces (all but ``_NOT_IN_OUTPUTS``), by path below the package and content: the
     same on any machine that runs the same code, installed or in a checkout; it keys
-    kiln's own actions (``kiln.planning.action_key``), since a version string stays
-    the same while the code under it changes. Regular ``.py`` files only, none whose
-    name starts with a dot (an editor's lock file); a file that cannot be read counts
-    by its name and the error, so the digest still follows every other file. Read
-    once per process (about 10 ms); ``unread`` where there is no source to read (a
-    zipped install), and kiln's version alone keys its actions there."""
+    kiln's own actions (``kiln.planning.action_key``) and kiln's code that a user's
+    action calls (``_version_of``), since a version string stays the same while the
+    code under it changes. ``.py`` files that are regular files, through links too (an
+    editable install or a runfiles tree links every file), none whose name starts with
+    a dot (an editor's lock file); a file that cannot be read counts by its name and
+    the error, so the digest still follows every other file. Read once per process
+    (about 10 ms). Where there is no source to read (a zipped or a bytecode-only
+    install) it is made anew in each process: nothing kiln's code made is then taken
+    for the result of an earlier process, and a Dask worker is never taken for one
+    running the same kiln."""
     root = Path(_KILN_DIR)
     digest = hashlib.sha256()
     found = 0
@@ -77,15 +81,11 @@ def kiln_code_digest() -> str:
         rel = path.relative_to(root)
         if rel.parts[0] in _NOT_IN_OUTPUTS or any(p.startswith(".") for p in rel.parts):
             continue
-        try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                continue
-            data = path.read_bytes()
-        except OSError as e:
-            data = f"unreadable: {e.strerror}".encode()
-        digest.update(rel.as_posix().encode() + b"\0" + data + b"\0")
+        if not path.is_file():  # a FIFO, a dangling link, a directory named x.py
+            continue
+        digest.update(f"{rel.as_posix()}\0{_file_digest(str(path))}\0".encode())
         found += 1
-    return digest.hexdigest() if found else "unread"
+    return digest.hexdigest() if found else f"unread {uuid.uuid4().hex}"
 
 
 @functools.cache
@@ -371,9 +371,22 @@ def _file_digest(path: str) -> str:
 
 
 def _version_of(value: Any) -> str:
-    """The version of the installed code that defines ``value`` (a function or class)."""
+    """The version of the installed code that defines ``value`` (a function or class);
+    for kiln's own code (the iree.build names it provides too), the digest of its
+    source as well: a user's action that calls a kiln helper reruns when it changes."""
     module = getattr(value, "__module__", None)
-    return package_version(module) if isinstance(module, str) else "?"
+    if not isinstance(module, str):
+        return "?"
+    if _in_kiln(module):
+        return f"{package_version(module)} kiln {kiln_code_digest()}"
+    return package_version(module)
+
+
+@functools.cache
+def _in_kiln(module: str) -> bool:
+    """Whether the module named ``module`` was loaded from kiln's package directory."""
+    file = getattr(sys.modules.get(module), "__file__", None)
+    return isinstance(file, str) and os.path.abspath(file).startswith(_KILN_DIR)
 
 
 def _is_code_like(value: object) -> bool:
