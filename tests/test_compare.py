@@ -423,6 +423,28 @@ def test_a_user_actions_parameters_reach_the_manifest_as_digests_only(
     assert changed["change"] == "changed" and "token" in changed["why"], changed
 
 
+def test_a_hand_edited_key_is_not_carried_into_the_next_manifest(kiln: Any, tmp_path: Path) -> None:
+    """A no-op build takes an up-to-date output's key parts from the manifest it
+    replaces: only as kiln writes them (a plain value put among a user's action's
+    digests, or a field kiln never writes, is made again from the build state)."""
+    from conftest import HEADER
+
+    (tmp_path / "build.py").write_text(HEADER + SECRET_ACTION)
+    assert kiln("build", "build.py").returncode == 0
+    path = tmp_path / "kiln-out/manifest.json"
+    doc = json.loads(path.read_text())
+    (row,) = doc["entrypoints"]["stamp"]["outputs"]
+    shown = row["key"]["params"]["token"]
+    row["key"]["params"]["token"] = "s3cret-plain\x1b[31m"
+    row["key"]["extra"] = "x" * 1000
+    path.write_text(json.dumps(doc))
+    r = kiln("build", "build.py")
+    assert r.returncode == 0 and "0 built, 1 up to date" in r.stderr, r.stderr
+    again = json.loads(path.read_text())
+    (row,) = again["entrypoints"]["stamp"]["outputs"]
+    assert row["key"]["params"]["token"] == shown and "extra" not in row["key"], row["key"]
+
+
 ONNX_BENCH = """
 @entrypoint
 def add(after=cl_arg("after", default="0", help="1: the build after")):

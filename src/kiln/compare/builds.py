@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.base.errors import NotRegularFile, StateError, UsageError
-from kiln.observe.manifest import FORMAT
+from kiln.observe.manifest import FORMAT, key_parts
 from kiln.observe.manifest_history import KEPT_MANIFESTS, MAX_MANIFEST_BYTES, kept_manifest
 from kiln.observe.report_data import number_at, records_at
 from kiln.output_dir.layout import MANIFEST
@@ -160,25 +160,11 @@ def _artifact(out: dict[str, Any]) -> Artifact | None:
         target=_text(out, "target"),
         flags=[f for f in flags if isinstance(f, str)] if isinstance(flags, list) else None,
         compiler_version=_text(out, "compiler_version"),
-        key=_key(out.get("key")),
+        key=key_parts(out.get("key")),
         duration_s=number_at(out, "duration_s"),
         verification=records_at(out, "verification"),
         benchmark=records_at(out, "benchmark"),
     )
-
-
-def _key(value: Any) -> dict[str, Any] | None:
-    """A manifest's record of what an action's key was made of, if well formed."""
-    if not isinstance(value, dict):
-        return None
-    digest, params, inputs = value.get("digest"), value.get("params"), value.get("inputs")
-    if not isinstance(digest, str) or not (params is None or isinstance(params, dict)):
-        return None
-    if not isinstance(inputs, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()
-    ):
-        return None
-    return {"digest": digest, "params": params, "inputs": inputs}
 
 
 # The latencies kiln reads, in µs: from a femtosecond to eleven days. Outside them a

@@ -71,6 +71,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,11 +323,11 @@ def _key_parts(
     record = store.records().get(aid) if aid is not None else None
     if record is None:
         return {}
-    known = statuses.old_keys.get(path)
-    if known is not None and known.get("digest") == record.key and record.key:
-        found: dict[str, Any] = {"key": known}
-    elif record.damaged or not record.looks_intact():
+    if record.damaged or not record.looks_intact():
         return {}
+    known = key_parts(statuses.old_keys.get(path))
+    if known is not None and known["digest"] == record.key and _as_kiln_shows(known, action):
+        found: dict[str, Any] = {"key": known}
     else:
         params = record.params
         if params is not None and not is_kiln_class(type(action)):
@@ -336,6 +337,30 @@ def _key_parts(
     if isinstance(took, int | float):
         found["duration_s"] = float(took)
     return found
+
+
+def key_parts(value: Any) -> dict[str, Any] | None:
+    """A manifest's record of what an action's key was made of (``"key"``), if shaped
+    as kiln writes it: its digest, parameters and inputs' digests, nothing else."""
+    if not isinstance(value, dict):
+        return None
+    digest, params, inputs = value.get("digest"), value.get("params"), value.get("inputs")
+    if not isinstance(digest, str) or not (params is None or isinstance(params, dict)):
+        return None
+    if not isinstance(inputs, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()
+    ):
+        return None
+    return {"digest": digest, "params": params, "inputs": inputs}
+
+
+def _as_kiln_shows(key: dict[str, Any], action: BuildAction) -> bool:
+    """Whether a previous manifest's key parts show a user's action's parameters as
+    ``_digested`` does (a hand-edited manifest's plain value is not carried on)."""
+    params = key["params"]
+    if params is None or is_kiln_class(type(action)):
+        return True
+    return all(isinstance(v, str) and _SHOWN_DIGEST.fullmatch(v) for v in params.values())
 
 
 def _digested(params: dict[str, Any]) -> dict[str, Any]:
@@ -354,6 +379,7 @@ def _digested(params: dict[str, Any]) -> dict[str, Any]:
 # Hex digits of a parameter's digest kept: enough to tell a change (this is no key;
 # the key's own digest is whole), a quarter of the bytes a manifest line would take.
 _SHOWN = 16
+_SHOWN_DIGEST = re.compile(rf"sha256:[0-9a-f]{{{_SHOWN}}}")
 
 
 def _action_ids(inputs: ManifestInputs) -> dict[BuildAction, str]:
