@@ -519,6 +519,12 @@ def test_html_never_goes_over_kilns_own_files(kiln: Any, two_builds: tuple[Path,
     r = kiln("compare", "a", "b", "--html", "a/manifest.json")
     assert r.returncode == 2 and "--html" in r.stderr, r.stderr
     assert (a / "manifest.json").read_bytes() == before
+    kept = a / ".kiln" / "manifests" / "1.json"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(before)
+    r = kiln("compare", "@-1", "@0", "--output-dir", "a", "--html", "a/.kiln/manifests/1.json")
+    assert r.returncode == 2 and "--html" in r.stderr, r.stderr
+    assert kept.read_bytes() == before
 
 
 def test_measure_refuses_a_module_path_that_leaves_the_output_directory(

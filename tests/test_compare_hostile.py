@@ -76,14 +76,22 @@ def test_one_digest_at_many_paths_is_compared_once(
     assert len(json.loads(r.stdout)["rows"]) == 500 and len(calls) == 1
 
 
-@pytest.mark.parametrize("spec", ["@-" + "9" * 5000, "@-\u0661", "@-1234567"])
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("@-" + "9" * 5000, "name an output directory that 'kiln build' wrote"),
+        ("@-\u0661", "name an output directory that 'kiln build' wrote"),
+        ("@-1234567", "name an output directory that 'kiln build' wrote"),
+        ("@-999999", "name a build as @0 (the last) to @-10"),
+    ],
+)
 def test_history_names_beyond_what_kiln_keeps_are_refused(
-    kiln: Any, tmp_path: Path, spec: str
+    kiln: Any, tmp_path: Path, spec: str, said: str
 ) -> None:
     _write(tmp_path / "b.json")
     r = kiln("compare", spec, "b.json")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.startswith("kiln: error: @-")
+    assert r.stderr.startswith("kiln: error: @-") and said in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("link", [".kiln/manifests", ".kiln"])
@@ -139,9 +147,16 @@ def test_recorded_inputs_are_read_only_as_regular_files_through_real_directories
     """--measure remakes a benchmark's inputs from what it recorded: a FIFO where the
     model was (it blocked in open), or a directory that is a link out of the output
     directory, gives nothing to run on, at once."""
+    import signal
+
     from kiln.actions.bench import recorded_inputs
     from kiln.output_dir.names import file_below
 
+    def blocked(*_: Any) -> None:
+        raise AssertionError("blocked on a FIFO")
+
+    signal.signal(signal.SIGALRM, blocked)  # a FIFO opened for reading blocks for good
+    signal.alarm(20)
     root = tmp_path / "out"
     (root / "models").mkdir(parents=True)
     os.mkfifo(root / "models" / "m.onnx")
@@ -163,6 +178,7 @@ def test_recorded_inputs_are_read_only_as_regular_files_through_real_directories
     assert file_below(root, "real/link.npy", follow_last=True) == root / "real" / "link.npy"
     (root / "real" / "fifo.npy").symlink_to(root / "models" / "m.onnx")
     assert file_below(root, "real/fifo.npy", follow_last=True) is None
+    signal.alarm(0)
 
 
 @pytest.mark.parametrize("redirect", [">&-", "> /dev/full"])

@@ -294,5 +294,17 @@ def test_measure_is_not_fooled_by_runs_whose_level_moves() -> None:
         return out
 
     for _ in range(20):
-        _, _, verdict, _ = _measure_with({"a": runs(), "b": runs()})
-        assert verdict.verdict not in ("slower", "faster"), verdict
+        job, _, verdict, _ = _measure_with({"a": runs(), "b": runs()})
+        assert verdict.verdict == "within noise" and job.runs == 60, (verdict, job.runs)
+
+
+@pytest.mark.parametrize(("n_a", "n_b"), [(4, 8), (3, 12), (5, 6)])
+def test_the_fewest_samples_that_can_class_a_change(n_a: int, n_b: int) -> None:
+    """docs/compare.md: 5 against 6 is enough, 4 needs 8 on the other side, 3 needs 12;
+    one fewer on the larger side is too few."""
+
+    def sides(n: int, m: int) -> tuple[list[float], list[float]]:
+        return [1.0 + i / 100 for i in range(n)], [2.0 + i / 100 for i in range(m)]
+
+    assert compare_latency(*sides(n_a, n_b)).verdict == "slower"
+    assert compare_latency(*sides(n_a, n_b - 1)).verdict == "too few samples"

@@ -250,6 +250,10 @@ def test_commands_too_long_or_needing_the_network_are_well_formed(command: str) 
         env=_env(),
     )
     assert r.returncode == 0, (how.check, r.stdout[-2000:], r.stderr[-2000:])
+    if how.check.endswith(" --help"):  # each option the command names is one it has
+        last = command.split("&&")[-1]
+        for option in re.findall(r"(?<![=\S])--[\w-]+", last):
+            assert option in r.stdout, (command, option)
 
 
 def test_covered_commands_are_run_by_their_tests() -> None:

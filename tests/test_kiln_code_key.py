@@ -102,7 +102,29 @@ def test_an_editors_lock_file_or_an_unreadable_module_never_freezes_the_digest(
     odd.rmdir()
     worker = copy / "kiln" / "actions" / "_tensors.py"
     worker.write_text(worker.read_text() + "\n# a comment\n")
-    assert _digest(copy) not in (first, "unread")
+    edited = _digest(copy)
+    assert edited != first and not edited.startswith("unread")
+    # one module that cannot be read (as root, no mode makes it so: its read fails here)
+    code = (
+        "import kiln.planning.code_key as k\n"
+        "real = k.hash_file\n"
+        "def failing(path, *a, **kw):\n"
+        "    if path.endswith('scheduler.py'): raise PermissionError(13, 'denied')\n"
+        "    return real(path, *a, **kw)\n"
+        "k.hash_file = failing\n"
+        "print(k.kiln_code_digest())"
+    )
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def unreadable() -> str:
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    without = unreadable()
+    assert re.fullmatch(r"[0-9a-f]{64}", without) and without != edited
+    worker.write_text(worker.read_text() + "\n# another\n")  # still followed
+    assert unreadable() != without
 
 
 def test_a_source_tree_of_links_has_the_digest_of_its_files(tmp_path: Path) -> None:

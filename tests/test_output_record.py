@@ -39,7 +39,7 @@ def _same(kept: list[Any], array: Any) -> None:
     assert len(kept) == len(want)
     for k, w in zip(kept, want, strict=True):
         if isinstance(w, float) and not math.isfinite(w):
-            assert k is None or (math.isnan(k) and math.isnan(w)) or k == w
+            assert (math.isnan(k) and math.isnan(w)) or k == w
         else:
             assert k == w and type(k) is not bool
 
@@ -111,8 +111,8 @@ GOOD = fingerprint(np.arange(300, dtype=np.float32))
         {"data": GOOD["data"][:-8]},
         {"data": 12},
         {"data": "A" * (KEPT_BYTES * 2)},
-        {"values": ["1"] * 300, "data": None},
-        {"values": [True] * 300, "data": None},
+        {"values": ["1"] * 200, "shape": [200], "data": None},
+        {"values": [True] * 200, "shape": [200], "data": None},
         {"values": [1.0] * 299, "data": None},
         {"values": [1.0] * 1000, "shape": [1000], "data": None},
     ],

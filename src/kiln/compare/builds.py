@@ -126,7 +126,10 @@ def _load_json(spec: str, path: Path) -> Any:
     except NotRegularFile as e:
         raise UsageError(f"{spec}: {e}; name the manifest itself") from None
     except OSError as e:
-        raise UsageError(f"{spec}: cannot read {path}: {e.strerror}") from None
+        raise UsageError(
+            f"{spec}: cannot read {path}: {e.strerror}; name an output directory that "
+            "'kiln build' wrote, a manifest.json, or @-N"
+        ) from None
     if len(raw) > MAX_MANIFEST_BYTES:
         raise UsageError(
             f"{path} is larger than {MAX_MANIFEST_BYTES >> 20} MiB: not a manifest kiln wrote"
