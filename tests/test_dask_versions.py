@@ -23,7 +23,7 @@ from dask_cluster import DaskCluster, require_dask
 from nginx import NginxCache
 
 import kiln as kiln_package
-from kiln.execution.cluster.versions import identity
+from kiln.execution.cluster.versions import kiln_version
 
 OTHER = "0.0.1+elsewhere"
 
@@ -122,7 +122,7 @@ def test_a_worker_running_another_kiln_is_refused_when_kiln_connects(
     cluster = make_cluster(2, {"w1": {"PYTHONPATH": str(there)}})
     r = kiln(*remote(cluster, nginx_cache))
     assert r.returncode != 0, r.stderr
-    here = identity()
+    here = kiln_version()
     said = f"Dask worker {address_of(cluster, 'w1')} runs kiln "
     said += f"{OTHER} (code " if other == "version" else f"{kiln_package.__version__} (code "
     assert said in r.stderr, r.stderr
@@ -182,7 +182,7 @@ def test_a_worker_with_another_kiln_that_joins_mid_build_is_refused(
     there = address_of(cluster, "w1")
     if newcomer == "other version":
         assert f"refused Dask worker {there}: kiln {OTHER} (code " in err, err
-        assert f"{identity()} here" in err, err
+        assert f"{kiln_version()} here" in err, err
     else:
         assert f"refused Dask worker {there}: it did not say which kiln built it" in err, err
     assert not nginx_cache.files("ac") and not entries(tmp_path / "cache-out")

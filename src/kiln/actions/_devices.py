@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.base.errors import ToolMissing
-from kiln.devices.details import host_cpu
+from kiln.devices.details import cpu_identity, host_cpu
 from kiln.planning.code_key import distribution_version
 
 MACHINE_POOL = "machine"
@@ -81,8 +81,7 @@ def cpu_model() -> str:
     """The machine's CPU model name, as /proc/cpuinfo says (else platform's guess);
     read once per process (``kiln.devices.details.host_cpu``): every benchmark's key
     asks."""
-    fields = host_cpu()
-    found = next((fields[k] for k in ("model name", "Model", "cpu model") if fields.get(k)), "")
+    found = cpu_identity(host_cpu())[0]  # as the device id names it
     return found or platform.processor() or platform.machine() or "unknown"
 
 

@@ -13,10 +13,11 @@ behind but blobs in kiln's cache, bounded and evicted as any other.
 Bounds: the URL's path starts with a random 256-bit prefix (``secrets``), so that
 another user of the machine who finds the port cannot read or write through it;
 any other path is 404. A ``PUT`` needs a ``Content-Length`` of at most the
-cache's size and is read no further; the action cache (``ac/``) is not served
-(404; a ``PUT`` there is accepted and dropped: the build's own local cache keeps
-its entries). The server listens only on 127.0.0.1 and stops with the build
-(``serving``).
+cache's size; a refused one is answered, and what the client still sends is read and
+dropped for at most 2 s and 64 MiB (``_linger``; a stranger's, not at all). The
+action cache (``ac/``) is not served (404; a ``PUT`` there is accepted and dropped:
+the build's own local cache keeps its entries). The server listens only on 127.0.0.1
+and stops with the build (``serving``).
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
         if length > limit or (m is None and _ENTRY.match(name) is None):
             self.close_connection = True  # its body is never kept
             self._answer(413 if length > limit else 404)
-            self._linger(length)
+            if self._name() is not None:  # a stranger's upload gets no more of our time
+                self._linger(length)
             return
         left = [length]
 

@@ -43,11 +43,11 @@ def _cluster(spec: Any, timeout_s: float) -> dict[str, list[dict[str, Any]]]:
     from kiln.execution.cluster.dask_client import DaskClient
     from kiln.execution.cluster.worker_devices import described
 
-    executor = DaskClient(spec, "", connect_timeout_s=timeout_s)
+    client = DaskClient(spec, "", connect_timeout_s=timeout_s)
     try:
-        answers = executor.client.run(described, on_error="return")
+        answers = client.client.run(described, on_error="return")
     finally:
-        executor.close()
+        client.close()
     out = {}
     for worker, answer in answers.items():
         if not isinstance(answer, list) or not all(isinstance(d, dict) for d in answer):

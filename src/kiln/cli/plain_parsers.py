@@ -1,7 +1,7 @@
 """The parsers of the commands that take no build module (``kiln clean``, ``report``,
-``cache``): here, apart from the commands, so that whatever needs every option of
-kiln's (``[tool.kiln]``'s keys, shell completion) reads them without importing
-the commands."""
+``cache``, ``compare``, ``devices``): here, apart from the commands, so that whatever
+needs every option of kiln's (``[tool.kiln]``'s keys, shell completion) reads them
+without importing the commands."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from kiln.cli.options import KilnArgumentParser
 from kiln.observe.event_log import KEPT_BUILDS
 
 
+def _output_dir_option(parser: KilnArgumentParser, said: str) -> None:
+    parser.add_argument("--output-dir", type=directory_path, default=Path("kiln-out"), help=said)
+
+
 def clean_parser() -> KilnArgumentParser:
     parser = KilnArgumentParser(
         prog="kiln clean",
@@ -21,12 +25,7 @@ def clean_parser() -> KilnArgumentParser:
         "records, the manifest, its state); files kiln did not write stay.",
     )
     parser.add_argument("module", nargs="?", help="ignored; accepted for symmetry")
-    parser.add_argument(
-        "--output-dir",
-        type=directory_path,
-        default=Path("kiln-out"),
-        help="the output directory to clean (default: ./kiln-out)",
-    )
+    _output_dir_option(parser, "the output directory to clean (default: ./kiln-out)")
     parser.add_argument(
         "--no-wait",
         action="store_true",
@@ -49,12 +48,7 @@ def report_parser() -> KilnArgumentParser:
         nargs="?",
         help="the build module (not loaded; accepted for symmetry, and never written over)",
     )
-    parser.add_argument(
-        "--output-dir",
-        type=directory_path,
-        default=Path("kiln-out"),
-        help="the build's output directory (default: ./kiln-out)",
-    )
+    _output_dir_option(parser, "the build's output directory (default: ./kiln-out)")
     parser.add_argument(
         "-o",
         "--output",
@@ -133,12 +127,7 @@ def compare_parser() -> KilnArgumentParser:
     )
     parser.add_argument("a", metavar="A", help="the build before")
     parser.add_argument("b", metavar="B", help="the build after")
-    parser.add_argument(
-        "--output-dir",
-        type=directory_path,
-        default=Path("kiln-out"),
-        help="the output directory whose builds @-N name (default: ./kiln-out)",
-    )
+    _output_dir_option(parser, "the output directory whose builds @-N name (default: ./kiln-out)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
         "--fail-if",
@@ -155,7 +144,11 @@ def compare_parser() -> KilnArgumentParser:
         "interleaved, until each is classed or --budget runs out",
     )
     parser.add_argument(
-        "--budget", type=seconds_option, default=120.0, metavar="SECONDS", help="for --measure"
+        "--budget",
+        type=seconds_option,
+        default=120.0,
+        metavar="SECONDS",
+        help="for --measure (default: 120)",
     )
     parser.add_argument(
         "--html", type=Path, default=None, metavar="FILE", help="also write the comparison page"

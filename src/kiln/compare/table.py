@@ -15,7 +15,7 @@ from kiln.compare.diff import Module, Row
 _MIN_WIDTH = 60
 _MIN_PATH = 16
 _HEAD = ("CHANGE", "SIZE", "COMPILE", "LATENCY B/A [interval]", "CLASS", "VERIFY", "MAX |B-A|")
-_WIDTHS = (9, 8, 8, 24, 12, 10, 9)
+_WIDTHS = (9, 8, 8, 24, 15, 10, 9)  # CLASS: "too few samples", whole
 
 
 def pct(before: float | None, after: float | None) -> str:

@@ -29,7 +29,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 
@@ -84,21 +85,20 @@ def first_cpu(lines: Iterable[str]) -> dict[str, str]:
 
 
 @functools.cache
-def host_cpu() -> dict[str, str]:
+def host_cpu() -> Mapping[str, str]:
     """``first_cpu`` of this machine's ``/proc/cpuinfo`` (empty where there is none),
     read once per process: the device id and the host compile target both ask."""
     with contextlib.suppress(OSError), open("/proc/cpuinfo", errors="replace") as f:
-        return first_cpu(f)
-    return {}
+        return MappingProxyType(first_cpu(f))
+    return MappingProxyType({})
 
 
-def cpu_identity(cpuinfo: str | dict[str, str]) -> tuple[str, str]:
-    """(model, features) of the first processor ``cpuinfo`` (``/proc/cpuinfo``'s
-    text, or ``first_cpu``'s fields) describes: features are its instruction-set
+def cpu_identity(fields: Mapping[str, str]) -> tuple[str, str]:
+    """(model, features) of the processor whose ``/proc/cpuinfo`` fields (``first_cpu``)
+    are ``fields``: features are its instruction-set
     extensions, sorted and space-separated. An Arm CPU without a model name is named
     by its implementer and part (what LLVM's host detection reads). Empty strings
     where it says none."""
-    fields = cpuinfo if isinstance(cpuinfo, dict) else first_cpu(cpuinfo.splitlines())
     model = next((fields[k] for k in _MODEL_KEYS if fields.get(k)), "")
     if not model and fields.get("CPU implementer"):
         model = f"implementer {fields['CPU implementer']} part {fields.get('CPU part', '?')}"

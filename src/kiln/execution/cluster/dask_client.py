@@ -48,7 +48,7 @@ from kiln.execution.cluster.batching import Batcher, Slot
 from kiln.execution.cluster.probe import probe
 from kiln.execution.cluster.spec import ExecutorSpec
 from kiln.execution.cluster.task import RemoteResult, RemoteTask, warm_template
-from kiln.execution.cluster.versions import differences, expected, identity, kiln_version
+from kiln.execution.cluster.versions import differences, expected, kiln_version
 from kiln.graph import BuildAction, BuildFile
 from kiln.planning.sandbox import sandbox_command, sandbox_paths, sandbox_thunk
 
@@ -154,11 +154,11 @@ class DaskClient:
                 f"they run: {_short(e)}"
             ) from None
         for worker, answer in sorted(answers.items()):
-            if answer == identity():
+            if answer == kiln_version():
                 continue
             raise ClusterFailure(
                 f"--executor: Dask worker {worker} runs {_which_kiln(answer)}; this is kiln "
-                f"{identity()}. "
+                f"{kiln_version()}. "
                 "What a worker builds enters this build and the caches under this kiln's "
                 "keys: run the same kiln on every worker"
             )

@@ -34,17 +34,11 @@ NOT_INSTALLED = "not installed"
 Versions = tuple[tuple[str, str], ...]
 
 
-def identity() -> str:
-    """Which kiln this is, as a Dask worker is asked it: the version and the start of
-    the digest of its code (two kilns of one version with other code build other
-    results: ``kiln_code_digest`` is in their actions' keys)."""
-    return f"{__version__} (code {kiln_code_digest()[:12]})"
-
-
 def kiln_version() -> str:
-    """Which kiln this process runs, its version and code (``identity``;
-    asked of every worker: ``Client.run``)."""
-    return identity()
+    """Which kiln this process runs, as every Dask worker is asked it (``Client.run``):
+    the version and the start of the digest of its code (two kilns of one version with
+    other code build other results: ``kiln_code_digest`` is in their actions' keys)."""
+    return f"{__version__} (code {kiln_code_digest()[:12]})"
 
 
 @functools.cache
@@ -52,7 +46,7 @@ def version_of(name: str) -> str:
     """This process's version of ``name``: kiln's, or an installed distribution's
     (read once per process, as the keys read it)."""
     if name == KILN:
-        return identity()
+        return kiln_version()
     return distribution_version(name) or NOT_INSTALLED
 
 
@@ -79,7 +73,7 @@ def differences(wanted: Versions, found: Versions | None) -> str | None:
     key holds (``wanted``, this kiln's); None when they are the same. ``found`` None:
     the worker said nothing (a kiln older than this check)."""
     if found is None:
-        return f"it did not say which kiln built it (a kiln older than this one, {identity()})"
+        return f"it did not say which kiln built it (a kiln older than this one, {kiln_version()})"
     try:
         have = {str(name): str(version) for name, version in found}
     except (TypeError, ValueError):
