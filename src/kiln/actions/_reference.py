@@ -25,7 +25,7 @@ from kiln.actions._tensors import (
     load_tensor,
     save_bundle,
 )
-from kiln.actions.output_record import fingerprint
+from kiln.actions.output_record import tensor_sha256
 from kiln.base.errors import ToolError, ToolMissing
 from kiln.output_dir.writing import atomic_output
 from kiln.planning.code_key import distribution_version
@@ -127,7 +127,7 @@ def check_inputs(
             "source": "given",
             "files": files,
             "paths": list(inputs),
-            "sha256": [fingerprint(a)["sha256"] for a in arrays],
+            "sha256": [tensor_sha256(a) for a in arrays],
         }
         return arrays, how
     if signature is not None and seed_file is not None:

@@ -5,7 +5,9 @@ The result JSON (written only when every reference matches)::
 
     {"status": "passed" | "skipped", "passed": true | null, "reason": (when skipped),
      "model", "module", "target", "driver", "device_id" (``kiln.devices.identity``), "function",
-     "inputs": {"source": "given", "files"} | {"source": "generated", "seed", "shapes"},
+     "inputs": {"source": "given", "files", "paths", "sha256"}
+         | {"source": "generated", "seed", "shapes", "model"} (``_reference.check_inputs``:
+         ``paths`` and ``model`` relative to the output directory, ``sha256`` per file),
      "references": {"shipped" | "onnxruntime": {"passed", "summary", "outputs": [
          {"index", "name", "shape", "dtype", "rtol", "atol", "max_abs_err",
           "max_rel_err", "tolerance_used", "worst_index", "mismatches", "passed", "worst"}]}},

@@ -38,19 +38,33 @@ _MAX_RANK = 64  # no tensor kiln keeps has more dimensions
 Value = int | float | None  # None: a NaN or an infinity, in an older record's ``values``
 
 
-def fingerprint(array: Any) -> dict[str, Any]:
-    """The record of one output (a numpy array, or what converts to one); its SHA-256
-    is of its bytes little-endian."""
-    import hashlib
-
+def _little_endian(array: Any) -> Any:
+    """``array`` as a contiguous numpy array of little-endian bytes: the same bytes on
+    any machine (no copy when it is one already)."""
     import numpy as np
 
     a = np.ascontiguousarray(array)
-    a = a.astype(a.dtype.newbyteorder("<"), copy=False)  # the same bytes on any machine
+    return a.astype(a.dtype.newbyteorder("<"), copy=False)
+
+
+def tensor_sha256(array: Any) -> str:
+    """The SHA-256 of ``array``'s bytes, little-endian (a record's ``sha256``), hashed
+    where they lie: a large input is not copied to be hashed."""
+    import hashlib
+
+    return hashlib.sha256(_little_endian(array).data).hexdigest()
+
+
+def fingerprint(array: Any) -> dict[str, Any]:
+    """The record of one output (a numpy array, or what converts to one); its SHA-256
+    is of its bytes little-endian (``tensor_sha256``)."""
+    import numpy as np
+
+    a = _little_endian(array)
     found: dict[str, Any] = {
         "dtype": str(a.dtype),
         "shape": list(a.shape),
-        "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+        "sha256": tensor_sha256(a),
     }
     if str(a.dtype) not in _CODES:
         return found

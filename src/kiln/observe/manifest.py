@@ -306,6 +306,7 @@ def describe_output(
         kind, action = meta.result_of
         judge = _verification if kind == "verification" else _benchmark
         entry[kind] = verdict = judge(statuses, action, f)
+        verdict.pop("actual", None)  # the module's entry has it: not every output twice
         if verdict.get("status") == "skipped":
             entry["status"] = "skipped"
     return entry
