@@ -415,8 +415,8 @@ def write_manifest(inputs: ManifestInputs, result: BuildResult) -> Statuses:
     # it is kept for ``kiln compare @-1`` when the new one differs.
     old_bytes = read_manifest_bytes(inputs.manifest_path)
     old = _parsed(old_bytes)
-    statuses.old_keys = _old_keys(old)
-    cached = _cached_outputs(inputs, result, old)
+    statuses.old_keys, was_cached = _previous(old)
+    cached = _cached_outputs(inputs, result, was_cached)
     outputs = {
         ep.path: [describe_output(inputs, statuses, f, cached) for f in ep.outputs]
         for ep in inputs.entrypoints
@@ -470,30 +470,29 @@ def _parsed(data: bytes | None) -> Any:
     return None
 
 
-def _old_keys(old: Any) -> dict[str, dict[str, Any]]:
-    """Each output's "key" in the manifest ``old``, by path (what is not shaped as
+def _previous(old: Any) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """From the manifest ``old``, in one pass: each output's "key" by path, and the
+    (path, sha256) of those it marks as served from the cache (what is not shaped as
     kiln writes it is left out)."""
-    found: dict[str, dict[str, Any]] = {}
+    keys: dict[str, dict[str, Any]] = {}
+    cached: dict[str, str] = {}
     with contextlib.suppress(*_BROKEN):
         for ep in old["entrypoints"].values():
             for o in ep["outputs"]:
                 key = o.get("key")
                 if isinstance(key, dict) and isinstance(o["path"], str):
-                    found[o["path"]] = key
-    return found
+                    keys[o["path"]] = key
+                if o.get("cached"):
+                    cached[o["path"]] = o["sha256"]
+    return keys, cached
 
 
 def _cached_outputs(
-    inputs: ManifestInputs, result: BuildResult | None, old: Any = None
+    inputs: ManifestInputs, result: BuildResult, found: dict[str, str]
 ) -> set[tuple[str, str]]:
     """(path, sha256) of the outputs that came from the cache: served in this build, or
-    so marked in the previous manifest ``old`` (an up-to-date output keeps its origin)."""
-    found: dict[str, str] = {}
-    with contextlib.suppress(*_BROKEN):
-        for ep in old["entrypoints"].values():
-            found.update((o["path"], o["sha256"]) for o in ep["outputs"] if o.get("cached"))
-    served = set(result.cached) if result is not None else set()
-    built = set(result.built) if result is not None else set()
+    so marked in the previous manifest (``found``: an up-to-date output keeps its origin)."""
+    served, built = set(result.cached), set(result.built)
     for ep in inputs.entrypoints:
         for f in ep.outputs:
             if served.isdisjoint(f.deps) and built.isdisjoint(f.deps):
